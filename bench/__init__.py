@@ -1,0 +1,1 @@
+"""Benchmarks: each module measures one thing and rewrites its own BENCHMARKS.md section."""

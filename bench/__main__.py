@@ -1,0 +1,33 @@
+"""``python -m bench [NAME ...]``: run the benchmarks (all, or the named ones)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+#: name -> module with ``main(argv) -> int``; order matters (cheap first).
+BENCHES: dict[str, str] = {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", help=f"subset of: {', '.join(BENCHES)}")
+    args, rest = parser.parse_known_args(argv)
+    names = args.names or list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
+    failed = 0
+    for name in names:
+        t0 = time.monotonic()
+        print(f"== bench {name}", flush=True)
+        rc = importlib.import_module(BENCHES[name]).main(rest)
+        print(f"== bench {name}: rc={rc} in {time.monotonic() - t0:.0f}s", flush=True)
+        failed += rc != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The one record type that flows from the SSE timing core to every consumer.
+
+A ``RequestRecord`` is born in the timing core (``loadtests.timing``), one per
+issued request, whatever happened to it.  The locust layer, the run writer, the
+exporter and the reports consume it; nothing downstream re-parses SSE.
+
+Field meanings follow DESIGN.md's metric definitions.  Durations are seconds on
+a monotonic clock measured from ``t0`` (the moment the request was handed to the
+HTTP client); ``started_at`` is the only wall-clock value.  A duration that never
+happened (no first token on a failed request) is ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+Mode = Literal["stream", "sync"]
+TokenSource = Literal["usage", "tokenizer", "events"]
+
+#: ``status`` is "ok" or one of these error classes.
+ERROR_CLASSES = (
+    "http_4xx",
+    "http_5xx",
+    "timeout",
+    "stall",
+    "disconnect",
+    "protocol",
+    "connect",
+)
+STATUSES = ("ok", *ERROR_CLASSES)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """Everything measured about one request.  Immutable once built."""
+
+    request_id: str
+    phase: str
+    scenario: str
+    mode: Mode
+    endpoint: str
+    started_at: float
+    status: str
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    headers_s: float | None = None
+    tpot_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    output_tokens: int | None = None
+    token_source: TokenSource = "events"
+    prompt_tokens: int | None = None
+    error: str | None = None
+    # time to the second content event (issue: time to second token)
+    ttst_s: float | None = None
+    # tokens carried by each content event, aligned with content events
+    tokens_per_event: list[int] = field(default_factory=list)
+    # output token counts from each source that was available
+    usage_output_tokens: int | None = None
+    client_output_tokens: int | None = None
+    # the target's own timings (bundled server: ``x_llmload``)
+    server_ttft_s: float | None = None
+    server_queue_s: float | None = None
+    server_e2e_s: float | None = None
+    # open-loop shapes: actual send time minus intended send time
+    schedule_delay_s: float | None = None
+    # HTTP status code when one was received
+    http_status: int | None = None
+    # multi-turn conversations: 0-based turn index
+    turn: int = 0
+    # which load-generator process issued it ("local", or a locust worker id)
+    worker: str = "local"
+    user_id: int | None = None
+    warmup: bool = False
+    finish_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        """Build from a decoded JSON object; unknown keys are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_json(cls, line: str) -> RequestRecord:
+        return cls.from_dict(json.loads(line))

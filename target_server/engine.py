@@ -1,0 +1,129 @@
+"""The engine contract: what the HTTP layer needs from a text generator.
+
+The server (``target_server.app``) owns HTTP, SSE, admission, metrics and
+timing; an engine owns only tokens.  Engines are registered by name in
+``ENGINES`` and built by the CLI; the app factory receives a ready instance.
+
+Lifecycle::
+
+    engine = ENGINES["synthetic"](settings)   # cheap, no loading
+    await engine.start()                      # load + warm up; /health is 503 until done
+    prepared = engine.prepare(request)        # tokenise, validate; raises EngineInputError
+    async for piece in engine.generate(prepared):
+        ...                                   # one TokenPiece per generated token
+    await engine.stop()
+
+Cancellation: the server stops iterating and calls ``aclose()`` on the async
+iterator returned by ``generate`` when the client disconnects.  An engine must
+stop the request's generation at that point (within one decode step) and free
+whatever it holds; ``finally:`` blocks in an async generator are the place.
+
+Faults (synthetic engine only): an engine may raise ``EngineFault`` from
+``generate`` before the first piece (the server answers HTTP 500), or yield a
+``TokenPiece`` whose ``fault`` is set mid-stream; the server then acts it out
+(``"disconnect"``: drop the connection; ``"malformed"``: write one broken SSE
+line; ``"stall"``: the engine itself sleeps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Fault = Literal["disconnect", "malformed"]
+
+
+class EngineInputError(ValueError):
+    """The request cannot be served as asked (prompt too long, bad parameter).
+
+    The server answers 400 with an OpenAI error object; ``param`` names the field.
+    """
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class EngineFault(RuntimeError):
+    """An injected or real engine failure before the first token (HTTP 500)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One validated request, as the HTTP layer hands it to an engine."""
+
+    request_id: str
+    # exactly one of messages / prompt is set
+    messages: list[dict[str, Any]] | None
+    prompt: str | None
+    max_tokens: int
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    # fields of an HF GenerationConfig given per request (transformers engine)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A request after ``Engine.prepare``: tokenised and ready to generate."""
+
+    request: GenerationRequest
+    prompt_tokens: int
+    # engine-private payload (token ids, tensors, the synthetic plan, ...)
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPiece:
+    """One generated token.  ``text`` may be empty (a partial UTF-8 sequence)."""
+
+    text: str
+    # set on the last piece: "stop" or "length"
+    finish_reason: str | None = None
+    fault: Fault | None = None
+
+
+class Engine(Protocol):
+    name: str
+    model_name: str
+    max_context: int
+    max_output_tokens: int
+
+    @property
+    def ready(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def prepare(self, request: GenerationRequest) -> PreparedRequest: ...
+
+    def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]: ...
+
+    def running(self) -> int:
+        """Requests currently generating inside the engine (for the gauge)."""
+        ...
+
+    def extra_metrics(self) -> dict[str, float]:
+        """Optional engine gauges, e.g. ``gpu_memory_allocated_bytes``."""
+        ...
+
+
+#: name -> factory(settings) ; settings is the parsed server configuration.
+ENGINES: dict[str, Callable[[Any], Engine]] = {}
+
+
+def register(name: str) -> Callable[[Callable[[Any], Engine]], Callable[[Any], Engine]]:
+    """Decorator: ``@register("synthetic")`` on an engine factory or class."""
+
+    def deco(factory: Callable[[Any], Engine]) -> Callable[[Any], Engine]:
+        ENGINES[name] = factory
+        return factory
+
+    return deco
