@@ -21,13 +21,32 @@ Rules an adapter must keep, so every protocol is measured the same way
   (``ttft_s``, ``queue_s``, ``e2e_s`` — the bundled server's ``x_llmload``).
 * ``EventInfo.error`` is a server-side error event's message; ``done`` marks the
   protocol's end-of-stream (``data: [DONE]``, Gradio's ``complete``).
+
+Per-stream state: an adapter instance serves one request at a time (the runner
+makes one per simulated user — factories are cheap — and a user's requests are
+sequential), and ``build`` starts a new request.  So a cumulative protocol may
+keep the text seen so far on the instance and reset it in ``build``.
+
+Two-step protocols (optional, backwards compatible): Gradio's HTTP API first
+answers ``POST /gradio_api/call/<api_name>`` with ``{"event_id": ...}`` and only
+then streams the result from ``GET /gradio_api/call/<api_name>/<event_id>``.
+An adapter for such a protocol also defines
+``follow_up(first_response_body: bytes) -> HttpCall`` (see ``TwoStepAdapter``).
+The runner sends ``build``'s call, reads that whole (small) response, and when
+its status is 2xx and the adapter has ``follow_up`` it sends the returned call;
+the *second* response is the one the timing core reads (``parse_event`` /
+``parse_body``).  ``t0`` stays the moment the first call was handed to the
+client — the user waits for both — and ``headers_s`` is the second response's.
+A non-2xx first response is recorded like any HTTP error; ``follow_up`` raises
+``ValueError`` for a body it cannot read (recorded as ``protocol``).  Use
+``follow_up_of(adapter)`` to get the hook or ``None``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from loadtests.record import Mode
 
@@ -103,3 +122,16 @@ def register(name: str) -> Callable[[Callable[[], Adapter]], Callable[[], Adapte
         return factory
 
     return deco
+
+
+@runtime_checkable
+class TwoStepAdapter(Protocol):
+    """The optional hook of a two-step protocol (module docstring, "Two-step protocols")."""
+
+    def follow_up(self, first_response_body: bytes) -> HttpCall: ...
+
+
+def follow_up_of(adapter: object) -> Callable[[bytes], HttpCall] | None:
+    """The adapter's ``follow_up`` hook, or None for a one-step protocol."""
+    hook = getattr(adapter, "follow_up", None)
+    return hook if callable(hook) else None
