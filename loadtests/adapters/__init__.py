@@ -1,0 +1,15 @@
+"""Protocol adapters; importing the package registers the built-in ones (see ``base``)."""
+
+from __future__ import annotations
+
+from loadtests.adapters import openai_chat, openai_completions  # noqa: F401  (they register)
+from loadtests.adapters.base import ADAPTERS, Adapter
+
+
+def get_adapter(name: str) -> Adapter:
+    """A fresh adapter by registry name, or ``KeyError`` listing the known ones."""
+    try:
+        factory = ADAPTERS[name]
+    except KeyError:
+        raise KeyError(f"unknown adapter {name!r}; known: {', '.join(sorted(ADAPTERS))}") from None
+    return factory()

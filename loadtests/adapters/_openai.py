@@ -1,0 +1,125 @@
+"""Shared pieces of the two OpenAI adapters: request options, usage, errors, ``x_llmload``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loadtests.adapters.base import EventInfo
+
+#: request options the OpenAI adapters understand (``options`` of ``Adapter.build``)
+OPTION_KEYS = frozenset(
+    {"temperature", "top_p", "seed", "ignore_eos", "min_tokens", "stop", "extra_body", "headers"}
+)
+_DONE = EventInfo(done=True)
+
+
+def apply_options(body: dict[str, Any], options: dict[str, Any]) -> dict[str, str]:
+    """Merge ``options`` into the JSON body in place; return extra request headers."""
+    unknown = set(options) - OPTION_KEYS
+    if unknown:
+        raise ValueError(
+            f"unknown request option(s) {sorted(unknown)}; supported: {sorted(OPTION_KEYS)}"
+        )
+    for key in ("temperature", "top_p", "seed", "ignore_eos", "min_tokens", "stop"):
+        value = options.get(key)
+        if value is not None:
+            body[key] = value
+    extra = options.get("extra_body")
+    if extra:
+        body.update(extra)
+    return dict(options.get("headers") or {})
+
+
+def error_text(err: Any) -> str:
+    """The message of an OpenAI-style ``error`` value (object or string)."""
+    if isinstance(err, dict):
+        msg = err.get("message") or err.get("msg") or json.dumps(err, ensure_ascii=False)
+        kind = err.get("type") or err.get("code")
+        return f"{kind}: {msg}" if kind and kind not in str(msg) else str(msg)
+    return str(err)
+
+
+def decode(data: str | bytes) -> dict[str, Any]:
+    """JSON object or ``ValueError`` (the timing core's ``protocol`` class)."""
+    obj = json.loads(data)
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def server_timings(obj: dict[str, Any]) -> dict[str, float] | None:
+    """The bundled server's ``x_llmload`` block (``queue_s``, ``ttft_s``, ``e2e_s``), if any."""
+    x = obj.get("x_llmload")
+    if not isinstance(x, dict):
+        return None
+    return {k: float(v) for k, v in x.items() if isinstance(v, int | float)}
+
+
+def info_from(
+    obj: dict[str, Any], content: str, reasoning: bool, finish_reason: str | None
+) -> EventInfo:
+    """Assemble the ``EventInfo`` of one decoded chunk or body."""
+    usage = obj.get("usage")
+    out_tokens = prompt_tokens = None
+    if isinstance(usage, dict):
+        out_tokens = usage.get("completion_tokens")
+        prompt_tokens = usage.get("prompt_tokens")
+    server = server_timings(obj) if "x_llmload" in obj else None
+    if not (content or out_tokens is not None or server or finish_reason):
+        return EventInfo()
+    return EventInfo(
+        content=content,
+        reasoning=reasoning,
+        usage_output_tokens=out_tokens,
+        usage_prompt_tokens=prompt_tokens,
+        server=server,
+        finish_reason=finish_reason,
+    )
+
+
+def parse_sse(data: str, content_of: Any) -> EventInfo:
+    """Common ``parse_event``: ``[DONE]``, error objects, then ``content_of(choice)``."""
+    if data == "[DONE]":
+        return _DONE
+    obj = decode(data)
+    if "error" in obj and obj["error"]:
+        return EventInfo(error=error_text(obj["error"]))
+    choices = obj.get("choices")
+    content, reasoning, finish = "", False, None
+    if choices:
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise ValueError("choices[0] is not an object")
+        content, reasoning = content_of(choice)
+        finish = choice.get("finish_reason")
+    return info_from(obj, content, reasoning, finish)
+
+
+def parse_json_body(body: bytes, content_of: Any) -> EventInfo:
+    """Common ``parse_body`` for a non-streaming response."""
+    obj = decode(body)
+    if "error" in obj and obj["error"]:
+        return EventInfo(error=error_text(obj["error"]), done=True)
+    if "detail" in obj and "choices" not in obj:  # FastAPI-style error body
+        return EventInfo(error=error_text(obj["detail"]), done=True)
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        raise ValueError("response has no 'choices' list")
+    content, reasoning, finish = "", False, None
+    if choices:
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise ValueError("choices[0] is not an object")
+        content, reasoning = content_of(choice)
+        finish = choice.get("finish_reason")
+    info = info_from(obj, content, reasoning, finish)
+    return EventInfo(
+        content=info.content,
+        reasoning=info.reasoning,
+        usage_output_tokens=info.usage_output_tokens,
+        usage_prompt_tokens=info.usage_prompt_tokens,
+        server=info.server,
+        finish_reason=info.finish_reason,
+        done=True,
+    )

@@ -1,0 +1,57 @@
+"""OpenAI (legacy) completions (``/v1/completions``), streaming and sync."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadtests.adapters import _openai
+from loadtests.adapters.base import EventInfo, HttpCall, Prompt, register
+from loadtests.record import Mode
+
+
+def _choice_text(choice: dict[str, Any]) -> tuple[str, bool]:
+    text = choice.get("text") or ""
+    if not isinstance(text, str):
+        raise ValueError("completion text is not a string")
+    return text, False
+
+
+def render_messages(messages: list[dict[str, Any]]) -> str:
+    """A chat history as one plain-text prompt ending where the assistant speaks next."""
+    lines = [f"{str(m.get('role', 'user')).capitalize()}: {m.get('content', '')}" for m in messages]
+    return "\n\n".join(lines) + "\n\nAssistant:"
+
+
+@register("openai-completions")
+class OpenAICompletions:
+    """Completions: ``prompt`` in, ``choices[0].text`` out."""
+
+    name = "openai-completions"
+    endpoint = "/v1/completions"
+
+    def build(self, prompt: Prompt, *, mode: Mode, model: str, options: dict[str, Any]) -> HttpCall:
+        """The POST for this prompt; a chat history is rendered as plain text."""
+        if prompt.prompt is not None:
+            text = prompt.prompt
+        elif prompt.messages:
+            text = render_messages(prompt.messages)
+        else:
+            raise ValueError(f"prompt {prompt.prompt_id!r} has neither prompt nor messages")
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": text,
+            "max_tokens": prompt.max_tokens,
+            "stream": mode == "stream",
+        }
+        if mode == "stream":
+            body["stream_options"] = {"include_usage": True}
+        headers = _openai.apply_options(body, options)
+        return HttpCall("POST", self.endpoint, body, headers, stream=mode == "stream")
+
+    def parse_event(self, event: str | None, data: str) -> EventInfo:
+        """One ``text_completion`` chunk (or ``[DONE]``, or an error object)."""
+        return _openai.parse_sse(data, _choice_text)
+
+    def parse_body(self, body: bytes) -> EventInfo:
+        """A ``text_completion`` object (or an error object)."""
+        return _openai.parse_json_body(body, _choice_text)
