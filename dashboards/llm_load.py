@@ -1,0 +1,338 @@
+"""The "LLM load test" dashboard: client and server latency side by side, run phases marked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboards.panels import (
+    CLIENT,
+    JOB,
+    RATE,
+    SCHEMA_VERSION,
+    Grid,
+    Panel,
+    heatmap,
+    mean,
+    quantile,
+    stat,
+    timeseries,
+)
+
+UID = "llmload-load-test"
+TITLE = "LLM load test"
+#: Tag on every annotation the load generator posts (``dashboards.annotations``).
+PHASE_TAG = "llmload"
+
+# Client side (exporter, ``llmload_``)
+C_TTFT = "llmload_time_to_first_token_seconds"
+C_ITL = "llmload_inter_token_latency_seconds"
+C_TPOT = "llmload_time_per_output_token_seconds"
+C_E2E = "llmload_e2e_request_latency_seconds"
+C_DELAY = "llmload_schedule_delay_seconds"
+C_REQS = "llmload_requests_total"
+C_TOKENS = "llmload_output_tokens_total"
+# Server side (bundled server, ``llmserve_``)
+S_TTFT = "llmserve_time_to_first_token_seconds"
+S_ITL = "llmserve_inter_token_latency_seconds"
+S_E2E = "llmserve_e2e_request_latency_seconds"
+S_QUEUE = "llmserve_queue_time_seconds"
+S_DECODE = "llmserve_decode_tokens_per_second"
+S_REQS = "llmserve_requests_total"
+S_TOKENS = "llmserve_output_tokens_total"
+
+STREAM = f'{CLIENT}, mode="stream"'
+S_STREAM = f'{JOB}, stream="true"'
+
+
+def _p(qs: tuple[float, ...], metric: str, sel: str, by: str, legend: str) -> list[tuple[str, str]]:
+    """One (PromQL, legend) pair per quantile; ``legend`` gets the quantile prefixed."""
+    return [(quantile(q, metric, sel, by), f"p{round(q * 100)} {legend}") for q in qs]
+
+
+P3 = (0.5, 0.95, 0.99)
+P2 = (0.5, 0.95)
+
+
+def _error_ratio() -> str:
+    errors = f'sum(rate({C_REQS}{{{CLIENT}, status!="ok"}}[{RATE}]))'
+    total = f"sum(rate({C_REQS}{{{CLIENT}}}[{RATE}]))"
+    return f"100 * ({errors} or vector(0)) / {total}"
+
+
+def overview() -> list[Panel]:
+    """The six numbers a person glances at first."""
+    return [
+        stat("Requests/s", f"sum(rate({C_REQS}{{{CLIENT}}}[{RATE}]))", "reqps"),
+        stat("Active users", f"sum(llmload_active_users{{{JOB}}})", "none"),
+        stat("Error %", _error_ratio(), "percent", description="Client-side non-ok / all."),
+        stat("Client TTFT p50", quantile(0.5, C_TTFT, CLIENT), "s"),
+        stat("Client TTFT p95", quantile(0.95, C_TTFT, CLIENT), "s"),
+        stat("Output tokens/s", f"sum(rate({C_TOKENS}{{{CLIENT}}}[{RATE}]))", "none"),
+    ]
+
+
+def latency() -> list[Panel]:
+    """Client and server latency, and the gap between them."""
+    by = "mode, scenario"
+    gap = [
+        (f"({mean(C_TTFT, STREAM)}) - ({mean(S_TTFT, S_STREAM)})", "mean gap"),
+        (f"{quantile(0.5, C_TTFT, STREAM)} - {quantile(0.5, S_TTFT, S_STREAM)}", "p50 gap"),
+        (f"{quantile(0.95, C_TTFT, STREAM)} - {quantile(0.95, S_TTFT, S_STREAM)}", "p95 gap"),
+    ]
+    return [
+        timeseries(
+            "Client TTFT by mode and scenario",
+            _p(P3, C_TTFT, CLIENT, by, "{{mode}} / {{scenario}}"),
+            "s",
+            description="What users feel: request handed to the HTTP client -> first content.",
+        ),
+        timeseries(
+            "Server TTFT",
+            _p(P3, S_TTFT, JOB, "stream", "server stream={{stream}}")
+            + _p(P2, "vllm:time_to_first_token_seconds", JOB, "", "vLLM"),
+            "s",
+            description="What the server thinks it did; vLLM series appear for a vLLM target.",
+        ),
+        timeseries(
+            "Client - server TTFT (streaming)",
+            gap,
+            "s",
+            description=(
+                "Network, proxy and client time on top of the server's TTFT. The mean gap is "
+                "exact; quantile gaps are bucket-interpolated. The server has no scenario "
+                "label: read it with scenario = All."
+            ),
+        ),
+        timeseries(
+            "Inter-token latency",
+            _p(P3, C_ITL, CLIENT, by, "client {{mode}} / {{scenario}}")
+            + _p(P2, S_ITL, JOB, "", "server")
+            + [
+                (
+                    quantile(0.5, "vllm:inter_token_latency_seconds", JOB)
+                    + " or "
+                    + quantile(0.5, "vllm:time_per_output_token_seconds", JOB),
+                    "p50 vLLM",
+                )
+            ],
+            "s",
+        ),
+        timeseries(
+            "Time per output token",
+            _p(P3, C_TPOT, CLIENT, by, "{{mode}} / {{scenario}}"),
+            "s",
+            description="(last content - first content) / (output tokens - 1), per request.",
+        ),
+        timeseries(
+            "End-to-end latency",
+            _p(P3, C_E2E, CLIENT, by, "client {{mode}} / {{scenario}}")
+            + _p(P2, S_E2E, JOB, "", "server")
+            + _p(P2, "vllm:e2e_request_latency_seconds", JOB, "", "vLLM"),
+            "s",
+        ),
+        heatmap(
+            "Client TTFT heatmap",
+            f"sum by (le) (increase({C_TTFT}_bucket{{{CLIENT}}}[{RATE}]))",
+            description="Requests per TTFT bucket per interval.",
+        ),
+    ]
+
+
+def throughput() -> list[Panel]:
+    """Tokens and requests per second, client vs server."""
+    return [
+        timeseries(
+            "Output tokens/s: client vs server",
+            [
+                (f"sum by (mode) (rate({C_TOKENS}{{{CLIENT}}}[{RATE}]))", "client {{mode}}"),
+                (f"sum(rate({S_TOKENS}{{{JOB}}}[{RATE}]))", "server"),
+                (f"sum(rate(vllm:generation_tokens_total{{{JOB}}}[{RATE}]))", "vLLM"),
+            ],
+            "none",
+        ),
+        timeseries(
+            "Requests/s by status",
+            [
+                (f"sum by (status) (rate({C_REQS}{{{CLIENT}}}[{RATE}]))", "client {{status}}"),
+                (f"sum by (status) (rate({S_REQS}{{{JOB}}}[{RATE}]))", "server {{status}}"),
+            ],
+            "reqps",
+            stack=False,
+        ),
+    ]
+
+
+def server() -> list[Panel]:
+    """The server's own state: bundled server series, and vLLM's when the target is vLLM."""
+    return [
+        timeseries(
+            "Running / waiting requests",
+            [
+                (f"sum(llmserve_requests_running{{{JOB}}})", "running"),
+                (f"sum(llmserve_requests_waiting{{{JOB}}})", "waiting"),
+                (f"sum(vllm:num_requests_running{{{JOB}}})", "vLLM running"),
+                (f"sum(vllm:num_requests_waiting{{{JOB}}})", "vLLM waiting"),
+            ],
+            "none",
+            width=8,
+        ),
+        timeseries(
+            "Queue time",
+            _p(P2, S_QUEUE, JOB, "", "server")
+            + _p(P2, "vllm:request_queue_time_seconds", JOB, "", "vLLM"),
+            "s",
+            width=8,
+        ),
+        timeseries(
+            "Per-request decode tokens/s (server)",
+            _p((0.05, 0.5), S_DECODE, JOB, "", "server"),
+            "none",
+            description="Per request: (output tokens - 1) / decode time. p5 is the slow tail.",
+            width=8,
+        ),
+        timeseries(
+            "GPU memory (CUDA targets)",
+            [
+                (f"sum by (instance) (llmserve_gpu_memory_allocated_bytes{{{JOB}}})", "allocated"),
+                (f"sum by (instance) (llmserve_gpu_memory_reserved_bytes{{{JOB}}})", "reserved"),
+            ],
+            "bytes",
+            description="Only the transformers engine on a CUDA device exports these.",
+        ),
+        timeseries(
+            "vLLM KV-cache usage",
+            [
+                (
+                    f"max(vllm:kv_cache_usage_perc{{{JOB}}})"
+                    f" or max(vllm:gpu_cache_usage_perc{{{JOB}}})",
+                    "KV cache",
+                )
+            ],
+            "percentunit",
+            description="vLLM >= 0.10 kv_cache_usage_perc; older gpu_cache_usage_perc.",
+        ),
+    ]
+
+
+def harness() -> list[Panel]:
+    """Is the load generator itself the bottleneck?"""
+    return [
+        timeseries(
+            "Client CPU %",
+            [(f"llmload_client_cpu_percent{{{JOB}}}", "{{instance}} {{source}}")],
+            "percent",
+            description="Per load-generator process. Near 100 % means the client limits the run.",
+            width=8,
+        ),
+        timeseries(
+            "Event-loop lag",
+            [(f"llmload_event_loop_lag_seconds{{{JOB}}}", "{{instance}} {{source}}")],
+            "s",
+            description="gevent hub latency: every ms here is added to measured TTFT.",
+            width=8,
+        ),
+        timeseries(
+            "Schedule delay (open loop)",
+            _p(P3, C_DELAY, CLIENT, "mode", "{{mode}}")
+            + [(f"sum(llmload_requests_in_flight{{{JOB}}})", "in flight")],
+            "s",
+            description="Actual - intended send time. Grows when the client cannot keep the rate.",
+            width=8,
+        ),
+    ]
+
+
+def _templating() -> dict[str, Any]:
+    def query_var(name: str, query: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "label": name,
+            "type": "query",
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "query": {"query": query, "refId": f"{name}-var"},
+            "definition": query,
+            "refresh": 2,
+            "includeAll": True,
+            "multi": True,
+            "allValue": ".*",
+            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+            "sort": 1,
+            "hide": 0,
+            "options": [],
+            "regex": "",
+        }
+
+    datasource = {
+        "name": "datasource",
+        "label": "Prometheus",
+        "type": "datasource",
+        "query": "prometheus",
+        "refresh": 1,
+        "hide": 0,
+        "current": {},
+        "options": [],
+        "regex": "",
+    }
+    return {
+        "list": [
+            datasource,
+            query_var("job", "label_values(up, job)"),
+            query_var("mode", f'label_values({C_REQS}{{job=~"$job"}}, mode)'),
+            query_var("scenario", f'label_values({C_REQS}{{job=~"$job"}}, scenario)'),
+        ]
+    }
+
+
+def _annotations() -> dict[str, Any]:
+    grafana = {"type": "grafana", "uid": "-- Grafana --"}
+    return {
+        "list": [
+            {
+                "builtIn": 1,
+                "datasource": grafana,
+                "enable": True,
+                "hide": True,
+                "iconColor": "rgba(0, 211, 255, 1)",
+                "name": "Annotations & Alerts",
+                "type": "dashboard",
+            },
+            {
+                "datasource": grafana,
+                "enable": True,
+                "hide": False,
+                "iconColor": "rgba(255, 152, 48, 1)",
+                "name": "Run phases",
+                "target": {"type": "tags", "tags": [PHASE_TAG], "matchAny": False, "limit": 100},
+            },
+        ]
+    }
+
+
+def build() -> dict[str, Any]:
+    """The dashboard as a JSON-ready dict."""
+    grid = Grid()
+    grid.add_row("Overview", overview())
+    grid.add_row("Latency", latency())
+    grid.add_row("Throughput", throughput())
+    grid.add_row("Server", server())
+    grid.add_row("Harness health", harness())
+    return {
+        "uid": UID,
+        "title": TITLE,
+        "description": "llmload: client-side (what users feel) vs server-side latency.",
+        "tags": ["llmload", "llm"],
+        "schemaVersion": SCHEMA_VERSION,
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "5s",
+        "time": {"from": "now-30m", "to": "now"},
+        "timepicker": {},
+        "timezone": "browser",
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "links": [],
+        "version": 1,
+        "annotations": _annotations(),
+        "templating": _templating(),
+        "panels": grid.panels,
+    }
