@@ -1,0 +1,266 @@
+"""``LiveMetrics``: the load generator's client-side Prometheus metrics, as a record sink.
+
+One instance owns one ``CollectorRegistry``.  The runner adds it to the run's
+sinks in the process that sees every record (the local process, or the locust
+master in a distributed run), calls ``start`` to serve ``/metrics``, and
+``close`` at the end of the run.
+
+What feeds what:
+
+* ``llmload_requests_total{mode,scenario,endpoint,status}`` and
+  ``llmload_output_tokens_total{mode,scenario,endpoint}`` count *every* record,
+  warm-up included, so ``sum(llmload_requests_total)`` equals the number of
+  lines in ``requests.jsonl`` and matches what the target itself counted.
+* The latency histograms (TTFT, ITL, TPOT, e2e) take only ``ok``, non-warm-up
+  records — the same population as the reports' statistics.  A failed request
+  has no meaningful latency; its failure shows in ``requests_total{status}``.
+* ``llmload_schedule_delay_seconds`` takes every non-warm-up record that has a
+  schedule delay, whatever its status: the delay is the harness's, not the target's.
+* Harness health (CPU %, event-loop lag) is the maximum over the load-generator
+  processes that reported within ``health_ttl_s``: the busiest one is the one
+  that can become the bottleneck, and the label set stays fixed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, push_to_gateway
+
+from exporter.buckets import E2E_BUCKETS, ITL_BUCKETS, SCHEDULE_DELAY_BUCKETS, TTFT_BUCKETS
+from exporter.server import MetricsServer
+from loadtests.record import RequestRecord
+from loadtests.sinks import HarnessHealth
+
+log = logging.getLogger(__name__)
+
+#: The port ``make loadtest`` serves the exporter on (``--metrics-port``).
+DEFAULT_PORT = 9646
+#: After the run, keep serving up to this long so Prometheus's final scrape is not lost.
+DEFAULT_GRACE_S = 5.0
+#: A load-generator process that has not reported health for this long no longer counts.
+DEFAULT_HEALTH_TTL_S = 10.0
+
+LATENCY_LABELS = ("mode", "scenario", "endpoint")
+REQUEST_LABELS = (*LATENCY_LABELS, "status")
+
+Key = tuple[str, str, str]
+
+
+@dataclass(slots=True)
+class _Series:
+    """The per-(mode, scenario, endpoint) children, looked up once."""
+
+    ttft: Histogram
+    itl: Histogram
+    tpot: Histogram
+    e2e: Histogram
+    schedule_delay: Histogram
+    output_tokens: Counter
+    in_flight: Gauge
+
+
+class LiveMetrics:
+    """Client-side metrics for one run: a ``RecordSink`` that serves ``/metrics``."""
+
+    def __init__(
+        self,
+        *,
+        registry: CollectorRegistry | None = None,
+        grace_s: float = DEFAULT_GRACE_S,
+        pushgateway: str | None = None,
+        push_job: str = "llmload",
+        health_ttl_s: float = DEFAULT_HEALTH_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.grace_s = grace_s
+        self.pushgateway = pushgateway
+        self.push_job = push_job
+        self.health_ttl_s = health_ttl_s
+        self._clock = clock
+        self._server = MetricsServer(self.registry)
+        self._series: dict[Key, _Series] = {}
+        self._health: dict[str, tuple[HarnessHealth, float]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.port: int | None = None
+        self._define(self.registry)
+
+    def _define(self, reg: CollectorRegistry) -> None:
+        lat = LATENCY_LABELS
+        self._ttft = Histogram(
+            "llmload_time_to_first_token_seconds",
+            "Client-side time to first content token (sync: full response), ok requests.",
+            lat, registry=reg, buckets=TTFT_BUCKETS,
+        )  # fmt: skip
+        self._itl = Histogram(
+            "llmload_inter_token_latency_seconds",
+            "Client-side gaps between consecutive content events, ok requests.",
+            lat, registry=reg, buckets=ITL_BUCKETS,
+        )  # fmt: skip
+        self._tpot = Histogram(
+            "llmload_time_per_output_token_seconds",
+            "Client-side time per output token after the first, ok requests.",
+            lat, registry=reg, buckets=ITL_BUCKETS,
+        )  # fmt: skip
+        self._e2e = Histogram(
+            "llmload_e2e_request_latency_seconds",
+            "Client-side request start to end of body, ok requests.",
+            lat, registry=reg, buckets=E2E_BUCKETS,
+        )  # fmt: skip
+        self._schedule_delay = Histogram(
+            "llmload_schedule_delay_seconds",
+            "Open-loop shapes: actual minus intended send time, all statuses.",
+            lat, registry=reg, buckets=SCHEDULE_DELAY_BUCKETS,
+        )  # fmt: skip
+        self._requests = Counter(
+            "llmload_requests", "Requests the harness finished, by status (warm-up included).",
+            REQUEST_LABELS, registry=reg,
+        )  # fmt: skip
+        self._output_tokens = Counter(
+            "llmload_output_tokens", "Output tokens the harness received (warm-up included).",
+            lat, registry=reg,
+        )  # fmt: skip
+        self._in_flight = Gauge(
+            "llmload_requests_in_flight", "Requests handed to the HTTP client and not yet ended.",
+            lat, registry=reg,
+        )  # fmt: skip
+        self._users = Gauge("llmload_active_users", "Simulated users running now.", registry=reg)
+        cpu = Gauge(
+            "llmload_client_cpu_percent",
+            "CPU percent of the busiest load-generator process (100 = one core).",
+            registry=reg,
+        )
+        cpu.set_function(lambda: self._health_max(lambda h: h.cpu_percent))
+        lag = Gauge(
+            "llmload_event_loop_lag_seconds",
+            "Worst event-loop (gevent hub) lag over the load-generator processes.",
+            registry=reg,
+        )
+        lag.set_function(lambda: self._health_max(lambda h: h.loop_lag_s))
+        procs = Gauge(
+            "llmload_harness_processes",
+            "Load-generator processes that reported health recently.",
+            registry=reg,
+        )
+        procs.set_function(lambda: float(len(self._fresh_health())))
+
+    # -- serving -------------------------------------------------------------
+
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Serve ``/metrics`` on ``host:port`` in the background; returns the bound port."""
+        self.port = self._server.start(host, port)
+        log.info("exporter: serving /metrics on %s:%d", host, self.port)
+        return self.port
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """End of run: push to the Pushgateway if set, let one more scrape happen, stop.
+
+        The server keeps serving until a scrape that began after this call has
+        been answered, or ``grace_s`` has passed — whichever comes first.  When
+        nothing scraped the exporter during the run, nobody is listening and
+        it stops at once.  Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        ended = self._clock()
+        if self.pushgateway:
+            self.push()
+        grace = self.grace_s if grace_s is None else grace_s
+        if self._server.running and self._server.scrapes > 0 and grace > 0:
+            if not self._server.wait_for_scrape_after(ended, grace):
+                log.warning("exporter: no scrape within %.1fs after the run ended", grace)
+        self._server.stop()
+
+    def push(self) -> bool:
+        """PUT the current state to the Pushgateway (job ``push_job``); False if it failed."""
+        if not self.pushgateway:
+            return False
+        try:
+            push_to_gateway(self.pushgateway, job=self.push_job, registry=self.registry, timeout=10)
+        except OSError as exc:
+            log.warning("exporter: push to %s failed: %s", self.pushgateway, exc)
+            return False
+        return True
+
+    @property
+    def scrapes(self) -> int:
+        """How many times ``/metrics`` has been scraped."""
+        return self._server.scrapes
+
+    # -- RecordSink -----------------------------------------------------------
+
+    def _children(self, key: Key) -> _Series:
+        series = self._series.get(key)
+        if series is None:
+            # Create every child (zeros) at a label set's first request, so the
+            # first scrape sees zeros and rate()/increase() miss no observation.
+            series = _Series(
+                ttft=self._ttft.labels(*key),
+                itl=self._itl.labels(*key),
+                tpot=self._tpot.labels(*key),
+                e2e=self._e2e.labels(*key),
+                schedule_delay=self._schedule_delay.labels(*key),
+                output_tokens=self._output_tokens.labels(*key),
+                in_flight=self._in_flight.labels(*key),
+            )
+            self._requests.labels(*key, "ok")
+            self._series[key] = series
+        return series
+
+    def on_request_start(self, mode: str, scenario: str, endpoint: str) -> None:
+        self._children((mode, scenario, endpoint)).in_flight.inc()
+
+    def on_record(self, record: RequestRecord) -> None:
+        key = (record.mode, record.scenario, record.endpoint)
+        series = self._children(key)
+        series.in_flight.dec()
+        self._requests.labels(*key, record.status).inc()
+        if record.output_tokens:
+            series.output_tokens.inc(record.output_tokens)
+        if record.warmup:
+            return
+        if record.schedule_delay_s is not None:
+            series.schedule_delay.observe(max(record.schedule_delay_s, 0.0))
+        if not record.ok:
+            return
+        if record.ttft_s is not None:
+            series.ttft.observe(record.ttft_s)
+        if record.e2e_s is not None:
+            series.e2e.observe(record.e2e_s)
+        if record.tpot_s is not None:
+            series.tpot.observe(record.tpot_s)
+        observe_itl = series.itl.observe
+        for gap in record.itl_s:
+            observe_itl(gap)
+
+    def on_users(self, n: int) -> None:
+        self._users.set(n)
+
+    def on_health(self, source: str, snapshot: HarnessHealth) -> None:
+        with self._lock:
+            self._health[source] = (snapshot, self._clock())
+
+    def on_phase(self, name: str, mode: str, event: str, at: float) -> None:
+        """Phases are marked by Grafana annotations, not metrics: label sets stay fixed."""
+        return None
+
+    def close(self) -> None:
+        """``RecordSink.close``: ``stop`` with the configured grace period."""
+        self.stop()
+
+    # -- health ---------------------------------------------------------------
+
+    def _fresh_health(self) -> list[HarnessHealth]:
+        cutoff = self._clock() - self.health_ttl_s
+        with self._lock:
+            return [snap for snap, seen in self._health.values() if seen >= cutoff]
+
+    def _health_max(self, field: Callable[[HarnessHealth], float]) -> float:
+        return max((field(h) for h in self._fresh_health()), default=0.0)

@@ -1,0 +1,80 @@
+"""HealthSampler without gevent: thread ticker, lag detection, clean stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from exporter import HealthSampler
+from loadtests.sinks import HarnessHealth
+
+
+def burn(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(range(200))
+
+
+def test_snapshot_reports_cpu_lag_and_inflight() -> None:
+    sampler = HealthSampler(inflight=lambda: 7, tick_s=0.01)
+    sampler.start()
+    try:
+        burn(0.3)
+        snap = sampler.snapshot()
+    finally:
+        sampler.stop()
+    assert isinstance(snap, HarnessHealth)
+    assert snap.inflight == 7
+    assert snap.cpu_percent > 10  # this thread was spinning the whole time
+    assert snap.loop_lag_s >= 0
+
+
+def test_lag_sees_a_blocked_interpreter_and_resets_per_snapshot() -> None:
+    sampler = HealthSampler(tick_s=0.01)
+    sampler.start()
+    try:
+        time.sleep(0.05)
+        sampler.snapshot()
+        # Hold the GIL in one C call: the ticker cannot wake until it returns.
+        t0 = time.perf_counter()
+        sum(range(30_000_000))
+        held = time.perf_counter() - t0
+        time.sleep(0.05)
+        stalled = sampler.snapshot()
+        time.sleep(0.1)
+        calm = sampler.snapshot()
+    finally:
+        sampler.stop()
+    assert stalled.loop_lag_s > held * 0.5, (stalled, held)
+    assert calm.loop_lag_s < stalled.loop_lag_s
+
+
+def test_on_snapshot_called_every_interval_and_stop_is_clean() -> None:
+    got: list[HarnessHealth] = []
+    sampler = HealthSampler(got.append, interval_s=0.1, tick_s=0.01)
+    before = threading.active_count()
+    sampler.start()
+    assert sampler.running
+    time.sleep(0.55)
+    sampler.stop()
+    assert not sampler.running
+    n = len(got)
+    assert 3 <= n <= 7, n
+    time.sleep(0.2)
+    assert len(got) == n  # nothing after stop
+    assert threading.active_count() == before
+    sampler.stop()  # idempotent
+
+
+def test_a_failing_consumer_does_not_end_sampling() -> None:
+    calls: list[int] = []
+
+    def flaky(_: HarnessHealth) -> None:
+        calls.append(1)
+        raise RuntimeError("sink broke")
+
+    sampler = HealthSampler(flaky, interval_s=0.05, tick_s=0.01)
+    sampler.start()
+    time.sleep(0.3)
+    sampler.stop()
+    assert len(calls) >= 3
