@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtests.adapters import openai_chat, openai_completions  # noqa: F401  (they register)
+from loadtests.adapters import gradio, openai_chat, openai_completions, tgi  # noqa: F401  (they register)
 from loadtests.adapters.base import ADAPTERS, Adapter
 
 

@@ -1,0 +1,150 @@
+"""Gradio apps through their HTTP API (``gr.ChatInterface``, ``gr.Interface``, Blocks).
+
+Two steps: ``POST /gradio_api/call/<api_name>`` with ``{"data": [...]}`` answers
+``{"event_id": ...}``; ``GET /gradio_api/call/<api_name>/<event_id>`` then streams
+SSE events ``generating`` / ``complete`` / ``error`` / ``heartbeat`` whose data is
+the fn's outputs as a JSON list.  A streaming fn's updates are cumulative (the
+whole reply so far), so each event's new text is the suffix past what was seen;
+an update that does not extend the previous one (a fn that yields deltas, like
+the seeds' ``predict_stream``) counts whole.  A non-streaming fn sends one
+``complete``.  Gradio reports no token usage.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loadtests.adapters.base import EventInfo, HttpCall, Prompt, register
+from loadtests.record import Mode
+
+CALL_PREFIX = "/gradio_api/call"
+
+
+def text_of(value: Any) -> str:
+    """The reply text inside one Gradio output value (str, message dict, history list)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        if "content" in value:
+            return text_of(value["content"])
+        if "text" in value:
+            return text_of(value["text"])
+        return ""
+    if isinstance(value, list):
+        if value and all(isinstance(v, dict) and "role" in v for v in value):
+            replies = [v for v in value if v.get("role") == "assistant"]
+            return text_of(replies[-1]) if replies else ""
+        return "".join(text_of(v) for v in value)
+    return str(value)
+
+
+def _message_and_history(prompt: Prompt) -> tuple[str, list[dict[str, str]]]:
+    """Split a prompt into ChatInterface's ``message`` and messages-format ``history``."""
+    if prompt.messages:
+        turns = [m for m in prompt.messages if m.get("role") in ("user", "assistant")]
+        if turns and turns[-1].get("role") == "user":
+            history = [{"role": m["role"], "content": text_of(m)} for m in turns[:-1]]
+            return text_of(turns[-1]), history
+        return text_of(prompt.messages[-1]), []
+    return prompt.prompt or "", []
+
+
+@register("gradio")
+class GradioAdapter:
+    """Streams a Gradio fn's reply; diffs cumulative updates into new text."""
+
+    name = "gradio"
+
+    def __init__(self) -> None:
+        self.api_name = "chat"
+        self.endpoint = f"{CALL_PREFIX}/{self.api_name}"
+        self._mode: Mode = "stream"
+        self._seen = ""
+
+    def build(self, prompt: Prompt, *, mode: Mode, model: str, options: dict[str, Any]) -> HttpCall:
+        """Step one: join the app's queue.  ``options["api_name"]`` picks the fn (default chat)."""
+        self.api_name = str(options.get("api_name") or "chat").strip("/")
+        self.endpoint = f"{CALL_PREFIX}/{self.api_name}"
+        self._mode = mode
+        self._seen = ""
+        message, history = _message_and_history(prompt)
+        data: list[Any] = [message, history] if history else [message]
+        return HttpCall("POST", self.endpoint, {"data": data})
+
+    def follow_up(self, first_response_body: bytes) -> HttpCall:
+        """Step two: the event stream of the queued call."""
+        try:
+            event_id = json.loads(first_response_body)["event_id"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"gradio: no event_id in {first_response_body[:200]!r}") from exc
+        self._seen = ""
+        path = f"{self.endpoint}/{event_id}"
+        return HttpCall("GET", path, None, stream=self._mode == "stream")
+
+    def parse_event(self, event: str | None, data: str) -> EventInfo:
+        """One SSE event of step two."""
+        if event in (None, "heartbeat") and data.strip() in ("", "null"):
+            return EventInfo()
+        if event == "error":
+            return EventInfo(error=_error_text(data), done=True)
+        try:
+            outputs = json.loads(data)
+        except ValueError as exc:
+            raise ValueError(f"gradio: bad event data {data[:200]!r}") from exc
+        if event not in ("generating", "complete"):
+            raise ValueError(f"gradio: unexpected event {event!r}")
+        text = text_of(outputs[0] if isinstance(outputs, list) and outputs else outputs)
+        new = text[len(self._seen) :] if text.startswith(self._seen) else text
+        self._seen = text
+        if event == "complete":
+            return EventInfo(content=new, finish_reason="stop", done=True)
+        return EventInfo(content=new)
+
+    def parse_body(self, body: bytes) -> EventInfo:
+        """A whole step-two body (sync mode): the reply is everything its events added."""
+        parts: list[str] = []
+        error: str | None = None
+        done = False
+        for event, data in _sse_events(body.decode("utf-8", errors="replace")):
+            info = self.parse_event(event, data)
+            parts.append(info.content)
+            error = error or info.error
+            done = done or info.done
+        if not done:
+            raise ValueError("gradio: the stream ended without complete or error")
+        return EventInfo(
+            content="".join(parts),
+            error=error,
+            finish_reason=None if error else "stop",
+            done=True,
+        )
+
+
+def _error_text(data: str) -> str:
+    """Gradio's error payload (null, a JSON string, or an object) as one line."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return data.strip() or "gradio error"
+    if isinstance(value, dict):
+        value = value.get("error") or value.get("message") or value
+    return str(value) if value not in (None, "") else "gradio error"
+
+
+def _sse_events(text: str) -> list[tuple[str | None, str]]:
+    """Split an SSE body into (event name, joined data) pairs."""
+    events: list[tuple[str | None, str]] = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        name: str | None = None
+        data: list[str] = []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+        if name is not None or data:
+            events.append((name, "\n".join(data)))
+    return events

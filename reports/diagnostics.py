@@ -1,0 +1,177 @@
+"""Diagnostics: problems a phase's records reveal on their own (pure functions).
+
+``detect(records, phase)`` returns ``Diagnostic``s, each with a stable ``code``,
+a plain-language ``message``, a ``hint`` (what to change) and the ``evidence``
+numbers.  ``reports.summary`` puts them in the phase's ``diagnostics`` list.
+
+``proxy_buffering``: something between client and server (nginx's default
+``proxy_buffering on``, a CDN) holds the event stream and releases it in bursts.
+A streamed response is *buffered* when it has at least ``MIN_EVENTS`` content
+events, at least ``BURST_SHARE`` of its inter-event gaps are under
+``BURST_GAP_S`` (the events arrived together), and its first token was held
+back: with the server's own timings, client TTFT exceeds server TTFT by at least
+``HELD_SHARE`` of the server's generation time (``server_e2e - server_ttft``) and
+by at least ``MIN_LAG_S``; without them, TTFT is at least ``TTFT_E2E_SHARE`` of
+e2e.  The phase is flagged when at least ``FLAG_SHARE`` of at least
+``MIN_REQUESTS`` such responses were buffered.  A fast server (sub-millisecond
+tokens) is not flagged when it reports its timings: nothing was held back.
+
+``token_count_mismatch``: ``--tokenizer`` counts disagree with the server's
+``usage`` (by more than one token and more than ``MISMATCH_TOLERANCE`` of it —
+an end-of-sequence token is in ``usage`` but not in the text) on at least
+``MISMATCH_FLAG_RATE`` of the requests that have both: usually the tokenizer is
+not the model's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from loadtests.record import RequestRecord
+
+BURST_GAP_S = 0.002
+BURST_SHARE = 0.8
+MIN_EVENTS = 4
+HELD_SHARE = 0.25
+MIN_LAG_S = 0.01
+TTFT_E2E_SHARE = 0.8
+FLAG_SHARE = 0.5
+MIN_REQUESTS = 3
+MISMATCH_FLAG_RATE = 0.5
+MISMATCH_TOLERANCE = 0.1
+
+BUFFERING_HINT = (
+    "A proxy between the client and the server is buffering the event stream. In nginx, "
+    "set `proxy_buffering off;` in the location that proxies the model server (or let the "
+    "server send the `X-Accel-Buffering: no` response header, and make sure nginx does not "
+    "list it in `proxy_ignore_headers`); for other proxies and CDNs, disable response "
+    "buffering for `text/event-stream`. (A load generator starved of CPU reads in bursts "
+    "too: check the run's harness health before blaming the proxy.)"
+)
+MISMATCH_HINT = (
+    "Pass the served model's own tokenizer directory to `--tokenizer`; the server's `usage` "
+    "is what the model generated, so `output_tokens` keeps using it."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One finding about a phase."""
+
+    code: str
+    message: str
+    hint: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def burst_share(record: RequestRecord) -> float | None:
+    """Fraction of a record's inter-event gaps shorter than ``BURST_GAP_S`` (None: too few)."""
+    if len(record.itl_s) < MIN_EVENTS - 1:
+        return None
+    return sum(g < BURST_GAP_S for g in record.itl_s) / len(record.itl_s)
+
+
+def held_back(record: RequestRecord) -> bool | None:
+    """Whether the first token reached the client much later than the server sent it."""
+    if record.ttft_s is None or record.e2e_s is None:
+        return None
+    if record.server_ttft_s is not None and record.server_e2e_s is not None:
+        span = record.server_e2e_s - record.server_ttft_s
+        return record.ttft_s - record.server_ttft_s >= max(HELD_SHARE * span, MIN_LAG_S)
+    return record.e2e_s > 0 and record.ttft_s >= TTFT_E2E_SHARE * record.e2e_s
+
+
+def is_buffered(record: RequestRecord) -> bool | None:
+    """A streamed response that arrived in bursts after being held back (None: cannot tell)."""
+    share = burst_share(record)
+    held = held_back(record)
+    if share is None or held is None:
+        return None
+    return share >= BURST_SHARE and held
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def proxy_buffering(records: Sequence[RequestRecord]) -> Diagnostic | None:
+    """The ``proxy_buffering`` diagnostic for a phase's records, or None."""
+    judged = [
+        (r, v)
+        for r in records
+        if r.ok and r.mode == "stream" and not r.warmup
+        if (v := is_buffered(r)) is not None
+    ]
+    buffered = [r for r, v in judged if v]
+    if len(judged) < MIN_REQUESTS or len(buffered) < FLAG_SHARE * len(judged):
+        return None
+    ratio = _median([(r.ttft_s or 0.0) / r.e2e_s for r in buffered if r.e2e_s])
+    gaps = _median([s for r in buffered if (s := burst_share(r)) is not None])
+    lag = _median(
+        [r.ttft_s - r.server_ttft_s for r in buffered if r.ttft_s and r.server_ttft_s is not None]
+    )
+    evidence: dict[str, Any] = {
+        "streamed_requests": len(judged),
+        "buffered_requests": len(buffered),
+        "buffered_share": len(buffered) / len(judged),
+        "median_ttft_over_e2e": ratio,
+        "median_burst_share": gaps,
+        "burst_gap_ms": BURST_GAP_S * 1000,
+        "median_client_minus_server_ttft_ms": None if lag is None else lag * 1000,
+    }
+    message = (
+        f"{len(buffered)} of {len(judged)} streamed responses arrived in bursts: a median "
+        f"{(gaps or 0.0):.0%} of their inter-event gaps were under {BURST_GAP_S * 1000:g} ms "
+        f"and TTFT was {(ratio or 0.0):.0%} of e2e"
+    )
+    if lag is not None:
+        message += f"; the client saw the first token {lag * 1000:.0f} ms after the server sent it"
+    return Diagnostic("proxy_buffering", message + ".", BUFFERING_HINT, evidence)
+
+
+def _disagree(usage: int, client: int) -> bool:
+    return abs(client - usage) > max(1.0, MISMATCH_TOLERANCE * usage)
+
+
+def token_count_mismatch(records: Sequence[RequestRecord]) -> Diagnostic | None:
+    """The ``token_count_mismatch`` diagnostic, or None."""
+    both = [
+        r
+        for r in records
+        if r.ok and r.usage_output_tokens is not None and r.client_output_tokens is not None
+    ]
+    bad = [r for r in both if _disagree(r.usage_output_tokens or 0, r.client_output_tokens or 0)]
+    if len(both) < MIN_REQUESTS or len(bad) < MISMATCH_FLAG_RATE * len(both):
+        return None
+    diffs = [(r.client_output_tokens or 0) - (r.usage_output_tokens or 0) for r in bad]
+    evidence = {
+        "compared": len(both),
+        "mismatched": len(bad),
+        "rate": len(bad) / len(both),
+        "median_client_minus_usage_tokens": statistics.median(diffs),
+    }
+    message = (
+        f"The client tokenizer's count differs from the server's usage on {len(bad)} of "
+        f"{len(both)} responses (median difference {statistics.median(diffs):+g} tokens)."
+    )
+    return Diagnostic("token_count_mismatch", message, MISMATCH_HINT, evidence)
+
+
+def detect(
+    records: Sequence[RequestRecord], phase: str | Mapping[str, Any] | None = None
+) -> list[Diagnostic]:
+    """Every diagnostic that applies to one phase's records.
+
+    ``phase`` is the phase's mode ("stream"/"sync") or its summary dict (its
+    ``mode`` is used); None judges each record by its own mode.
+    """
+    mode = phase.get("mode") if isinstance(phase, Mapping) else phase
+    found = [] if mode == "sync" else [proxy_buffering(records)]
+    found.append(token_count_mismatch(records))
+    return [d for d in found if d is not None]

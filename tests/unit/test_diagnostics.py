@@ -1,0 +1,98 @@
+"""The proxy-buffering and token-mismatch detectors on hand-built records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadtests.record import RequestRecord
+from reports import diagnostics
+from reports.diagnostics import detect, is_buffered
+
+
+def _rec(i: int, **kw: Any) -> RequestRecord:
+    base: dict[str, Any] = dict(
+        request_id=f"r{i}",
+        phase="stream",
+        scenario="s",
+        mode="stream",
+        endpoint="/v1/chat/completions",
+        started_at=0.0,
+        status="ok",
+    )
+    base.update(kw)
+    return RequestRecord(**base)
+
+
+def _streamed(i: int, ttft: float, gaps: list[float], **kw: Any) -> RequestRecord:
+    return _rec(i, ttft_s=ttft, itl_s=gaps, e2e_s=ttft + sum(gaps) + 0.001, **kw)
+
+
+def _buffered(i: int) -> RequestRecord:
+    # the server sent its first token at 100 ms and its last at 420 ms; all arrived at ~421 ms
+    return _streamed(i, 0.42, [0.0001] * 16, server_ttft_s=0.1, server_e2e_s=0.42)
+
+
+def _spaced(i: int, **kw: Any) -> RequestRecord:
+    return _streamed(i, 0.102, [0.02] * 16, server_ttft_s=0.1, server_e2e_s=0.42, **kw)
+
+
+def test_buffered_phase_is_flagged_with_hint_and_evidence() -> None:
+    found = detect([_buffered(i) for i in range(5)], "stream")
+    assert [d.code for d in found] == ["proxy_buffering"]
+    d = found[0]
+    assert "proxy_buffering off" in d.hint and "X-Accel-Buffering: no" in d.hint
+    assert d.evidence["buffered_requests"] == 5 and d.evidence["streamed_requests"] == 5
+    assert 300 < d.evidence["median_client_minus_server_ttft_ms"] < 330
+    assert d.to_dict()["code"] == "proxy_buffering"
+
+
+def test_spaced_stream_is_not_flagged() -> None:
+    assert detect([_spaced(i) for i in range(5)], "stream") == []
+
+
+def test_a_fast_server_that_reports_its_timings_is_not_flagged() -> None:
+    # sub-millisecond tokens right after a long TTFT: nothing was held back
+    recs = [
+        _streamed(i, 0.5, [0.0002] * 30, server_ttft_s=0.499, server_e2e_s=0.506) for i in range(4)
+    ]
+    assert [is_buffered(r) for r in recs] == [False] * 4
+    assert detect(recs, "stream") == []
+
+
+def test_without_server_timings_ttft_near_e2e_decides() -> None:
+    held = [_streamed(i, 0.9, [0.0003] * 10) for i in range(4)]
+    assert [d.code for d in detect(held, None)] == ["proxy_buffering"]
+    assert detect(held, {"mode": "sync"}) == []  # a sync phase cannot show buffering
+    fast_tail = [_streamed(i, 0.2, [0.0003] * 10 + [0.5]) for i in range(4)]
+    assert detect(fast_tail, "stream") == []
+
+
+def test_minority_or_too_few_or_failed_records_do_not_flag() -> None:
+    mixed = [_buffered(0), _spaced(1), _spaced(2), _spaced(3)]
+    assert detect(mixed, "stream") == []
+    assert detect([_buffered(0), _buffered(1)], "stream") == []
+    failed = [_rec(i, status="disconnect", ttft_s=0.4, itl_s=[0.0] * 8) for i in range(5)]
+    assert detect(failed, "stream") == []
+    short = [_streamed(i, 0.4, [0.0, 0.0], server_ttft_s=0.1, server_e2e_s=0.4) for i in range(5)]
+    assert detect(short, "stream") == []
+
+
+def test_partial_buffering_in_a_few_bursts_is_flagged() -> None:
+    # three 4 KB bursts: most gaps ~0, two big gaps, first token held by the first burst
+    gaps = ([0.0001] * 10 + [0.15]) * 2 + [0.0001] * 10
+    recs = [_streamed(i, 0.3, gaps, server_ttft_s=0.05, server_e2e_s=0.65) for i in range(4)]
+    assert [d.code for d in detect(recs, "stream")] == ["proxy_buffering"]
+
+
+def test_token_count_mismatch_tolerates_eos_but_flags_a_wrong_tokenizer() -> None:
+    eos = [_spaced(i, usage_output_tokens=17, client_output_tokens=16) for i in range(5)]
+    assert detect(eos, "stream") == []
+    wrong = [_spaced(i, usage_output_tokens=17, client_output_tokens=40) for i in range(5)]
+    found = detect(wrong, "stream")
+    assert [d.code for d in found] == ["token_count_mismatch"]
+    assert found[0].evidence["rate"] == 1.0
+    assert found[0].evidence["median_client_minus_usage_tokens"] == 23
+
+
+def test_thresholds_are_module_constants() -> None:
+    assert 0 < diagnostics.BURST_GAP_S < 0.01 and 0 < diagnostics.FLAG_SHARE <= 1

@@ -1,0 +1,131 @@
+"""The Gradio adapter through the real timing core, with fake chunks and a fake clock."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loadtests.adapters.base import Prompt, follow_up_of
+from loadtests.adapters.gradio import GradioAdapter, text_of
+from loadtests.timing import RecordMeta, StreamTimer
+
+
+def _meta(mode: str = "stream") -> RecordMeta:
+    return RecordMeta("r1", "p", "s", mode, "/gradio_api/call/chat", 0.0)  # type: ignore[arg-type]
+
+
+def _event(name: str, data: object) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def test_build_and_follow_up_name_the_two_calls() -> None:
+    a = GradioAdapter()
+    prompt = Prompt("s", "p1", messages=[{"role": "user", "content": "写一首诗"}])
+    call = a.build(prompt, mode="stream", model="m", options={"api_name": "/chat"})
+    assert (call.method, call.path, call.json) == (
+        "POST",
+        "/gradio_api/call/chat",
+        {"data": ["写一首诗"]},
+    )
+    hook = follow_up_of(a)
+    assert hook is not None
+    second = hook(b'{"event_id": "abc123"}')
+    assert (second.method, second.path, second.stream) == (
+        "GET",
+        "/gradio_api/call/chat/abc123",
+        True,
+    )
+    with pytest.raises(ValueError):
+        hook(b"<html>not json</html>")
+
+
+def test_multi_turn_prompt_sends_history_in_messages_format() -> None:
+    prompt = Prompt(
+        "s",
+        "p2",
+        messages=[
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "more"},
+        ],
+    )
+    call = GradioAdapter().build(prompt, mode="sync", model="m", options={})
+    assert call.json == {
+        "data": [
+            "more",
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+        ]
+    }
+
+
+def test_cumulative_updates_are_diffed_into_new_text() -> None:
+    a = GradioAdapter()
+    a.build(Prompt("s", "p", prompt="q"), mode="stream", model="m", options={})
+    timer = StreamTimer(a, 0.0)
+    timer.headers(0.01, 200)
+    timer.feed(_event("heartbeat", None), 0.05)
+    timer.feed(_event("generating", ["Hel", None]), 0.10)
+    timer.feed(
+        _event("generating", ["Hello", None]) + _event("generating", ["Hello wor", None]), 0.2
+    )
+    timer.feed(_event("generating", ["Hello world", None]), 0.3)
+    timer.feed(_event("complete", ["Hello world", None]), 0.31)
+    rec = timer.finish(0.32, _meta())
+    assert rec.status == "ok"
+    assert timer.text == "Hello world"
+    assert rec.ttft_s == pytest.approx(0.10)
+    assert rec.ttst_s == pytest.approx(0.2)
+    assert rec.output_tokens == 4 and rec.token_source == "events"
+    assert rec.itl_s == pytest.approx([0.1, 0.0, 0.1])
+
+
+def test_delta_yielding_fn_counts_each_update_whole() -> None:
+    a = GradioAdapter()
+    a.build(Prompt("s", "p", prompt="q"), mode="stream", model="m", options={})
+    infos = [a.parse_event("generating", json.dumps([t])) for t in ("ab", "cd", "ef")]
+    assert [i.content for i in infos] == ["ab", "cd", "ef"]
+    assert a.parse_event("complete", json.dumps(["ef"])).done
+
+
+def test_message_dict_and_history_outputs() -> None:
+    assert text_of({"role": "assistant", "content": "x"}) == "x"
+    history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "answer"}]
+    assert text_of(history) == "answer"
+    assert text_of([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "ab"
+
+
+def test_error_event_is_a_protocol_error() -> None:
+    a = GradioAdapter()
+    a.build(Prompt("s", "p", prompt="q"), mode="stream", model="m", options={})
+    timer = StreamTimer(a, 0.0)
+    timer.headers(0.01, 200)
+    timer.feed(_event("generating", ["par", None]), 0.1)
+    timer.feed(b'event: error\ndata: "model exploded"\n\n', 0.2)
+    rec = timer.finish(0.2, _meta())
+    assert rec.status == "protocol"
+    assert rec.error is not None and "model exploded" in rec.error
+
+
+def test_sync_body_is_the_whole_sse_stream() -> None:
+    a = GradioAdapter()
+    a.build(Prompt("s", "p", prompt="q"), mode="sync", model="m", options={})
+    call = a.follow_up(b'{"event_id":"e"}')
+    assert call.stream is False
+    body = _event("generating", ["a"]) + _event("generating", ["ab"]) + _event("complete", ["abc"])
+    timer = StreamTimer(a, 0.0)
+    timer.headers(0.01, 200)
+    timer.feed_body(body, 0.5)
+    rec = timer.finish(0.5, _meta("sync"))
+    assert rec.status == "ok" and timer.text == "abc"
+    assert rec.ttft_s == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        a.parse_body(_event("generating", ["a"]))
+
+
+def test_build_resets_state_between_requests() -> None:
+    a = GradioAdapter()
+    for _ in range(2):
+        a.build(Prompt("s", "p", prompt="q"), mode="stream", model="m", options={})
+        assert a.parse_event("generating", '["same start"]').content == "same start"
