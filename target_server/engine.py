@@ -18,11 +18,20 @@ iterator returned by ``generate`` when the client disconnects.  An engine must
 stop the request's generation at that point (within one decode step) and free
 whatever it holds; ``finally:`` blocks in an async generator are the place.
 
-Faults (synthetic engine only): an engine may raise ``EngineFault`` from
-``generate`` before the first piece (the server answers HTTP 500), or yield a
+Failures: ``EngineFault`` (or any exception) raised by the *call*
+``engine.generate(prepared)`` itself, before it returns the iterator, is
+answered with HTTP 500 (the synthetic engine injects ``--fail-rate`` this way,
+so write ``generate`` as a plain method returning an async generator when it
+must refuse up front).  Once the iterator exists a streaming response has
+started (headers and the role delta are sent at once, like vLLM), so an
+exception raised while iterating becomes an SSE error event and the stream ends
+without ``[DONE]``; a non-streaming request still gets a 500.
+
+Faults (synthetic engine only): an engine may yield a
 ``TokenPiece`` whose ``fault`` is set mid-stream; the server then acts it out
 (``"disconnect"``: drop the connection; ``"malformed"``: write one broken SSE
-line; ``"stall"``: the engine itself sleeps).
+line; ``"stall"``: the engine itself slept before this piece, the server only
+counts the request as ``stall``).
 """
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-Fault = Literal["disconnect", "malformed"]
+#: "disconnect": drop the connection before this piece; "malformed": write one broken
+#: SSE line before it; "stall": the engine slept (stalled) before it -- status only.
+Fault = Literal["disconnect", "malformed", "stall"]
 
 
 class EngineInputError(ValueError):
@@ -127,3 +138,24 @@ def register(name: str) -> Callable[[Callable[[Any], Engine]], Callable[[Any], E
         return factory
 
     return deco
+
+
+#: engines living in their own package, imported only when chosen (torch is slow to import)
+LAZY_ENGINE_MODULES: dict[str, str] = {
+    "synthetic": "target_server.synthetic",
+    "transformers": "target_server.model",
+}
+
+
+def build_engine(settings: Any) -> Engine:
+    """``ENGINES[settings.engine](settings)``, importing the engine's module on first use."""
+    name = settings.engine
+    if name not in ENGINES and name in LAZY_ENGINE_MODULES:
+        import importlib
+
+        importlib.import_module(LAZY_ENGINE_MODULES[name])
+    if name not in ENGINES:
+        raise ValueError(
+            f"unknown engine {name!r}; known: {sorted(set(ENGINES) | set(LAZY_ENGINE_MODULES))}"
+        )
+    return ENGINES[name](settings)

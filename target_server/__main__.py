@@ -1,0 +1,103 @@
+"""``python -m target_server``: parse settings, build the engine and app, serve with uvicorn.
+
+Once the socket accepts connections, one line goes to stderr::
+
+    target_server: listening on http://127.0.0.1:PORT (engine synthetic, ...)
+
+with the real port (``--port 0`` picks a free one).  ``/health`` answers 200
+once the engine has loaded.  If the engine fails to load the process exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from target_server.app import build_app
+from target_server.engine import build_engine
+from target_server.settings import Settings, parse_settings
+
+log = logging.getLogger("target_server")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0 = any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    """``http://host:port`` for a bound socket."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve(settings: Settings) -> int:
+    """Run until interrupted; 1 if the engine failed to start."""
+    engine = build_engine(settings)
+    app = build_app(engine, settings)
+    sock = bind(settings.host, settings.port)
+    config = uvicorn.Config(
+        app,
+        loop=settings.loop,
+        log_config=None,
+        access_log=False,
+        timeout_keep_alive=30,
+        timeout_graceful_shutdown=5,
+        backlog=2048,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.01)
+    if task.done():
+        task.result()
+        return 1
+    print(
+        f"target_server: listening on {url_of(sock)} (engine {settings.engine}, "
+        f"model {app.state.server.model_name})",
+        file=sys.stderr,
+        flush=True,
+    )
+    engine_task = app.state.engine_task
+    await asyncio.wait((task, engine_task), return_when=asyncio.FIRST_COMPLETED)
+    if engine_task.done() and app.state.server.start_error:
+        print(f"target_server: engine failed: {app.state.server.start_error}", file=sys.stderr)
+        server.should_exit = True
+        await task
+        return 1
+    await task
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point."""
+    settings = parse_settings(argv)
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if settings.loop == "uvloop" or settings.loop == "auto":
+        try:
+            import uvloop
+
+            return uvloop.run(serve(settings))
+        except ImportError:
+            if settings.loop == "uvloop":
+                raise
+    return asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The app factory: ``build_app(engine, settings) -> FastAPI``, one handler per endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from time import perf_counter
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+
+from target_server.engine import Engine, EngineInputError
+from target_server.errors import ApiError
+from target_server.protocol import CHAT, COMPLETIONS, decode_json, parse_request, validation_error
+from target_server.runner import DropInjectedDisconnectLogs, GenerationCall
+from target_server.settings import MAX_BODY_BYTES, Settings
+from target_server.state import RequestContext, ServerState
+
+log = logging.getLogger("target_server")
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request body, refusing more than ``MAX_BODY_BYTES`` (header and bytes read)."""
+    too_large = ApiError(413, f"request body over {MAX_BODY_BYTES} bytes", code="request_too_large")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _check_key(request: Request, key: str | None) -> None:
+    if key is None:
+        return
+    auth = request.headers.get("authorization", "")
+    scheme, _, given = auth.partition(" ")
+    ok = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key.encode())
+    if not ok:
+        raise ApiError(401, "missing or invalid API key", code="invalid_api_key")
+
+
+async def _generation(state: ServerState, request: Request, endpoint: str) -> Response:
+    """Validate a chat/completions request; the returned response runs the generation."""
+    prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
+    ctx = RequestContext(prefix + uuid.uuid4().hex[:24], endpoint, perf_counter())
+    try:
+        _check_key(request, state.settings.api_key)
+        obj = decode_json(await _read_body(request))
+        ctx.stream = obj.get("stream") is True
+        if not state.engine.ready:
+            raise ApiError(503, "the engine is still loading", code="engine_not_ready")
+        parsed = parse_request(
+            endpoint, obj, ctx.request_id, state.model_name, state.engine.max_output_tokens
+        )
+        try:
+            prepared = state.engine.prepare(parsed.generation)
+        except EngineInputError as exc:
+            raise ApiError(400, str(exc), param=exc.param, code=exc.code) from None
+        ctx.prompt_tokens = prepared.prompt_tokens
+        limit = state.engine.max_context
+        if prepared.prompt_tokens > limit:
+            msg = f"the prompt has {prepared.prompt_tokens} tokens; the context holds {limit}"
+            raise ApiError(400, msg, param="messages" if endpoint == CHAT else "prompt",
+                           code="context_length_exceeded")  # fmt: skip
+        if prepared.prompt_tokens + parsed.generation.max_tokens > limit:
+            msg = (
+                f"prompt ({prepared.prompt_tokens}) + max_tokens "
+                f"({parsed.generation.max_tokens}) exceeds the context ({limit} tokens)"
+            )
+            raise ApiError(400, msg, param="max_tokens", code="context_length_exceeded")
+    except ApiError as err:
+        ctx.status, ctx.http_status = err.label, err.status
+        state.finish(ctx)
+        return err.response()
+    return GenerationCall(state, ctx, parsed, prepared)
+
+
+def build_app(engine: Engine, settings: Settings) -> FastAPI:
+    """The server app around a (not yet started) engine; the lifespan starts it."""
+    state = ServerState(engine, settings)
+    uv_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, DropInjectedDisconnectLogs) for f in uv_log.filters):
+        uv_log.addFilter(DropInjectedDisconnectLogs())
+
+    async def start_engine() -> None:
+        try:
+            await engine.start()
+            log.info("engine %s ready (model %s)", engine.name, state.model_name)
+        except Exception as exc:
+            state.start_error = f"{type(exc).__name__}: {exc}"
+            log.exception("engine %s failed to start", engine.name)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.engine_task = asyncio.create_task(start_engine())
+        try:
+            yield
+        finally:
+            app.state.engine_task.cancel()
+            await asyncio.gather(app.state.engine_task, return_exceptions=True)
+            await engine.stop()
+
+    app = FastAPI(
+        title="llmload target server",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
+    app.state.server = state
+    app.state.engine = engine
+    app.state.settings = settings
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> Response:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
+        return validation_error(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        return ApiError(
+            exc.status_code, str(exc.detail), headers=dict(exc.headers or {})
+        ).response()
+
+    @app.post(CHAT)
+    async def chat_completions(request: Request) -> Response:
+        return await _generation(state, request, CHAT)
+
+    @app.post(COMPLETIONS)
+    async def completions(request: Request) -> Response:
+        return await _generation(state, request, COMPLETIONS)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Any:
+        _check_key(request, settings.api_key)
+        card = {"id": state.model_name, "object": "model", "created": int(time.time()),
+                "owned_by": "llmload", "max_model_len": engine.max_context}  # fmt: skip
+        return {"object": "list", "data": [card]}
+
+    @app.get("/health")
+    async def health() -> Response:
+        if engine.ready:
+            return JSONResponse({"status": "ok", "engine": engine.name, "model": state.model_name})
+        body = {"status": "failed" if state.start_error else "starting", "error": state.start_error}
+        return JSONResponse(body, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    if settings.ui == "gradio":
+        try:
+            from target_server.ui import mount
+        except ImportError as exc:
+            raise RuntimeError(
+                f"--ui gradio needs target_server.ui and gradio installed ({exc}); "
+                "install the 'ui' extra or run with --ui none"
+            ) from exc
+        mount(app, engine, settings)
+    return app

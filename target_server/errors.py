@@ -1,0 +1,74 @@
+"""OpenAI-shaped errors: ``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.responses import Response
+
+#: HTTP status -> (OpenAI error type, status label used in llmserve_requests_total)
+ERROR_KINDS: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "bad_request"),
+    401: ("authentication_error", "unauthorized"),
+    404: ("not_found_error", "not_found"),
+    405: ("invalid_request_error", "bad_request"),
+    413: ("invalid_request_error", "too_large"),
+    429: ("rate_limit_error", "rejected"),
+    500: ("server_error", "error"),
+    503: ("service_unavailable_error", "unavailable"),
+    504: ("timeout_error", "timeout"),
+}
+
+
+class ApiError(Exception):
+    """A request answered with an HTTP error and an OpenAI error object."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    @property
+    def type(self) -> str:
+        """The OpenAI error type for this status."""
+        return ERROR_KINDS.get(self.status, ("server_error", "error"))[0]
+
+    @property
+    def label(self) -> str:
+        """The ``status`` label this error is counted under."""
+        return ERROR_KINDS.get(self.status, ("server_error", "error"))[1]
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        """The OpenAI error object."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def payload(self) -> bytes:
+        """The OpenAI error object as JSON bytes."""
+        return json.dumps(self.body()).encode()
+
+    def response(self) -> Response:
+        """A JSON response carrying this error."""
+        return Response(
+            self.payload(),
+            status_code=self.status,
+            media_type="application/json",
+            headers=self.headers,
+        )

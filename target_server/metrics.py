@@ -1,0 +1,116 @@
+"""Server-side Prometheus metrics (``llmserve_*``), one registry per app.
+
+Every request is counted exactly once in ``llmserve_requests_total`` with one
+of ``STATUSES``; latency histograms are observed when the request finishes
+(ITL gaps as they happen).  Running/waiting gauges and the engine's extra
+gauges are read at scrape time, so they are never stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+#: ``status`` label values of ``llmserve_requests_total``
+STATUSES = {
+    "ok": "completed normally",
+    "cancelled": "the client went away before the end",
+    "bad_request": "400: malformed JSON, schema error, bad max_tokens, prompt too long",
+    "unauthorized": "401: missing or wrong API key",
+    "not_found": "404: unknown model",
+    "too_large": "413: body over 4 MiB",
+    "rejected": "429: admission queue full",
+    "unavailable": "503: engine not ready",
+    "error": "500 before streaming, or an engine error mid-stream",
+    "timeout": "--request-timeout expired (504, or an error event mid-stream)",
+    "disconnect": "injected: connection dropped mid-stream (--disconnect-rate)",
+    "stall": "injected: a stall happened, the request then completed (--stall-rate)",
+    "malformed": "injected: one broken SSE line was sent (--malformed-rate)",
+}
+
+#: TTFT, e2e and queue time: 1 ms steps at the low end, minutes at the top
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075,
+    0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0,
+    7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0,
+)  # fmt: skip
+#: inter-token gaps: sub-millisecond resolution up to 100 ms, then stalls
+ITL_BUCKETS = (
+    0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01,
+    0.0125, 0.015, 0.0175, 0.02, 0.0225, 0.025, 0.03, 0.035, 0.04, 0.045, 0.05, 0.06, 0.07,
+    0.08, 0.09, 0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+#: per-request decode speed, tokens/s
+TPS_BUCKETS = (
+    1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 75.0, 100.0, 125.0,
+    150.0, 200.0, 300.0, 500.0, 750.0, 1000.0, 2000.0, 5000.0, 10000.0,
+)  # fmt: skip
+
+
+class _LiveGauges(Collector):
+    """Gauges computed at scrape time from callables."""
+
+    def __init__(self, read: Callable[[], dict[str, tuple[str, float]]]):
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        for name, (doc, value) in self._read().items():
+            yield GaugeMetricFamily(name, doc, value=value)
+
+
+class ServerMetrics:
+    """The ``llmserve_*`` metric objects of one app."""
+
+    def __init__(self, gauges: Callable[[], dict[str, tuple[str, float]]]):
+        self.registry = CollectorRegistry(auto_describe=False)
+        reg, lbl = self.registry, ("endpoint", "stream")
+        self.ttft = Histogram(
+            "llmserve_time_to_first_token_seconds",
+            "Arrival to first content event written (non-stream: first token generated).",
+            lbl, buckets=LATENCY_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.itl = Histogram(
+            "llmserve_inter_token_latency_seconds",
+            "Gap between consecutive content events (non-stream: tokens generated).",
+            lbl, buckets=ITL_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.e2e = Histogram(
+            "llmserve_e2e_request_latency_seconds",
+            "Arrival to last byte of successful requests.",
+            lbl, buckets=LATENCY_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.queue = Histogram(
+            "llmserve_queue_time_seconds",
+            "Arrival to admission (a generation slot).",
+            lbl, buckets=LATENCY_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.decode = Histogram(
+            "llmserve_decode_tokens_per_second",
+            "Per request (output tokens - 1) / (last token - first token).",
+            lbl, buckets=TPS_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.prompt_tokens = Counter(
+            "llmserve_prompt_tokens", "Prompt tokens of admitted requests.", ("endpoint",),
+            registry=reg,
+        )  # fmt: skip
+        self.output_tokens = Counter(
+            "llmserve_output_tokens", "Output tokens generated (and sent, when streaming).",
+            ("endpoint",), registry=reg,
+        )  # fmt: skip
+        self.requests = Counter(
+            "llmserve_requests",
+            "Requests by final status (see README: ok, cancelled, bad_request, rejected, ...).",
+            ("endpoint", "stream", "status"), registry=reg,
+        )  # fmt: skip
+        reg.register(_LiveGauges(gauges))
+
+    def labels(self, endpoint: str, stream: bool) -> tuple[Any, ...]:
+        """Bound (ttft, itl, e2e, queue, decode) children for one label pair."""
+        s = "true" if stream else "false"
+        return tuple(
+            h.labels(endpoint, s) for h in (self.ttft, self.itl, self.e2e, self.queue, self.decode)
+        )

@@ -1,0 +1,176 @@
+"""OpenAI request schemas and their translation into a ``GenerationRequest``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from target_server.engine import GenerationRequest
+from target_server.errors import ApiError
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+#: request fields passed through to engines as ``GenerationRequest.extra``
+EXTRA_GENERATION_FIELDS = (
+    "top_k",
+    "min_p",
+    "typical_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "no_repeat_ngram_size",
+)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int | None = 1
+    ignore_eos: bool = False
+    min_tokens: int = Field(default=0, ge=0)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+
+class ChatRequest(_Common):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+
+
+class CompletionRequest(_Common):
+    prompt: str | list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """What the HTTP layer keeps of a request body."""
+
+    endpoint: str
+    stream: bool
+    include_usage: bool
+    model: str
+    generation: GenerationRequest
+
+
+def _content_text(content: str | list[TextPart] | None) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "".join(p.text or "" for p in content if p.type == "text")
+
+
+def _loc_param(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(x) for x in loc if not str(x).startswith(("str", "list", "function")))
+
+
+def validation_error(exc: ValidationError | Any) -> ApiError:
+    """A pydantic/FastAPI validation error as a 400 OpenAI error."""
+    errors = exc.errors() if hasattr(exc, "errors") else []
+    first = errors[0] if errors else {"loc": (), "msg": str(exc)}
+    loc = tuple(x for x in first.get("loc", ()) if x != "body")
+    param = _loc_param(loc) or None
+    where = f" ({param})" if param else ""
+    return ApiError(400, f"invalid request{where}: {first.get('msg')}", param=param)
+
+
+def decode_json(body: bytes) -> dict[str, Any]:
+    """Parse a request body; malformed JSON or a non-object -> 400."""
+    try:
+        obj = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"malformed JSON body: {exc}", code="invalid_json") from None
+    if not isinstance(obj, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    return obj
+
+
+def parse_request(
+    endpoint: str, obj: dict[str, Any], request_id: str, served_model: str, max_output: int
+) -> ParsedRequest:
+    """Validate one chat/completions body into a ``ParsedRequest`` (raises ``ApiError``)."""
+    schema: type[_Common] = ChatRequest if endpoint == CHAT else CompletionRequest
+    try:
+        req = schema.model_validate(obj)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    if req.model is not None and req.model != served_model:
+        raise ApiError(
+            404, f"the model {req.model!r} does not exist", param="model", code="model_not_found"
+        )
+    if req.n not in (None, 1):
+        raise ApiError(400, "only n=1 is supported", param="n")
+    max_tokens, param = req.max_tokens, "max_tokens"
+    if isinstance(req, ChatRequest) and req.max_completion_tokens is not None:
+        max_tokens, param = req.max_completion_tokens, "max_completion_tokens"
+    if max_tokens is None:
+        max_tokens = min(256, max_output)
+    if max_tokens <= 0:
+        raise ApiError(400, f"{param} must be at least 1, got {max_tokens}", param=param)
+    if max_tokens > max_output:
+        raise ApiError(
+            400, f"{param}={max_tokens} is above this server's limit {max_output}", param=param
+        )
+    if req.min_tokens > max_tokens:
+        raise ApiError(400, "min_tokens must not exceed max_tokens", param="min_tokens")
+    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    extra = {k: v for k, v in (req.model_extra or {}).items() if k in EXTRA_GENERATION_FIELDS}
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    if isinstance(req, ChatRequest):
+        messages = [{"role": m.role, "content": _content_text(m.content)} for m in req.messages]
+    else:
+        assert isinstance(req, CompletionRequest)
+        if isinstance(req.prompt, list):
+            if len(req.prompt) != 1:
+                raise ApiError(400, "exactly one prompt per request is supported", param="prompt")
+            prompt = req.prompt[0]
+        else:
+            prompt = req.prompt
+    generation = GenerationRequest(
+        request_id=request_id,
+        messages=messages,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        min_tokens=req.min_tokens,
+        ignore_eos=req.ignore_eos,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        stop=stop,
+        extra=extra,
+    )
+    opts = req.stream_options
+    return ParsedRequest(
+        endpoint=endpoint,
+        stream=bool(req.stream),
+        include_usage=bool(req.stream and opts and opts.include_usage),
+        model=served_model,
+        generation=generation,
+    )

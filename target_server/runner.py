@@ -1,0 +1,255 @@
+"""Running one generation as an ASGI response: admission, SSE or JSON body, cancellation.
+
+``GenerationCall`` is returned by the chat/completions handlers once the
+request is parsed and validated.  It runs the generation in a child task while
+a watcher task waits for ``http.disconnect``; when the client goes away first
+the child is cancelled at once (its slot is freed, the engine iterator is
+``aclose``d, the request counts as ``cancelled``).  Per token the only work is
+two byte concatenations, one ``send`` and one histogram observation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from time import perf_counter
+from typing import Any
+
+from starlette.responses import Response
+
+from target_server.admission import Rejected
+from target_server.engine import PreparedRequest, TokenPiece
+from target_server.errors import ApiError
+from target_server.protocol import ParsedRequest
+from target_server.sse import DONE, ChunkEncoder, error_event, json_string
+from target_server.state import RequestContext, ServerState
+
+log = logging.getLogger("target_server")
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class InjectedDisconnect(Exception):
+    """Raised on purpose so that uvicorn drops the connection (``--disconnect-rate``)."""
+
+
+class DropInjectedDisconnectLogs(logging.Filter):
+    """Keeps uvicorn's 'Exception in ASGI application' quiet for injected disconnects."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, InjectedDisconnect)
+
+
+async def _until_disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        continue
+
+
+def _chunk(body: bytes, more: bool = True) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": body, "more_body": more}
+
+
+class GenerationCall(Response):
+    """The ASGI response of one admitted-or-queued generation request."""
+
+    def __init__(
+        self,
+        state: ServerState,
+        ctx: RequestContext,
+        parsed: ParsedRequest,
+        prepared: PreparedRequest,
+    ):
+        super().__init__()
+        self.state = state
+        self.ctx = ctx
+        self.parsed = parsed
+        self.prepared = prepared
+        self.encoder = ChunkEncoder(
+            parsed.endpoint, ctx.request_id, parsed.model, parsed.include_usage
+        )
+        self.headers_sent = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        work = asyncio.ensure_future(self._run(send))
+        watch = asyncio.ensure_future(_until_disconnect(receive))
+        try:
+            await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not work.done():
+                self.ctx.status = self.ctx.status or "cancelled"
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+        if not work.cancelled():
+            work.result()  # re-raises InjectedDisconnect: uvicorn then drops the connection
+
+    async def _run(self, send: Any) -> None:
+        ctx = self.ctx
+        try:
+            await self._admit_and_generate(send)
+        except asyncio.CancelledError:
+            ctx.status = ctx.status or "cancelled"
+            raise
+        except InjectedDisconnect:
+            ctx.status = "disconnect"
+            raise
+        except Exception as exc:
+            log.exception("request %s failed", ctx.request_id)
+            ctx.status = "error"
+            await self._fail(send, ApiError(500, f"internal error: {type(exc).__name__}: {exc}"))
+        finally:
+            ctx.end = perf_counter()
+            self.state.finish(ctx)
+
+    async def _admit_and_generate(self, send: Any) -> None:
+        ctx, st = self.ctx, self.state
+        timeout = st.settings.request_timeout
+        deadline = None
+        if timeout > 0:
+            deadline = asyncio.get_running_loop().time() + timeout - (perf_counter() - ctx.arrival)
+        try:
+            async with asyncio.timeout_at(deadline):
+                try:
+                    await st.admission.acquire()
+                except Rejected:
+                    ctx.status = "rejected"
+                    msg = "the server is at capacity: too many requests waiting"
+                    err = ApiError(
+                        429, msg, code="rate_limit_exceeded", headers={"Retry-After": "1"}
+                    )
+                    await self._fail(send, err)
+                    return
+                ctx.admitted = perf_counter()
+                ctx.admitted_ok = True
+                try:
+                    try:
+                        gen = st.engine.generate(self.prepared)
+                    except Exception as exc:
+                        ctx.status = "error"
+                        await self._fail(
+                            send, ApiError(500, f"engine failure: {exc}", code="engine_error")
+                        )
+                        return
+                    if self.parsed.stream:
+                        await self._stream(gen, send)
+                    else:
+                        await self._body(gen, send)
+                finally:
+                    st.admission.release()
+        except TimeoutError:
+            ctx.status = "timeout"
+            await self._fail(
+                send, ApiError(504, f"request timed out after {timeout:g} s", code="timeout")
+            )
+
+    async def _fail(self, send: Any, err: ApiError) -> None:
+        if self.headers_sent:  # mid-stream: an error event, then end without [DONE]
+            await send(_chunk(error_event(err.message, err.type, err.code), more=False))
+            return
+        self.ctx.http_status = err.status
+        self.headers_sent = True
+        headers = [(b"content-type", b"application/json")]
+        headers += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
+        await send({"type": "http.response.start", "status": err.status, "headers": headers})
+        await send(_chunk(err.payload(), more=False))
+
+    def _complete(self, reason: str | None) -> dict[str, Any]:
+        ctx = self.ctx
+        ctx.finish_reason = reason or "stop"
+        ctx.status = ctx.fault if ctx.fault in ("stall", "malformed") else "ok"
+        return ctx.timings()
+
+    async def _stream(self, gen: AsyncIterator[TokenPiece], send: Any) -> None:
+        ctx, enc = self.ctx, self.encoder
+        self.headers_sent = True
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        if enc.chat:
+            await send(_chunk(enc.role()))
+        itl = self.state.metrics.itl.labels(ctx.endpoint, "true")
+        prefix, suffix, jstr = enc.prefix, enc.suffix, json_string
+        last: float | None = None
+        reason: str | None = None
+        n = 0
+        try:
+            async for piece in gen:
+                if piece.fault is not None:
+                    await self._fault(piece.fault, send)
+                n += 1
+                if piece.text:
+                    await send(_chunk(prefix + jstr(piece.text) + suffix))
+                    t = perf_counter()
+                    if last is None:
+                        ctx.first = t
+                    else:
+                        itl.observe(t - last)
+                    last = t
+                if piece.finish_reason is not None:
+                    reason = piece.finish_reason
+                    break
+        finally:
+            ctx.output_tokens, ctx.last = n, last
+            await gen.aclose()  # type: ignore[attr-defined]
+        timings = self._complete(reason)
+        assert ctx.finish_reason is not None
+        if enc.include_usage:
+            tail = enc.finish(ctx.finish_reason, None) + enc.usage(ctx.prompt_tokens, n, timings)
+        else:
+            tail = enc.finish(ctx.finish_reason, timings)
+        await send(_chunk(tail + DONE, more=False))
+
+    async def _fault(self, fault: str, send: Any) -> None:
+        self.ctx.fault = fault
+        if fault == "malformed" and self.parsed.stream:
+            await send(_chunk(self.encoder.malformed()))
+        elif fault == "disconnect":
+            if not self.headers_sent:  # non-stream: start a body, then drop it half-way
+                self.headers_sent = True
+                start = {"type": "http.response.start", "status": 200, "headers": []}
+                await send({**start, "headers": [(b"content-type", b"application/json")]})
+                await send(_chunk(b'{"id":"' + self.ctx.request_id.encode() + b'",'))
+            raise InjectedDisconnect(self.ctx.request_id)
+
+    async def _body(self, gen: AsyncIterator[TokenPiece], send: Any) -> None:
+        ctx = self.ctx
+        itl = self.state.metrics.itl.labels(ctx.endpoint, "false")
+        texts: list[str] = []
+        last: float | None = None
+        reason: str | None = None
+        n = 0
+        try:
+            async for piece in gen:
+                if piece.fault is not None:
+                    await self._fault(piece.fault, send)
+                n += 1
+                if piece.text:
+                    texts.append(piece.text)
+                    t = perf_counter()
+                    if last is None:
+                        ctx.first = t
+                    else:
+                        itl.observe(t - last)
+                    last = t
+                if piece.finish_reason is not None:
+                    reason = piece.finish_reason
+                    break
+        finally:
+            ctx.output_tokens, ctx.last = n, last
+            await gen.aclose()  # type: ignore[attr-defined]
+        timings = self._complete(reason)
+        assert ctx.finish_reason is not None
+        body = self.encoder.body("".join(texts), ctx.finish_reason, ctx.prompt_tokens, n, timings)
+        if ctx.fault == "malformed":
+            body = body[:-1]  # complete HTTP message, broken JSON
+        self.headers_sent = True
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send(_chunk(body, more=False))

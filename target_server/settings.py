@@ -1,0 +1,149 @@
+"""Server settings: one frozen dataclass, built from flags and ``LLMLOAD_*`` env vars.
+
+Every field is a command-line flag (``max_concurrency`` -> ``--max-concurrency``)
+and an environment variable (``LLMLOAD_MAX_CONCURRENCY``); a flag beats the
+environment, the environment beats the default.  Engine factories receive the
+whole object: ``ENGINES[settings.engine](settings)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any
+
+ENV_PREFIX = "LLMLOAD_"
+#: request bodies above this are answered 413 (checked on Content-Length and on the bytes read)
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def _flag(help: str, default: Any, choices: Sequence[str] | None = None, **kw: Any) -> Any:
+    """A dataclass field that is also a CLI flag."""
+    return field(default=default, metadata={"help": help, "choices": choices}, **kw)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The parsed server configuration (read-only once built)."""
+
+    # server
+    engine: str = _flag("engine: synthetic | transformers", default="synthetic")
+    host: str = _flag("bind address", default="127.0.0.1")
+    port: int = _flag("TCP port; 0 picks a free one (the real one is logged)", default=8000)
+    model_name: str | None = _flag(
+        "model id served in /v1/models and accepted in requests (default: the engine's)",
+        default=None,
+    )
+    max_concurrency: int = _flag(
+        "requests generating at once; beyond it they wait (0 = unlimited)", default=0
+    )
+    max_queue: int = _flag("requests allowed to wait for a slot; beyond it 429", default=1024)
+    request_timeout: float = _flag(
+        "seconds from arrival until a request is abandoned (0 = none)", default=0.0
+    )
+    api_key: str | None = _flag(
+        "require 'Authorization: Bearer KEY' on /v1/* (prefer env LLMLOAD_API_KEY)",
+        default=None,
+        repr=False,
+    )
+    max_output_tokens: int = _flag("largest max_tokens accepted", default=4096)
+    max_context: int = _flag(
+        "context length in tokens (0 = the engine's; synthetic: 32768)", default=0
+    )
+    ui: str = _flag("mount a browser UI at /ui", choices=("none", "gradio"), default="none")
+    loop: str = _flag(
+        "event loop for uvicorn", choices=("auto", "asyncio", "uvloop"), default="auto"
+    )
+    log_level: str = _flag(
+        "logging level", choices=("debug", "info", "warning", "error"), default="info"
+    )
+    seed: int = _flag("seed for every random choice the server makes", default=0)
+    # transformers engine (target_server.model)
+    model: str | None = _flag("local checkpoint directory (default: the embedded model)", None)
+    device: str = _flag("torch device", choices=("auto", "cpu", "cuda"), default="auto")
+    dtype: str = _flag(
+        "torch dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto"
+    )
+    quantization: str = _flag("weights quantization", choices=("none", "bnb-4bit"), default="none")
+    batching: str = _flag(
+        "transformers scheduling", choices=("none", "continuous"), default="continuous"
+    )
+    generation_config: str | None = _flag("JSON file with GenerationConfig defaults", None)
+    # synthetic engine
+    ttft_ms: float = _flag("synthetic: time to first token, ms", default=100.0)
+    prefill_ms_per_token: float = _flag("synthetic: extra TTFT per prompt token, ms", 0.0)
+    itl_ms: float = _flag("synthetic: inter-token latency, ms", default=20.0)
+    jitter_ms: float = _flag("synthetic: uniform +-jitter on every token time, ms", 0.0)
+    itl_growth_ms: float = _flag("synthetic: extra ITL per other running request, ms", 0.0)
+    fail_rate: float = _flag("synthetic: fraction answered HTTP 500 before streaming", 0.0)
+    disconnect_rate: float = _flag("synthetic: fraction whose connection drops mid-stream", 0.0)
+    stall_rate: float = _flag("synthetic: fraction that stop sending mid-stream", 0.0)
+    stall_s: float = _flag("synthetic: length of a stall, s", default=30.0)
+    malformed_rate: float = _flag("synthetic: fraction with one broken SSE line", 0.0)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(f"{f.name}={getattr(self, f.name)!r}: choose from {choices}")
+        for name in ("fail_rate", "disconnect_rate", "stall_rate", "malformed_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1]")
+        if self.max_concurrency < 0 or self.max_queue < 0 or self.max_output_tokens < 1:
+            raise ValueError("max_concurrency/max_queue must be >= 0, max_output_tokens >= 1")
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """A copy with some fields replaced (validated again)."""
+        return replace(self, **overrides)
+
+
+def _converter(f: Any) -> Any:
+    default = f.default if f.default is not MISSING else None
+    if isinstance(default, bool):
+        return lambda s: s.lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int
+    if isinstance(default, float):
+        return float
+    return str
+
+
+def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The ``python -m target_server`` parser; defaults come from ``env`` (os.environ)."""
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(
+        prog="python -m target_server",
+        description="llmload's bundled OpenAI-compatible streaming server.",
+        epilog=f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG>.",
+    )
+    for f in fields(Settings):
+        conv = _converter(f)
+        env_name = ENV_PREFIX + f.name.upper()
+        default = f.default
+        if env_name in env and env[env_name] != "":
+            default = conv(env[env_name])
+        shown = "(set)" if f.name == "api_key" and default else default
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            type=conv,
+            default=default,
+            choices=f.metadata.get("choices"),
+            help=f"{f.metadata['help']} [env {env_name}; default {shown}]",
+        )
+    return parser
+
+
+def parse_settings(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Flags, then env, then defaults -> a validated ``Settings``."""
+    parser = build_parser(env)
+    ns = parser.parse_args(argv)
+    try:
+        return Settings(**vars(ns))
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits

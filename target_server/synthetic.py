@@ -1,0 +1,156 @@
+"""The synthetic engine: exact, configurable latencies and injected faults, no model.
+
+Timing (from the moment ``generate`` is called, i.e. after admission):
+first token at ``ttft_ms + prefill_ms_per_token * prompt_tokens``, then one
+token every ``itl_ms`` (+ ``itl_growth_ms`` per other running request).  Every
+token has an absolute deadline, so sleeping late once does not delay the rest;
+``jitter_ms`` moves each deadline by a seeded uniform offset in
+``[-jitter, +jitter]`` around its nominal time (it never accumulates).
+
+Prompt tokens are counted as ``ceil(utf8_bytes / 4)`` (+4 per chat message).
+Output length is ``max_tokens`` with ``ignore_eos``; otherwise a seeded uniform
+draw in ``[max(min_tokens, 1), max_tokens]`` ending with ``finish_reason
+"stop"`` when shorter than ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import AsyncIterator
+from time import perf_counter
+from typing import Any
+
+from target_server.engine import (
+    EngineFault,
+    GenerationRequest,
+    PreparedRequest,
+    TokenPiece,
+    register,
+)
+
+VOCAB = tuple(
+    " " + w
+    for w in (
+        "the quick brown fox jumps over lazy dog and then some more tokens flow "
+        "steadily from a synthetic engine that keeps exact time for every stream "
+        "under load while clients measure latency throughput queue delay and errors"
+    ).split()
+)
+_PIECES = tuple(TokenPiece(w) for w in VOCAB)
+DEFAULT_MAX_CONTEXT = 32768
+
+
+def count_tokens(request: GenerationRequest) -> int:
+    """The synthetic tokenizer: ``ceil(utf8 bytes / 4)``, +4 per chat message."""
+    if request.messages is not None:
+        return sum(
+            4 + math.ceil(len(str(m.get("content") or "").encode()) / 4) for m in request.messages
+        )
+    return max(1, math.ceil(len((request.prompt or "").encode()) / 4))
+
+
+@register("synthetic")
+class SyntheticEngine:
+    """Tokens on a timetable; see the module docstring for the rules."""
+
+    name = "synthetic"
+
+    def __init__(self, settings: Any):
+        self.settings = settings
+        self.model_name: str = settings.model_name or "llmload-synthetic"
+        self.max_context: int = settings.max_context or DEFAULT_MAX_CONTEXT
+        self.max_output_tokens: int = settings.max_output_tokens
+        self._rng = random.Random(settings.seed)
+        self._running = 0
+        self._ready = False
+
+    @property
+    def ready(self) -> bool:
+        """True once ``start`` has run."""
+        return self._ready
+
+    async def start(self) -> None:
+        """Nothing to load."""
+        self._ready = True
+
+    async def stop(self) -> None:
+        """Nothing to free."""
+        self._ready = False
+
+    def running(self) -> int:
+        """Requests currently generating."""
+        return self._running
+
+    def extra_metrics(self) -> dict[str, float]:
+        """No engine-specific gauges."""
+        return {}
+
+    def prepare(self, request: GenerationRequest) -> PreparedRequest:
+        """Count prompt tokens (no other work)."""
+        return PreparedRequest(request=request, prompt_tokens=count_tokens(request))
+
+    def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
+        """Draw this request's plan; raise ``EngineFault`` now for an injected failure."""
+        s, rng = self.settings, self._rng
+        start = perf_counter()
+        if s.fail_rate and rng.random() < s.fail_rate:
+            raise EngineFault("injected failure (--fail-rate)")
+        req = prepared.request
+        lrng = random.Random(req.seed) if req.seed is not None else rng
+        n = req.max_tokens
+        if not req.ignore_eos:
+            n = lrng.randint(max(req.min_tokens, 1), req.max_tokens)
+        faults: dict[int, str] = {}
+        for kind, rate in (
+            ("stall", s.stall_rate),
+            ("malformed", s.malformed_rate),
+            ("disconnect", s.disconnect_rate),
+        ):
+            if rate and n > 1 and rng.random() < rate:
+                faults[rng.randint(1, n - 1)] = kind
+        first = start + (s.ttft_ms + s.prefill_ms_per_token * prepared.prompt_tokens) / 1000.0
+        offset = lrng.randrange(len(VOCAB))
+        return self._tokens(n, first, offset, faults, req.stop, n == req.max_tokens)
+
+    async def _tokens(
+        self,
+        n: int,
+        first: float,
+        offset: int,
+        faults: dict[int, str],
+        stop: tuple[str, ...],
+        by_length: bool,
+    ) -> AsyncIterator[TokenPiece]:
+        s, rng, sleep = self.settings, self._rng, asyncio.sleep
+        itl, growth, jitter = s.itl_ms / 1000.0, s.itl_growth_ms / 1000.0, s.jitter_ms / 1000.0
+        nominal, prev, tail = first, 0.0, ""
+        self._running += 1
+        try:
+            for i in range(n):
+                if i:
+                    nominal += itl + growth * (self._running - 1)
+                deadline = nominal + rng.uniform(-jitter, jitter) if jitter else nominal
+                if faults.get(i) == "stall":
+                    nominal += s.stall_s
+                    deadline += s.stall_s
+                deadline = max(deadline, prev)
+                prev = deadline
+                delay = deadline - perf_counter()
+                if delay > 0:
+                    await sleep(delay)
+                piece = _PIECES[(offset + i) % len(_PIECES)]
+                if stop:
+                    tail = (tail + piece.text)[-64:]
+                    if any(x in tail for x in stop):
+                        yield TokenPiece("", finish_reason="stop")
+                        return
+                fault = faults.get(i)
+                last = i == n - 1
+                if fault is not None or last:
+                    reason = ("length" if by_length else "stop") if last else None
+                    piece = TokenPiece(piece.text, finish_reason=reason, fault=fault)  # type: ignore[arg-type]
+                yield piece
+        finally:
+            self._running -= 1
