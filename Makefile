@@ -64,6 +64,40 @@ lint: install ## ruff + mypy
 bench: install system-deps ## run the benchmarks and rewrite BENCHMARKS.md sections
 	$(PY) -m bench $(ARGS)
 
+# --- compose stack and dashboards (see README "Dashboards and the compose stack") ---
+COMPOSE := docker compose -f compose/docker-compose.yml
+WORKERS ?=
+define require_docker
+	@docker info >/dev/null 2>&1 || { echo "make $@: no Docker engine reachable ('docker info' failed). \
+	Start Docker (with the compose plugin) or point DOCKER_HOST at one; the stack cannot run without it." >&2; exit 1; }
+endef
+
+up: ## compose stack: target+nginx, Prometheus, Grafana (127.0.0.1:3000); TARGET=http://host:8000 watches yours; WORKERS=N runs a load test
+	$(require_docker)
+	@test -n "$$GF_ADMIN_PASSWORD" || { echo "make up: set GF_ADMIN_PASSWORD (Grafana's admin password; there is no admin/admin default)" >&2; exit 1; }
+	@set -e; profiles=bundled; \
+	if [ -n "$(TARGET)" ]; then \
+	  url="$(TARGET)"; scheme="$${url%%://*}"; hostport="$${url#*://}"; hostport="$${hostport%%/*}"; \
+	  case "$$hostport" in *:*) ;; *) [ "$$scheme" = https ] && hostport="$$hostport:443" || hostport="$$hostport:80";; esac; \
+	  loop='s#^(localhost|127\.0\.0\.1)([:/]|$$)#host.docker.internal\2#'; \
+	  export LLMLOAD_UPSTREAM="$$(echo "$$hostport" | sed -E "$$loop")" LLMLOAD_UPSTREAM_SCHEME="$$scheme"; \
+	  export LLMLOAD_TARGET="$$scheme://$$(echo "$${url#*://}" | sed -E "$$loop")"; \
+	  profiles=external; \
+	fi; \
+	if [ -n "$(WORKERS)" ]; then profiles="$$profiles,load"; fi; \
+	export COMPOSE_PROFILES="$$profiles" WORKERS="$(or $(WORKERS),2)" USERS="$(USERS)" SPAWN_RATE="$(SPAWN_RATE)" \
+	  PACING="$(PACING)" DURATION="$(DURATION)" MODES="$(MODES)" SCENARIO="$(SCENARIO)" METRICS_PORT="$(METRICS_PORT)"; \
+	$(COMPOSE) up -d --build $(if $(WORKERS),--scale locust-worker=$(WORKERS)); \
+	echo "up ($$profiles): Grafana http://127.0.0.1:$${GRAFANA_PORT:-3000} (admin + GF_ADMIN_PASSWORD), Prometheus http://127.0.0.1:$${PROMETHEUS_PORT:-9090}"
+
+down: ## stop the compose stack (volumes kept; ARGS=-v removes them)
+	$(require_docker)
+	COMPOSE_PROFILES=bundled,external,load GF_ADMIN_PASSWORD="$${GF_ADMIN_PASSWORD:-unused-by-down}" $(COMPOSE) down $(ARGS)
+
+dashboards: install ## regenerate dashboards/json/ from dashboards/*.py and validate it
+	$(PY) -m dashboards build
+	$(PY) -m dashboards check
+
 clean: ## remove caches (keeps .venv and runs/)
 	find . -name __pycache__ -prune -exec rm -rf {} +
 	rm -rf .pytest_cache .mypy_cache .ruff_cache
