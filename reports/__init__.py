@@ -1,1 +1,26 @@
-"""llmload: reports."""
+"""llmload reports: statistics, comparison tables, HTML/Markdown/JSON/JUnit output, the CI gate.
+
+The runner calls ``build_run(run_dir, slo)`` at the end of a run and prints
+``render_terminal(summary)``.  Imports are lazy so ``import reports`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_run", "render_terminal"]
+
+
+def build_run(run_dir: Path | str, slo: str | None = None) -> dict[str, Any]:
+    """Write summary.json, summary.md and report.html into ``run_dir``; return the summary."""
+    from reports.build import build_run as _build
+
+    return _build(run_dir, slo)
+
+
+def render_terminal(summary: dict[str, Any]) -> str:
+    """The compact end-of-run text for a summary (pure)."""
+    from reports.markdown import render_terminal as _render
+
+    return _render(summary)

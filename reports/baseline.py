@@ -1,0 +1,105 @@
+"""Baselines: what the gate needs of a run's distribution (per mode, per metric), as JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from loadtests.record import RequestRecord
+from reports.loader import Run
+from reports.redact import redact_value
+from reports.stats import percentile
+
+SCHEMA = 1
+KIND = "llmload-baseline"
+#: a group with more values than this is stored as that many evenly spaced quantiles
+MAX_VALUES = 4000
+GATED_METRICS = ("ttft", "e2e", "tpot", "itl")
+
+
+class BaselineError(Exception):
+    """The baseline file is missing, unreadable or not a baseline."""
+
+
+def metric_values(records: list[RequestRecord], metric: str) -> list[float]:
+    """Milliseconds of ``metric`` over the successful records (ITL: every gap, pooled)."""
+    ok = [r for r in records if r.ok]
+    if metric == "itl":
+        return [g * 1000 for r in ok for g in r.itl_s]
+    attr = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}[metric]
+    vals = (getattr(r, attr) for r in ok)
+    return [v * 1000 for v in vals if v is not None and math.isfinite(v)]
+
+
+def compact(values: list[float]) -> dict[str, Any]:
+    """Sorted values rounded to 10 µs, or a quantile sketch of ``MAX_VALUES`` points when larger."""
+    xs = sorted(values)
+    n = len(xs)
+    if n > MAX_VALUES:
+        xs = [percentile(xs, 100.0 * (i + 0.5) / MAX_VALUES) for i in range(MAX_VALUES)]
+    return {"n": n, "sketch": n > MAX_VALUES, "values_ms": [round(x, 2) for x in xs]}
+
+
+def make_baseline(run: Run) -> dict[str, Any]:
+    """The baseline document for ``run`` (warm-up excluded)."""
+    measured = run.measured
+    metrics: dict[str, dict[str, Any]] = {}
+    for metric in GATED_METRICS:
+        for mode in sorted({r.mode for r in measured}):
+            vals = metric_values([r for r in measured if r.mode == mode], metric)
+            if vals:
+                metrics.setdefault(metric, {})[mode] = compact(vals)
+    meta = redact_value(
+        {
+            k: run.meta.get(k)
+            for k in (
+                "target",
+                "model",
+                "protocol",
+                "label",
+                "config",
+                "workload",
+                "versions",
+                "host",
+            )
+        }
+    )
+    return {
+        "schema": SCHEMA,
+        "kind": KIND,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "source_run": run.name,
+        "records": len(measured),
+        "run": meta,
+        "metrics": metrics,
+    }
+
+
+def write_baseline(run: Run, out: Path) -> dict[str, Any]:
+    """Write the baseline of ``run`` to ``out`` and return it."""
+    doc = make_baseline(run)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, separators=(",", ":")) + "\n", encoding="utf-8")
+    return doc
+
+
+def read_baseline(path: Path) -> dict[str, Any]:
+    """Load and check a baseline file; ``BaselineError`` says what is wrong."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise BaselineError(f"baseline {path} does not exist") from exc
+    except (OSError, ValueError) as exc:
+        raise BaselineError(f"baseline {path} is unreadable: {exc}") from exc
+    if (
+        not isinstance(doc, dict)
+        or doc.get("kind") != KIND
+        or not isinstance(doc.get("metrics"), dict)
+    ):
+        raise BaselineError(
+            f"{path} is not an llmload baseline (make one with `python -m reports baseline`)"
+        )
+    return doc

@@ -1,0 +1,30 @@
+"""Thin I/O: read a run directory, write ``summary.json``, ``summary.md`` and ``report.html``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from reports.html import render_html
+from reports.loader import load_run
+from reports.markdown import render_markdown
+from reports.summary import build_summary
+
+
+def build_run(run_dir: Path | str, slo: str | None = None) -> dict[str, Any]:
+    """Write the run's summary.json, summary.md and report.html; return the summary."""
+    run = load_run(run_dir)
+    summary = build_summary(run, slo)
+    out = Path(run_dir)
+    _write(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    _write(out / "summary.md", render_markdown(summary))
+    _write(out / "report.html", render_html(run, summary))
+    return summary
+
+
+def _write(path: Path, text: str) -> None:
+    """Write atomically so a reader never sees half a report."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

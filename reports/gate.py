@@ -1,0 +1,213 @@
+"""The CI gate: is this run's percentile worse than the baseline's, beyond noise?
+
+Method.  For each gated mode, the statistic is the ratio ``P_q(run) / P_q(baseline)``
+of the ``q``-th percentiles (linear interpolation).  Its uncertainty comes from a
+bootstrap that resamples *both* samples (``B`` resamples, fixed seed, so the same
+inputs always give the same verdict).  With confidence ``c`` (default 0.95) the
+one-sided bounds are the ``1-c`` and ``c`` quantiles of the bootstrap ratios.
+
+* fail (exit 1): the lower bound exceeds ``1 + max_regression`` — the run is
+  worse than allowed, with confidence; or an absolute limit is breached.
+* inconclusive (exit 2): too few samples (fewer than ``max(30, 3 / (1 - q))``
+  on either side), or the interval is so wide that it spans both "no change"
+  (< 1) and twice the allowed regression — the run cannot tell them apart.
+* pass (exit 0): otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from reports.baseline import metric_values
+from reports.loader import Run
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
+DEFAULT_SEED = 20240607
+DEFAULT_RESAMPLES = 2000
+
+
+@dataclass
+class GateConfig:
+    """What to gate and how strictly."""
+
+    metric: str = "ttft"
+    percentile: float = 95.0
+    max_regression: float = 0.10
+    confidence: float = 0.95
+    max_ttft_p95_ms: float | None = None
+    modes: list[str] | None = None
+    min_samples: int | None = None
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+
+    def needed(self) -> int:
+        """Minimum samples per side: at least 3 expected beyond the percentile, and 30."""
+        if self.min_samples is not None:
+            return self.min_samples
+        tail = max(1.0 - self.percentile / 100.0, 1e-6)
+        return max(30, math.ceil(3.0 / tail - 1e-9))
+
+
+@dataclass
+class Check:
+    """One decision (a relative check per mode, or an absolute limit) with its numbers."""
+
+    name: str
+    verdict: str
+    reason: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GateResult:
+    """All checks and the overall verdict (fail beats inconclusive beats pass)."""
+
+    config: GateConfig
+    checks: list[Check]
+    run_name: str = ""
+    baseline_name: str = ""
+
+    @property
+    def verdict(self) -> str:
+        verdicts = {c.verdict for c in self.checks}
+        if FAIL in verdicts:
+            return FAIL
+        if INCONCLUSIVE in verdicts or not self.checks:
+            return INCONCLUSIVE
+        return PASS
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.verdict]
+
+
+def bootstrap_ratio(
+    base: np.ndarray, base_n: int, run: np.ndarray, run_n: int, q: float, resamples: int, seed: int
+) -> np.ndarray:
+    """Bootstrap distribution of ``P_q(run*) / P_q(base*)``; ``*_n`` is each resample's size."""
+    rng = np.random.default_rng(seed)
+    out = np.empty(resamples)
+    chunk = max(1, 4_000_000 // max(base_n, run_n, 1))
+    for start in range(0, resamples, chunk):
+        k = min(chunk, resamples - start)
+        b = base[rng.integers(0, base.size, size=(k, base_n))]
+        r = run[rng.integers(0, run.size, size=(k, run_n))]
+        out[start : start + k] = np.percentile(r, q, axis=1) / np.percentile(b, q, axis=1)
+    return out
+
+
+def relative_check(
+    mode: str, base: dict[str, Any], run_vals: list[float], cfg: GateConfig
+) -> Check:
+    """Compare one mode's run values against its baseline entry."""
+    q, limit = cfg.percentile, 1.0 + cfg.max_regression
+    name = f"{cfg.metric} p{q:g} {mode}"
+    bvals = np.asarray(base["values_ms"], dtype=float)
+    bn, rn = int(base["n"]), len(run_vals)
+    nums: dict[str, Any] = {
+        "mode": mode,
+        "baseline_n": bn,
+        "run_n": rn,
+        "max_regression_pct": cfg.max_regression * 100,
+    }
+    need = cfg.needed()
+    if bn < need or rn < need:
+        return Check(
+            name,
+            INCONCLUSIVE,
+            f"too few samples for p{q:g}: baseline {bn}, run {rn} "
+            f"(need at least {need} each; run longer)",
+            nums,
+        )
+    rvals = np.asarray(run_vals, dtype=float)
+    b_p = float(np.percentile(bvals, q))
+    r_p = float(np.percentile(rvals, q))
+    ratios = bootstrap_ratio(bvals, bn, rvals, rn, q, cfg.resamples, cfg.seed)
+    alpha = 1.0 - cfg.confidence
+    lo, hi = (float(x) for x in np.quantile(ratios, [alpha, 1.0 - alpha]))
+    ratio = r_p / b_p if b_p > 0 else math.inf
+    nums.update(
+        baseline_ms=b_p,
+        run_ms=r_p,
+        change_pct=(ratio - 1) * 100,
+        ci_low_pct=(lo - 1) * 100,
+        ci_high_pct=(hi - 1) * 100,
+        confidence=cfg.confidence,
+        resamples=cfg.resamples,
+        seed=cfg.seed,
+    )
+    conf = f"{cfg.confidence:.0%}"
+    what = (
+        f"p{q:g} {cfg.metric} {mode}: {b_p:.1f} ms → {r_p:.1f} ms ({(ratio - 1) * 100:+.1f}%; "
+        f"{conf} one-sided bounds {(lo - 1) * 100:+.1f}% … {(hi - 1) * 100:+.1f}%)"
+    )
+    allowed = f"allowed +{cfg.max_regression * 100:g}%"
+    if lo > limit:
+        return Check(
+            name, FAIL, f"{what}: regression beyond {allowed} with {conf} confidence", nums
+        )
+    if lo < 1.0 and hi > 1.0 + 2 * cfg.max_regression:
+        return Check(
+            name,
+            INCONCLUSIVE,
+            f"{what}: too noisy to tell no change from twice the "
+            f"{allowed}; run longer or on a quieter machine",
+            nums,
+        )
+    if ratio > limit:
+        return Check(
+            name, PASS, f"{what}: above {allowed} but within noise (not significant)", nums
+        )
+    return Check(name, PASS, f"{what}: within {allowed}", nums)
+
+
+def absolute_check(mode: str, vals: list[float], limit_ms: float) -> Check:
+    """``--max-ttft-p95-ms``: the run's TTFT p95 against a fixed limit."""
+    name = f"ttft p95 {mode} <= {limit_ms:g} ms"
+    if not vals:
+        return Check(name, INCONCLUSIVE, f"no successful {mode} requests to check", {"mode": mode})
+    p95 = float(np.percentile(np.asarray(vals), 95))
+    nums = {"mode": mode, "run_ms": p95, "limit_ms": limit_ms, "run_n": len(vals)}
+    if p95 > limit_ms:
+        return Check(
+            name, FAIL, f"TTFT p95 {mode} {p95:.1f} ms exceeds the limit {limit_ms:g} ms", nums
+        )
+    return Check(name, PASS, f"TTFT p95 {mode} {p95:.1f} ms within the limit {limit_ms:g} ms", nums)
+
+
+def gated_modes(baseline: dict[str, Any], run: Run, cfg: GateConfig) -> list[str]:
+    """The modes to gate: those asked for, else stream when both have it, else all shared."""
+    base_modes = set(baseline["metrics"].get(cfg.metric, {}))
+    run_modes = {r.mode for r in run.measured}
+    if cfg.modes:
+        return list(cfg.modes)
+    if "stream" in base_modes and "stream" in run_modes:
+        return ["stream"]
+    return sorted(base_modes | run_modes)
+
+
+def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
+    """Every check for ``run`` against ``baseline`` (pure apart from the seeded bootstrap)."""
+    checks: list[Check] = []
+    per_mode = baseline["metrics"].get(cfg.metric, {})
+    for mode in gated_modes(baseline, run, cfg):
+        vals = metric_values([r for r in run.measured if r.mode == mode], cfg.metric)
+        if mode not in per_mode:
+            checks.append(
+                Check(
+                    f"{cfg.metric} {mode}",
+                    INCONCLUSIVE,
+                    f"the baseline has no {cfg.metric} values for mode {mode}",
+                )
+            )
+            continue
+        checks.append(relative_check(mode, per_mode[mode], vals, cfg))
+        if cfg.max_ttft_p95_ms is not None:
+            ttft = metric_values([r for r in run.measured if r.mode == mode], "ttft")
+            checks.append(absolute_check(mode, ttft, cfg.max_ttft_p95_ms))
+    return GateResult(cfg, checks, run.name, str(baseline.get("source_run", "")))

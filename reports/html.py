@@ -1,0 +1,250 @@
+"""``report.html``: one self-contained page (inline CSS and SVG, no script, no network)."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+from reports import timeseries as ts
+from reports.charts import Axes, render
+from reports.loader import Run
+from reports.markdown import (
+    PHASE_HEADER,
+    comparison_rows,
+    diag_hint,
+    fmt_ms,
+    fmt_rate,
+    phase_row,
+)
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
+max-width:1240px;color:#222;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+.muted,.note{color:#777;font-size:12px}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:14px 0}
+.card{border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:150px}
+.card b{display:block;font-size:22px}.card span{color:#666;font-size:12px}
+.card.bad{border-color:#d62728}.card.bad b{color:#d62728}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f6f6f6}
+.grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:12px}
+figure.chart{margin:0;border:1px solid #eee;border-radius:6px;padding:6px}
+figcaption{font-weight:600;margin-bottom:2px}
+svg{width:100%;height:auto;font-size:11px}svg text{fill:#444}
+.grid{stroke:#eee}.frame{fill:none;stroke:#bbb}.axis{fill:#333;font-size:12px}
+.bandlabel{fill:#999;font-size:10px}
+.legend{font-size:12px;display:flex;flex-wrap:wrap;gap:4px 12px}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
+.bar{background:#d62728;height:10px;display:inline-block}
+.diag{border-left:4px solid #ff7f0e;background:#fff7ec;padding:6px 10px;margin:6px 0}
+pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}
+"""
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(c.replace('**', ''))}</td>" for c in r) + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _cards(summary: dict[str, Any]) -> str:
+    """Headline numbers: TTFT p50/p95 per mode, stream tokens/s, errors, goodput."""
+    cards = []
+    phases = summary["phases"]
+    for mode in ("sync", "stream"):
+        g = next((p for p in phases.values() if p["mode"] == mode), None)
+        if g:
+            t = g["ttft_ms"]
+            cards.append(
+                (f"{fmt_ms(t['p50'])} / {fmt_ms(t['p95'])} ms", f"TTFT p50 / p95 · {mode}", False)
+            )
+    comp = summary.get("comparison")
+    if comp:
+        imp = comp["scenarios"]["all"]["ttft_ms_p50_improvement_pct"]
+        if imp is not None:
+            cards.append((f"{imp:.0f}%", "TTFT p50 cut by streaming", False))
+    for mode in ("stream", "sync"):
+        g = next((p for p in phases.values() if p["mode"] == mode), None)
+        if g:
+            cards.append((fmt_rate(g["output_tokens_per_s"]), f"output tokens/s · {mode}", False))
+            break
+    total = sum(p["count"] for p in phases.values())
+    errs = sum(p["count"] - p["ok"] for p in phases.values())
+    cards.append((f"{errs} / {total}", "errors / requests", errs > 0))
+    good = sum(p["slo_met"] for p in phases.values())
+    cards.append((f"{good / total:.0%}" if total else "–", f"met SLO {summary['slo']}", False))
+    corrupt = summary["input"]["corrupt_lines"]
+    if corrupt:
+        cards.append((str(corrupt), "corrupt lines skipped", True))
+    return (
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card{" bad" if bad else ""}"><b>{escape(v)}</b>'
+            f"<span>{escape(k)}</span></div>"
+            for v, k, bad in cards
+        )
+        + "</div>"
+    )
+
+
+def _charts(run: Run) -> str:
+    recs = run.measured or run.records
+    t0 = ts.origin(run.records)
+    bands = ts.phase_bands(run.meta, t0)
+    tps, inflight = ts.throughput_and_inflight(run.records, t0)
+    ok = [r for r in recs if r.ok]
+    itl = [g * 1000 for r in ok for g in r.itl_s]
+    per_tok = [g * 1000 for r in ok for g in ts.per_token_gaps(r)]
+    charts = [
+        Axes(
+            "TTFT distribution (CDF) per mode and scenario",
+            "TTFT (ms)",
+            "fraction ≤ x",
+            "chart-ttft-cdf",
+            ts.ttft_cdfs(recs),
+        ),
+        Axes(
+            "Latency over time (phases shaded)",
+            "seconds since start",
+            "ms",
+            "chart-latency-time",
+            ts.latency_over_time(run.records, t0),
+            bands,
+        ),
+        Axes(
+            "Output tokens/s over time",
+            "seconds since start",
+            "tokens/s",
+            "chart-throughput",
+            [tps],
+            bands,
+        ),
+        Axes(
+            "Requests in flight over time",
+            "seconds since start",
+            "requests",
+            "chart-inflight",
+            [inflight],
+            bands,
+        ),
+        Axes(
+            "Inter-token latency distribution",
+            "ms",
+            "gaps",
+            "chart-itl",
+            [
+                s
+                for s in (ts.distribution(itl, "per event"), ts.distribution(per_tok, "per token"))
+                if s.points
+            ],
+            note="Gaps between content events (per event) and divided by tokens per event.",
+        ),
+        Axes(
+            "Errors over time (by class)",
+            "seconds since start",
+            "errors per bin",
+            "chart-errors-time",
+            ts.errors_over_time(run.records, t0),
+            bands,
+            note="" if any(not r.ok for r in run.records) else "No errors in this run.",
+        ),
+    ]
+    timed = [
+        (r.ttft_s - r.server_ttft_s) * 1000
+        for r in ok
+        if r.mode == "stream" and r.ttft_s is not None and r.server_ttft_s is not None
+    ]
+    if timed:
+        charts.append(
+            Axes(
+                "Client minus server TTFT",
+                "ms (network, proxy, client)",
+                "requests",
+                "chart-client-server",
+                [ts.distribution(timed, "client − server")],
+                y_zero=True,
+            )
+        )
+    return '<div class="grid2">' + "".join(render(c) for c in charts) + "</div>"
+
+
+def _errors(summary: dict[str, Any]) -> str:
+    totals: dict[str, int] = {}
+    for p in summary["phases"].values():
+        for cls, n in p["errors"].items():
+            totals[cls] = totals.get(cls, 0) + n
+    if not totals:
+        return "<p>No failed requests.</p>"
+    top = max(totals.values())
+    rows = "".join(
+        f"<tr><td>{escape(c)}</td><td>{n}</td><td>"
+        f'<span class="bar" style="width:{200 * n / top:.0f}px"></span></td></tr>'
+        for c, n in sorted(totals.items(), key=lambda kv: -kv[1])
+    )
+    return (
+        f'<table id="errors-table"><tr><th>class</th><th>requests</th><th></th></tr>{rows}</table>'
+    )
+
+
+def _metadata(summary: dict[str, Any]) -> str:
+    run = summary.get("run", {})
+    keys = ("target", "model", "protocol", "label", "status", "started_at", "ended_at", "command")
+    rows = [[k, str(run[k])] for k in keys if run.get(k) is not None]
+    rows.append(["SLO", summary["slo"]])
+    rows.append(["percentiles", summary["percentile_method"]])
+    blocks = "".join(
+        f"<h3>{escape(k)}</h3><pre>{escape(json.dumps(run[k], indent=2, sort_keys=True))}</pre>"
+        for k in ("config", "workload", "phases", "versions", "host")
+        if run.get(k)
+    )
+    return _table(["", ""], rows) + blocks
+
+
+def render_html(run: Run, summary: dict[str, Any]) -> str:
+    """The whole report page."""
+    title = f"llmload run {summary['run_id']}"
+    parts = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="muted">{escape(str(summary["run"].get("target") or ""))} · '
+        f"{escape(str(summary['run'].get('model') or ''))} · "
+        f"generated {summary['generated_at']}</p>",
+        _cards(summary),
+    ]
+    for d in summary.get("diagnostics") or []:
+        parts.append(
+            f'<div class="diag"><b>{escape(str(d.get("code")))}</b> — {escape(diag_hint(d))}</div>'
+        )
+    rows = comparison_rows(summary)
+    if rows:
+        parts.append("<h2>Sync vs streaming (p50, ms)</h2>")
+        parts.append(
+            _table(
+                ["request type", "sync", "streaming", "improvement", "requests sync / stream"], rows
+            )
+        )
+    parts.append("<h2>Charts</h2>" + _charts(run))
+    prow = []
+    for name, g in summary["phases"].items():
+        prow.append(phase_row(name, g))
+        prow += [phase_row(f"{name} / {s}", sg) for s, sg in g["scenarios"].items()]
+    parts.append("<h2>Phases and scenarios</h2>" + _table(PHASE_HEADER, prow))
+    parts.append("<h2>Errors</h2>" + _errors(summary))
+    inp = summary["input"]
+    parts.append(
+        f"<h2>Data</h2><p>{inp['records']} records, {inp['warmup_records']} warm-up "
+        f"(left out of statistics), {inp['corrupt_lines']} corrupt lines skipped.</p>"
+    )
+    parts.append("<h2>Run metadata</h2>" + _metadata(summary))
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        + "\n".join(parts)
+        + "</body></html>\n"
+    )

@@ -1,0 +1,82 @@
+"""Read a run directory (``run.json`` + ``requests.jsonl``) into a ``Run``, tolerating bad lines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtests.record import RequestRecord
+from reports.redact import redact_url
+
+
+class RunError(Exception):
+    """The run directory cannot be read at all (missing, empty, not a run)."""
+
+
+@dataclass
+class Run:
+    """One run: its metadata, its records (warm-up included) and what could not be read."""
+
+    path: Path
+    meta: dict[str, Any]
+    records: list[RequestRecord]
+    corrupt_lines: list[int] = field(default_factory=list)
+
+    @property
+    def measured(self) -> list[RequestRecord]:
+        """Records that count for statistics (warm-up excluded)."""
+        return [r for r in self.records if not is_warmup(r)]
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("run_id") or self.path.name)
+
+
+def is_warmup(record: RequestRecord) -> bool:
+    """Warm-up records are kept in the run but left out of every statistic."""
+    return record.warmup or record.phase == "warmup"
+
+
+def load_run(path: Path | str) -> Run:
+    """Load ``path``; a corrupt ``requests.jsonl`` line is skipped and counted, never fatal."""
+    run_dir = Path(path)
+    if not run_dir.exists():
+        raise RunError(f"run directory {run_dir} does not exist")
+    if not run_dir.is_dir():
+        raise RunError(f"{run_dir} is not a directory (expected a run directory)")
+    requests_path = run_dir / "requests.jsonl"
+    if not requests_path.exists():
+        raise RunError(f"{run_dir} has no requests.jsonl (not a run directory?)")
+    meta = _load_meta(run_dir / "run.json")
+    records: list[RequestRecord] = []
+    corrupt: list[int] = []
+    with requests_path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                if not isinstance(data, dict):
+                    raise ValueError("not a JSON object")
+                records.append(RequestRecord.from_dict(data))
+            except (ValueError, TypeError):
+                corrupt.append(lineno)
+    if not records:
+        detail = f" ({len(corrupt)} corrupt lines)" if corrupt else ""
+        raise RunError(f"{requests_path} holds no readable records{detail}: the run is empty")
+    return Run(path=run_dir, meta=meta, records=records, corrupt_lines=corrupt)
+
+
+def _load_meta(path: Path) -> dict[str, Any]:
+    """``run.json`` decoded, with the target redacted again; ``{}`` when missing or unreadable."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"_meta_error": f"{path.name} missing or unreadable"}
+    if not isinstance(meta, dict):
+        return {"_meta_error": f"{path.name} is not a JSON object"}
+    if isinstance(meta.get("target"), str):
+        meta["target"] = redact_url(meta["target"])
+    return meta

@@ -1,0 +1,222 @@
+"""Render a summary as Markdown (``summary.md``) and as the runner's end-of-run terminal text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DIAGNOSTIC_HINTS = {
+    "proxy_buffering": (
+        "Streamed tokens arrived all at once at the end of the response: a proxy in front of "
+        "the server is buffering the stream (nginx: `proxy_buffering off;` or send "
+        "`X-Accel-Buffering: no`)."
+    ),
+}
+
+
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds as a short readable number."""
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
+
+
+def fmt_rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def fmt_pct(value: float | None) -> str:
+    """An improvement: ``↓77%`` when streaming is faster, ``↑12%`` when slower."""
+    if value is None:
+        return "–"
+    return f"↓{value:.0f}%" if value >= 0 else f"↑{-value:.0f}%"
+
+
+def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """The seeds' table: scenario, sync first/total, stream first/total, improvement."""
+    comp = summary.get("comparison")
+    if not comp:
+        return []
+    rows = []
+    for name, c in comp["scenarios"].items():
+        rows.append(
+            [
+                name,
+                f"first {fmt_ms(c['sync_ttft_ms_p50'])} / total {fmt_ms(c['sync_e2e_ms_p50'])}",
+                f"first {fmt_ms(c['stream_ttft_ms_p50'])} / total {fmt_ms(c['stream_e2e_ms_p50'])}",
+                f"first {fmt_pct(c['ttft_ms_p50_improvement_pct'])}, "
+                f"total {fmt_pct(c['e2e_ms_p50_improvement_pct'])}",
+                f"{c['sync_count']} / {c['stream_count']}",
+            ]
+        )
+    return rows
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def phase_row(name: str, g: dict[str, Any]) -> list[str]:
+    errors = ", ".join(f"{k} {v}" for k, v in g["errors"].items()) or "0"
+    t, e = g["ttft_ms"], g["e2e_ms"]
+    return [
+        name,
+        g["mode"],
+        str(g["count"]),
+        errors,
+        f"{fmt_ms(t['p50'])} / {fmt_ms(t['p95'])} / {fmt_ms(t['p99'])}",
+        f"{fmt_ms(g['itl_ms']['p50'])} / {fmt_ms(g['itl_ms']['p95'])}",
+        fmt_ms(g["tpot_ms"]["p50"]),
+        f"{fmt_ms(e['p50'])} / {fmt_ms(e['p95'])}",
+        fmt_rate(g["output_tokens_per_s"]),
+        fmt_rate(g["requests_per_s"]),
+        fmt_rate(g["goodput_per_s"]),
+    ]
+
+
+PHASE_HEADER = [
+    "phase / scenario",
+    "mode",
+    "requests",
+    "errors",
+    "TTFT p50 / p95 / p99 (ms)",
+    "ITL p50 / p95 (ms)",
+    "TPOT p50 (ms)",
+    "E2E p50 / p95 (ms)",
+    "out tok/s",
+    "req/s",
+    "goodput/s",
+]
+
+
+INTENDED = ("schedule_delay_ms", "ttft_from_intended_ms", "e2e_from_intended_ms")
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    """``summary.md``: the comparison table first, then per phase and per scenario detail."""
+    run = summary.get("run", {})
+    out = [
+        f"# llmload run `{summary['run_id']}`"
+        + (f" — {summary['label']}" if summary.get("label") else "")
+    ]
+    facts = [
+        ("target", run.get("target")),
+        ("model", run.get("model")),
+        ("protocol", run.get("protocol")),
+        ("status", run.get("status")),
+        ("SLO (goodput)", summary["slo"]),
+    ]
+    out.append("\n".join(f"- **{k}**: `{v}`" for k, v in facts if v))
+    rows = comparison_rows(summary)
+    if rows:
+        out.append("## Sync vs streaming\n\nMedian (p50) of successful requests, milliseconds.")
+        out.append(
+            table(
+                [
+                    "request type",
+                    "sync (ms)",
+                    "streaming (ms)",
+                    "improvement",
+                    "requests sync / stream",
+                ],
+                rows,
+            )
+        )
+    prow = []
+    for name, g in summary["phases"].items():
+        prow.append(phase_row(f"**{name}**", g))
+        if len(g["scenarios"]) > 1:
+            prow += [phase_row(f"{name} / {s}", sg) for s, sg in g["scenarios"].items()]
+    out.append("## Phases and scenarios")
+    out.append(table(PHASE_HEADER, prow) if prow else "_No measured requests._")
+    out += _extras(summary)
+    return "\n\n".join(out) + "\n"
+
+
+def _extras(summary: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for name, g in summary["phases"].items():
+        if "ttft_by_turn_ms" in g:
+            rows = [
+                [t, str(d["n"]), fmt_ms(d["p50"]), fmt_ms(d["p95"])]
+                for t, d in g["ttft_by_turn_ms"].items()
+            ]
+            out.append(f"### TTFT per turn — {name}\n\n" + table(["turn", "n", "p50", "p95"], rows))
+        if "ttft_from_intended_ms" in g:
+            rows = [
+                [k, fmt_ms(g[k]["p50"]), fmt_ms(g[k]["p95"]), fmt_ms(g[k]["p99"])] for k in INTENDED
+            ]
+            out.append(
+                f"### From the intended send time (open loop) — {name}\n\n"
+                + table(["metric", "p50", "p95", "p99"], rows)
+            )
+    inp = summary["input"]
+    quality = [
+        f"- records: {inp['records']} ({inp['warmup_records']} warm-up, left out of statistics)",
+        f"- corrupt lines skipped in requests.jsonl: {inp['corrupt_lines']}",
+    ]
+    if inp.get("run_json") != "ok":
+        quality.append("- run.json: missing or unreadable (phase times taken from the records)")
+    for name, g in summary["phases"].items():
+        if "token_count_mismatch" in g:
+            m = g["token_count_mismatch"]
+            quality.append(
+                f"- {name}: server usage vs client token count differ in "
+                f"{m['mismatched']}/{m['compared']} requests ({m['rate']:.1%})"
+            )
+        if "client_minus_server_ttft_ms" in g:
+            d = g["client_minus_server_ttft_ms"]
+            quality.append(
+                f"- {name}: client − server TTFT p50 {fmt_ms(d['p50'])} ms, "
+                f"p95 {fmt_ms(d['p95'])} ms (network + proxy + client)"
+            )
+        if g["itl_per_token_ms"]["n"] and g["itl_ms"]["n"]:
+            quality.append(
+                f"- {name}: ITL per event p50 {fmt_ms(g['itl_ms']['p50'])} ms, "
+                f"per token p50 {fmt_ms(g['itl_per_token_ms']['p50'])} ms"
+            )
+    out.append("## Data quality\n\n" + "\n".join(quality))
+    out.append(f"Percentiles: {summary['percentile_method']}.")
+    diags = summary.get("diagnostics") or []
+    if diags:
+        lines = [f"- **`{d.get('code')}`** — {diag_hint(d)}" for d in diags]
+        out.append("## Diagnostics\n\n" + "\n".join(lines))
+    return out
+
+
+def diag_hint(d: dict[str, Any]) -> str:
+    """The plain-language hint of a diagnostic (its own, else ours)."""
+    text = d.get("hint") or d.get("message") or DIAGNOSTIC_HINTS.get(str(d.get("code")), "")
+    return str(text)
+
+
+def render_terminal(summary: dict[str, Any]) -> str:
+    """A compact plain-text summary the runner prints at the end of a run."""
+    lines = [f"llmload run {summary['run_id']}"]
+    rows = comparison_rows(summary)
+    if rows:
+        lines.append("sync vs streaming (p50 ms):")
+        width = max(len(r[0]) for r in rows)
+        for r in rows:
+            lines.append(f"  {r[0]:<{width}}  sync {r[1]:<28} stream {r[2]:<28} {r[3]}")
+    header = (
+        f"  {'phase':<10} {'mode':<6} {'reqs':>6} {'err':>5} {'TTFT p50':>9} {'p95':>7} "
+        f"{'ITL p50':>8} {'E2E p50':>8} {'tok/s':>8} {'goodput/s':>9}"
+    )
+    lines.append(header)
+    for name, g in summary["phases"].items():
+        errs = g["count"] - g["ok"]
+        lines.append(
+            f"  {name:<10} {g['mode']:<6} {g['count']:>6} {errs:>5} "
+            f"{fmt_ms(g['ttft_ms']['p50']):>9} {fmt_ms(g['ttft_ms']['p95']):>7} "
+            f"{fmt_ms(g['itl_ms']['p50']):>8} {fmt_ms(g['e2e_ms']['p50']):>8} "
+            f"{fmt_rate(g['output_tokens_per_s']):>8} {fmt_rate(g['goodput_per_s']):>9}"
+        )
+    inp = summary["input"]
+    if inp["corrupt_lines"]:
+        lines.append(f"  ! {inp['corrupt_lines']} corrupt lines in requests.jsonl were skipped")
+    for d in summary.get("diagnostics") or []:
+        lines.append(f"  ! {d.get('code')}: {diag_hint(d)}")
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""Pure, exact statistics for reports: percentiles, distributions, binning.
+
+Percentile method: linear interpolation between closest ranks — numpy's default
+(``method="linear"``, Hyndman & Fan type 7).  For sorted values ``x[0..n-1]`` and
+a percentile ``p`` in [0, 100], the rank is ``h = (n - 1) * p / 100`` and the
+result ``x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)])``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+#: the percentiles every distribution in summary.json reports
+PERCENTILES = (50, 90, 95, 99)
+PERCENTILE_METHOD = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7)"
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0..100) of already sorted values, linear interpolation."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty sample")
+    if not 0.0 <= p <= 100.0:
+        raise ValueError(f"percentile must be in [0, 100], got {p}")
+    h = (len(sorted_values) - 1) * p / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = h - lo
+    return sorted_values[lo] + frac * (sorted_values[hi] - sorted_values[lo])
+
+
+def describe(values: Iterable[float | None], scale: float = 1.0) -> dict[str, float | int | None]:
+    """``n p50 p90 p95 p99 mean max`` of the non-null values, each multiplied by ``scale``."""
+    xs = sorted(v * scale for v in values if v is not None and math.isfinite(v))
+    out: dict[str, float | int | None] = {"n": len(xs)}
+    if not xs:
+        out.update({f"p{p}": None for p in PERCENTILES})
+        out.update(mean=None, max=None)
+        return out
+    for p in PERCENTILES:
+        out[f"p{p}"] = percentile(xs, p)
+    out["mean"] = math.fsum(xs) / len(xs)
+    out["max"] = xs[-1]
+    return out
+
+
+def ecdf_points(values: Sequence[float], max_points: int = 200) -> list[tuple[float, float]]:
+    """Points ``(value, fraction <= value)`` of the empirical CDF, at most ``max_points``."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return []
+    if n <= max_points:
+        return [(x, (i + 1) / n) for i, x in enumerate(xs)]
+    step = (n - 1) / (max_points - 1)
+    idx = sorted({round(i * step) for i in range(max_points)})
+    return [(xs[i], (i + 1) / n) for i in idx]
+
+
+def histogram(values: Sequence[float], bins: int = 40) -> tuple[list[float], list[int]]:
+    """Equal-width histogram over [min, p99.5]; the far tail goes in the last bin."""
+    xs = sorted(values)
+    if not xs:
+        return [], []
+    lo = xs[0]
+    hi = percentile(xs, 99.5)
+    if hi - lo < 0.02 * abs(lo) or hi <= lo:
+        # (nearly) constant values: centre them in a +-10% window instead of a sliver
+        mid = (lo + hi) / 2
+        lo, hi = mid - 0.1 * abs(mid) - 1e-9, mid + 0.1 * abs(mid) + 1e-9
+    width = (hi - lo) / bins
+    counts = [0] * bins
+    for x in xs:
+        counts[max(0, min(int((x - lo) / width), bins - 1))] += 1
+    edges = [lo + i * width for i in range(bins + 1)]
+    return edges, counts
+
+
+def downsample(items: Sequence[object], limit: int) -> list[object]:
+    """Every k-th item so that at most ``limit`` remain (deterministic, keeps order)."""
+    if len(items) <= limit:
+        return list(items)
+    step = len(items) / limit
+    return [items[int(i * step)] for i in range(limit)]
+
+
+def bin_width(span_s: float, max_bins: int = 240) -> float:
+    """A readable time-bin width (1, 2, 5, 10, ... seconds) giving at most ``max_bins`` bins."""
+    for width in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600):
+        if span_s / width <= max_bins:
+            return float(width)
+    return math.ceil(span_s / max_bins)

@@ -1,0 +1,217 @@
+"""Build ``summary.json``: per phase and per scenario statistics, comparison, diagnostics."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from loadtests.record import ERROR_CLASSES, RequestRecord
+from reports.loader import Run, is_warmup
+from reports.redact import redact_value
+from reports.slo import format_slo, parse_slo
+from reports.stats import PERCENTILE_METHOD, describe
+from reports.timeseries import per_token_gaps
+
+SCHEMA = 1
+MS = 1000.0
+
+
+def _meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
+    """An ok request that met every configured SLO (TPOT only when the request has one)."""
+    if not r.ok:
+        return False
+    checks = {"ttft": r.ttft_s, "e2e": r.e2e_s, "tpot": r.tpot_s}
+    for name, limit_ms in slo.items():
+        value = checks.get(name)
+        if value is None:
+            if name == "tpot":
+                continue
+            return False
+        if value * MS > limit_ms:
+            return False
+    return True
+
+
+def _span_s(records: Sequence[RequestRecord]) -> float:
+    """Wall time covered by the records (first start to last end) when no phase times exist."""
+    start = min(r.started_at for r in records)
+    end = max(r.started_at + (r.e2e_s or 0.0) for r in records)
+    return max(end - start, 1e-9)
+
+
+def group_stats(
+    records: Sequence[RequestRecord], duration_s: float, slo: dict[str, float]
+) -> dict[str, Any]:
+    """Counts, errors by class, latency distributions (ms) and rates for one group of records."""
+    ok = [r for r in records if r.ok]
+    errors = Counter(r.status for r in records if not r.ok)
+    modes = sorted({r.mode for r in records})
+    out: dict[str, Any] = {
+        "mode": modes[0] if len(modes) == 1 else "mixed",
+        "count": len(records),
+        "ok": len(ok),
+        "errors": {c: errors[c] for c in (*ERROR_CLASSES, *sorted(errors)) if errors.get(c)},
+        "error_rate": (len(records) - len(ok)) / len(records) if records else 0.0,
+        "duration_s": duration_s,
+        "ttft_ms": describe((r.ttft_s for r in ok), MS),
+        "itl_ms": describe((g for r in ok for g in r.itl_s), MS),
+        "tpot_ms": describe((r.tpot_s for r in ok), MS),
+        "e2e_ms": describe((r.e2e_s for r in ok), MS),
+        "itl_per_token_ms": describe((g for r in ok for g in per_token_gaps(r)), MS),
+        "ttst_ms": describe((r.ttst_s for r in ok), MS),
+        "headers_ms": describe((r.headers_s for r in ok), MS),
+        "output_tokens": describe(r.output_tokens for r in ok),
+        "decode_tokens_per_s": describe(1.0 / r.tpot_s for r in ok if r.tpot_s),
+    }
+    total_tokens = sum(r.output_tokens or 0 for r in records)
+    good = sum(_meets_slo(r, slo) for r in records)
+    out["output_tokens_total"] = total_tokens
+    out["output_tokens_per_s"] = total_tokens / duration_s
+    out["requests_per_s"] = len(records) / duration_s
+    out["goodput_per_s"] = good / duration_s
+    out["slo_met"] = good
+    out["slo_met_rate"] = good / len(records) if records else 0.0
+    delayed = [r for r in ok if r.schedule_delay_s is not None]
+    if delayed:
+        out["schedule_delay_ms"] = describe((r.schedule_delay_s for r in delayed), MS)
+        out["ttft_from_intended_ms"] = describe(
+            (r.ttft_s + (r.schedule_delay_s or 0.0) for r in delayed if r.ttft_s is not None), MS
+        )
+        out["e2e_from_intended_ms"] = describe(
+            (r.e2e_s + (r.schedule_delay_s or 0.0) for r in delayed if r.e2e_s is not None), MS
+        )
+    turns = sorted({r.turn for r in ok})
+    if len(turns) > 1:
+        out["ttft_by_turn_ms"] = {
+            str(t): describe((r.ttft_s for r in ok if r.turn == t), MS) for t in turns
+        }
+    both = [r for r in records if r.usage_output_tokens is not None]
+    both = [r for r in both if r.client_output_tokens is not None]
+    if both:
+        bad = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
+        out["token_count_mismatch"] = {
+            "compared": len(both),
+            "mismatched": bad,
+            "rate": bad / len(both),
+        }
+    timed = [r for r in ok if r.mode == "stream" and r.ttft_s is not None]
+    timed = [r for r in timed if r.server_ttft_s is not None]
+    if timed:
+        out["client_minus_server_ttft_ms"] = describe(
+            ((r.ttft_s or 0.0) - (r.server_ttft_s or 0.0) for r in timed), MS
+        )
+        out["server_ttft_ms"] = describe((r.server_ttft_s for r in timed), MS)
+        out["server_queue_ms"] = describe((r.server_queue_s for r in timed), MS)
+    return out
+
+
+def _phase_durations(meta: dict[str, Any]) -> dict[str, float]:
+    """``{phase: seconds}`` from run.json's phases (summed when a name repeats)."""
+    out: dict[str, float] = {}
+    for ph in meta.get("phases") or []:
+        try:
+            span = float(ph["ended_at"]) - float(ph["started_at"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if span > 0:
+            out[ph["name"]] = out.get(ph["name"], 0.0) + span
+    return out
+
+
+def _ordered_phases(meta: dict[str, Any], records: Iterable[RequestRecord]) -> list[str]:
+    names = [ph.get("name") for ph in meta.get("phases") or [] if isinstance(ph, dict)]
+    names += [r.phase for r in records]
+    return list(dict.fromkeys(n for n in names if n and n != "warmup"))
+
+
+def comparison(phases: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Sync vs stream per scenario (p50 and mean TTFT/total, improvement %) when both exist."""
+    sync = next((p for p in phases.values() if p["mode"] == "sync"), None)
+    stream = next((p for p in phases.values() if p["mode"] == "stream"), None)
+    if sync is None or stream is None:
+        return None
+    rows: dict[str, Any] = {}
+    pairs = [("all", sync, stream)] + [
+        (name, sync["scenarios"][name], stream["scenarios"][name])
+        for name in sync["scenarios"]
+        if name in stream["scenarios"]
+    ]
+    for name, a, b in pairs:
+        row: dict[str, Any] = {"sync_count": a["ok"], "stream_count": b["ok"]}
+        for metric in ("ttft_ms", "e2e_ms"):
+            for stat in ("p50", "p95", "mean"):
+                sv, tv = a[metric][stat], b[metric][stat]
+                row[f"sync_{metric}_{stat}"] = sv
+                row[f"stream_{metric}_{stat}"] = tv
+                row[f"{metric}_{stat}_improvement_pct"] = (
+                    (sv - tv) / sv * 100.0 if sv and tv is not None else None
+                )
+        rows[name] = row
+    return {"basis": "p50 of ok requests (p95 and mean also given)", "scenarios": rows}
+
+
+def _diagnose(
+    records: Sequence[RequestRecord], phase_summary: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Run the protocol diagnostics (``reports.diagnostics.detect``) when that module exists."""
+    try:
+        from reports import diagnostics
+    except ImportError:
+        return []
+    found = diagnostics.detect(records, phase_summary)
+    return [_diag_dict(d) for d in found]
+
+
+def _diag_dict(d: Any) -> dict[str, Any]:
+    if isinstance(d, dict):
+        return dict(d)
+    if hasattr(d, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(d)
+    return {"code": str(getattr(d, "code", d)), "hint": str(getattr(d, "hint", ""))}
+
+
+def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:
+    """The whole ``summary.json`` for ``run`` (pure: reads nothing but ``run``)."""
+    slo = parse_slo(slo_spec)
+    measured = run.measured
+    durations = _phase_durations(run.meta)
+    phases: dict[str, dict[str, Any]] = {}
+    for name in _ordered_phases(run.meta, measured):
+        recs = [r for r in measured if r.phase == name]
+        if not recs:
+            continue
+        duration = durations.get(name) or _span_s(recs)
+        stats = group_stats(recs, duration, slo)
+        stats["scenarios"] = {
+            scen: group_stats([r for r in recs if r.scenario == scen], duration, slo)
+            for scen in dict.fromkeys(r.scenario for r in recs)
+        }
+        stats["diagnostics"] = _diagnose(recs, stats)
+        phases[name] = stats
+    codes = {d.get("code"): d for p in phases.values() for d in p["diagnostics"]}
+    meta = redact_value({k: v for k, v in run.meta.items() if not k.startswith("_")})
+    return {
+        "schema": SCHEMA,
+        "run_id": run.meta.get("run_id") or run.path.name,
+        "label": run.meta.get("label"),
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "percentile_method": PERCENTILE_METHOD,
+        "slo_ms": slo,
+        "slo": format_slo(slo),
+        "input": {
+            "records": len(run.records),
+            "measured_records": len(measured),
+            "warmup_records": sum(is_warmup(r) for r in run.records),
+            "corrupt_lines": len(run.corrupt_lines),
+            "corrupt_line_numbers": run.corrupt_lines[:50],
+            "run_json": "missing or unreadable" if "_meta_error" in run.meta else "ok",
+        },
+        "phases": phases,
+        "comparison": comparison(phases),
+        "diagnostics": list(codes.values()),
+        "run": meta,
+    }
