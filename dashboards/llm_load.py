@@ -234,7 +234,7 @@ def harness() -> list[Panel]:
         timeseries(
             "Schedule delay (open loop)",
             _p(P3, C_DELAY, CLIENT, "mode", "{{mode}}")
-            + [(f"sum(llmload_requests_in_flight{{{JOB}}})", "in flight")],
+            + [(f"sum(llmload_requests_in_flight{{{CLIENT}}})", "in flight")],
             "s",
             description="Actual - intended send time. Grows when the client cannot keep the rate.",
             width=8,
