@@ -93,8 +93,10 @@ class HealthSampler:
             late = time.perf_counter() - began - self.tick_s
             if late > self._worst_lag:
                 self._worst_lag = late
-            if self.on_snapshot is not None and time.monotonic() >= next_report:
-                next_report += self.interval_s
+            now = time.monotonic()
+            if self.on_snapshot is not None and now >= next_report:
+                # after a stall, report once and resume the cadence (no burst of catch-ups)
+                next_report = max(next_report + self.interval_s, now)
                 try:
                     self.on_snapshot(self.snapshot())
                 except Exception:  # a failing consumer must not end the sampling

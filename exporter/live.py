@@ -16,9 +16,11 @@ What feeds what:
   has no meaningful latency; its failure shows in ``requests_total{status}``.
 * ``llmload_schedule_delay_seconds`` takes every non-warm-up record that has a
   schedule delay, whatever its status: the delay is the harness's, not the target's.
-* Harness health (CPU %, event-loop lag) is the maximum over the load-generator
-  processes that reported within ``health_ttl_s``: the busiest one is the one
-  that can become the bottleneck, and the label set stays fixed.
+* Harness health is the maximum over the load-generator processes that
+  reported within ``health_ttl_s``: the busiest one is the one that can become
+  the bottleneck, and the label set stays fixed.  CPU % is each process's
+  latest snapshot; event-loop lag is the worst lag any process reported in
+  the last ``LAG_WINDOW_S`` seconds, so a stall between two scrapes is not lost.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,6 +47,8 @@ DEFAULT_PORT = 9646
 DEFAULT_GRACE_S = 5.0
 #: A load-generator process that has not reported health for this long no longer counts.
 DEFAULT_HEALTH_TTL_S = 10.0
+#: ``llmload_event_loop_lag_seconds`` is the worst lag reported within this window.
+LAG_WINDOW_S = 5.0
 
 LATENCY_LABELS = ("mode", "scenario", "endpoint")
 REQUEST_LABELS = (*LATENCY_LABELS, "status")
@@ -86,6 +91,7 @@ class LiveMetrics:
         self._server = MetricsServer(self.registry)
         self._series: dict[Key, _Series] = {}
         self._health: dict[str, tuple[HarnessHealth, float]] = {}
+        self._lags: deque[tuple[float, float]] = deque()  # (seen, loop_lag_s), oldest first
         self._lock = threading.Lock()
         self._closed = False
         self.port: int | None = None
@@ -139,10 +145,10 @@ class LiveMetrics:
         cpu.set_function(lambda: self._health_max(lambda h: h.cpu_percent))
         lag = Gauge(
             "llmload_event_loop_lag_seconds",
-            "Worst event-loop (gevent hub) lag over the load-generator processes.",
+            "Worst event-loop (gevent hub) lag of any load-generator process, last 5 s.",
             registry=reg,
         )
-        lag.set_function(lambda: self._health_max(lambda h: h.loop_lag_s))
+        lag.set_function(self._worst_recent_lag)
         procs = Gauge(
             "llmload_harness_processes",
             "Load-generator processes that reported health recently.",
@@ -244,8 +250,11 @@ class LiveMetrics:
         self._users.set(n)
 
     def on_health(self, source: str, snapshot: HarnessHealth) -> None:
+        now = self._clock()
         with self._lock:
-            self._health[source] = (snapshot, self._clock())
+            self._health[source] = (snapshot, now)
+            self._lags.append((now, snapshot.loop_lag_s))
+            self._prune_lags(now)
 
     def on_phase(self, name: str, mode: str, event: str, at: float) -> None:
         """Phases are marked by Grafana annotations, not metrics: label sets stay fixed."""
@@ -264,3 +273,12 @@ class LiveMetrics:
 
     def _health_max(self, field: Callable[[HarnessHealth], float]) -> float:
         return max((field(h) for h in self._fresh_health()), default=0.0)
+
+    def _prune_lags(self, now: float) -> None:
+        while self._lags and self._lags[0][0] < now - LAG_WINDOW_S:
+            self._lags.popleft()
+
+    def _worst_recent_lag(self) -> float:
+        with self._lock:
+            self._prune_lags(self._clock())
+            return max((lag for _, lag in self._lags), default=0.0)

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install the system packages the tests need, only when they are missing:
-# prometheus + promtool (exporter/compose tests), nginx (proxy tests),
+# prometheus + promtool (exporter/compose tests), prometheus-pushgateway
+# (exporter push test), nginx (proxy tests),
 # chromium (HTML report rendering test).  Needs root (or sudo) and apt-get.
 set -euo pipefail
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v promtool   >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus-pushgateway >/dev/null 2>&1 || need+=(prometheus-pushgateway)
 command -v nginx      >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v chromium   >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

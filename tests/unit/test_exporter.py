@@ -8,6 +8,7 @@ import pytest
 
 from exporter import LiveMetrics
 from exporter.buckets import E2E_BUCKETS, ITL_BUCKETS, SCHEDULE_DELAY_BUCKETS, TTFT_BUCKETS
+from exporter.live import LAG_WINDOW_S
 from loadtests.record import STATUSES, RequestRecord
 from loadtests.sinks import HarnessHealth, RecordSink
 
@@ -174,10 +175,23 @@ def test_health_exports_the_busiest_fresh_process() -> None:
     assert value(m, "llmload_harness_processes") == 2
     clock.now += 6
     m.on_health("worker-a", HarnessHealth(cpu_percent=40.0, loop_lag_s=0.001, inflight=1))
-    clock.now += 6  # worker-b silent for 12 s: it no longer counts
+    clock.now += 4.5  # worker-b silent for 10.5 s: it no longer counts
     assert value(m, "llmload_client_cpu_percent") == 40.0
     assert value(m, "llmload_event_loop_lag_seconds") == pytest.approx(0.001)
     assert value(m, "llmload_harness_processes") == 1
+
+
+def test_loop_lag_keeps_a_stall_visible_for_the_window() -> None:
+    clock = FakeClock()
+    m = LiveMetrics(clock=clock)
+    m.on_health("local", HarnessHealth(cpu_percent=50.0, loop_lag_s=0.300, inflight=1))
+    clock.now += 1
+    m.on_health("local", HarnessHealth(cpu_percent=20.0, loop_lag_s=0.002, inflight=1))
+    # the newer calm snapshot does not hide a stall a scrape may not have seen yet
+    assert value(m, "llmload_event_loop_lag_seconds") == pytest.approx(0.300)
+    assert value(m, "llmload_client_cpu_percent") == 20.0
+    clock.now += LAG_WINDOW_S
+    assert value(m, "llmload_event_loop_lag_seconds") == pytest.approx(0.002)
 
 
 def test_phase_events_add_no_series() -> None:
