@@ -187,9 +187,9 @@ def _extras(summary: dict[str, Any]) -> list[str]:
 
 
 def diag_hint(d: dict[str, Any]) -> str:
-    """The plain-language hint of a diagnostic (its own, else ours)."""
-    text = d.get("hint") or d.get("message") or DIAGNOSTIC_HINTS.get(str(d.get("code")), "")
-    return str(text)
+    """What a diagnostic found and what to do, in plain language (its own words, else ours)."""
+    hint = d.get("hint") or DIAGNOSTIC_HINTS.get(str(d.get("code")), "")
+    return " ".join(str(t).strip() for t in (d.get("message"), hint) if t)
 
 
 def render_terminal(summary: dict[str, Any]) -> str:

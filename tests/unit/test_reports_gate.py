@@ -1,0 +1,137 @@
+"""The gate's decisions on runs drawn from known distributions, and its outputs."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from reports.__main__ import main
+from reports.baseline import MAX_VALUES, BaselineError, compact, make_baseline, read_baseline
+from reports.gate import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate, relative_check
+from reports.loader import load_run
+
+
+def gate(run: Path, base: Path, *extra: str) -> int:
+    return main(["gate", str(run), "--baseline", str(base), *extra])
+
+
+@pytest.fixture
+def baseline(run_factory: Callable[..., Path], tmp_path: Path) -> Path:
+    out = tmp_path / "base.json"
+    assert main(["baseline", str(run_factory("base", n=300, seed=1)), "--out", str(out)]) == 0
+    return out
+
+
+def test_same_distribution_passes(
+    run_factory: Callable[..., Path], baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert gate(run_factory("aa", n=300, seed=7), baseline) == 0
+    out = capsys.readouterr().out
+    assert (
+        "gate passed (exit 0)" in out and "p95 ttft stream" in out and "within allowed +10%" in out
+    )
+
+
+def test_twenty_percent_slower_fails(
+    run_factory: Callable[..., Path], baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert gate(run_factory("slow", n=300, seed=7, ttft_ms=240), baseline) == 1
+    out = capsys.readouterr().out
+    assert "FAILED (exit 1)" in out and "regression beyond allowed +10% with 95% confidence" in out
+
+
+def test_tiny_run_is_inconclusive(run_factory: Callable[..., Path], baseline: Path) -> None:
+    assert gate(run_factory("tiny", n=12, seed=7), baseline) == 2
+
+
+def test_absolute_limit(run_factory: Callable[..., Path], baseline: Path) -> None:
+    run = run_factory("abs", n=300, seed=7)
+    assert gate(run, baseline, "--max-ttft-p95-ms", "150") == 1
+    assert gate(run, baseline, "--max-ttft-p95-ms", "1000") == 0
+
+
+def test_bad_baseline_and_missing_run_exit_2(
+    run_factory: Callable[..., Path], baseline: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "something else"}')
+    run = run_factory("r", n=100)
+    assert gate(run, bad) == 2
+    assert gate(run, tmp_path / "absent.json") == 2
+    assert gate(tmp_path / "no-run", baseline) == 2
+    with pytest.raises(BaselineError):
+        read_baseline(bad)
+
+
+def test_markdown_step_summary_and_junit(
+    run_factory: Callable[..., Path],
+    baseline: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    step = tmp_path / "step.md"
+    step.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    junit, md = tmp_path / "j.xml", tmp_path / "g.md"
+    run = run_factory("slow", n=300, seed=7, ttft_ms=240)
+    assert gate(run, baseline, "--junit", str(junit), "--summary-md", str(md)) == 1
+    text = step.read_text()
+    assert text.startswith("earlier step\n") and "llmload TTFT gate FAILED" in text
+    assert md.read_text() in text and "| ttft p95 stream | ❌ fail |" in text
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "1" and suite.get("tests") == "1"
+    failure = suite.find("testcase/failure")
+    assert failure is not None and "regression beyond" in (failure.get("message") or "")
+    # default JUnit path is inside the run directory
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    assert gate(run, baseline) == 1 and (run / "junit.xml").exists()
+
+
+def test_verdict_is_deterministic(run_factory: Callable[..., Path], baseline: Path) -> None:
+    run = load_run(run_factory("det", n=300, seed=9, ttft_ms=220))
+    base = json.loads(baseline.read_text())
+    a = evaluate(run, base, GateConfig())
+    b = evaluate(run, base, GateConfig())
+    assert [c.numbers for c in a.checks] == [c.numbers for c in b.checks]
+
+
+def test_wide_interval_is_inconclusive() -> None:
+    rng = random.Random(3)
+    heavy = [rng.paretovariate(1.2) * 100 for _ in range(70)]
+    base = compact([rng.paretovariate(1.2) * 100 for _ in range(70)])
+    check = relative_check("stream", base, heavy, GateConfig())
+    assert check.verdict == INCONCLUSIVE and "too noisy" in check.reason
+    assert check.numbers["ci_low_pct"] < 0 < 20 < check.numbers["ci_high_pct"]
+
+
+def test_regression_below_threshold_passes_and_above_fails() -> None:
+    rng = random.Random(5)
+    base_vals = [rng.gauss(200, 10) for _ in range(2000)]
+    base = compact(base_vals)
+    small = relative_check("stream", base, [rng.gauss(208, 10) for _ in range(2000)], GateConfig())
+    big = relative_check("stream", base, [rng.gauss(260, 10) for _ in range(2000)], GateConfig())
+    assert small.verdict == PASS and big.verdict == FAIL
+    assert 15 < big.numbers["change_pct"] < 35
+
+
+def test_large_groups_are_stored_as_a_quantile_sketch(run_factory: Callable[..., Path]) -> None:
+    doc = make_baseline(load_run(run_factory("big", n=300, tokens=20)))
+    itl = doc["metrics"]["itl"]["stream"]
+    assert itl["n"] == 300 * 19 and itl["sketch"] is True and len(itl["values_ms"]) == MAX_VALUES
+    ttft = doc["metrics"]["ttft"]["stream"]
+    assert ttft["sketch"] is False and ttft["n"] == len(ttft["values_ms"]) == 300
+    assert "secret" not in json.dumps(doc) and "sk-123" not in json.dumps(doc)
+
+
+def test_mode_missing_from_baseline_is_inconclusive(
+    run_factory: Callable[..., Path], baseline: Path
+) -> None:
+    doc = json.loads(baseline.read_text())
+    del doc["metrics"]["ttft"]["sync"]
+    baseline.write_text(json.dumps(doc))
+    assert gate(run_factory("m", n=300, seed=7), baseline, "--mode", "sync") == 2
