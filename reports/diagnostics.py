@@ -47,8 +47,10 @@ BUFFERING_HINT = (
     "A proxy between the client and the server is buffering the event stream. In nginx, "
     "set `proxy_buffering off;` in the location that proxies the model server (or let the "
     "server send the `X-Accel-Buffering: no` response header, and make sure nginx does not "
-    "list it in `proxy_ignore_headers`); for other proxies and CDNs, disable response "
-    "buffering for `text/event-stream`. (A load generator starved of CPU reads in bursts "
+    "list it in `proxy_ignore_headers`); unbuffered proxying also flushes a `gzip` filter "
+    "that would otherwise hold the stream until it ends. For other proxies and CDNs, disable "
+    "response buffering and compression for `text/event-stream`. (A load generator starved "
+    "of CPU reads in bursts "
     "too: check the run's harness health before blaming the proxy.)"
 )
 MISMATCH_HINT = (

@@ -19,7 +19,11 @@ import pytest
 from tests.fixtures.server_proc import ServerProcess, start_server_process
 from tests.fixtures.server_thread import ThreadedServer, start_server_thread
 
-pytest_plugins: list[str] = ["tests.fixtures.prometheus", "tests.fixtures.reports"]
+pytest_plugins: list[str] = [
+    "tests.fixtures.prometheus",
+    "tests.fixtures.reports",
+    "tests.fixtures.nginx",
+]
 
 
 @pytest.fixture

@@ -1,0 +1,41 @@
+"""Real nginx in front of the bundled server: buffering on is flagged, off is not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from reports.diagnostics import detect
+from tests.fixtures.drive import drive_together
+from tests.fixtures.nginx import NginxProxy
+
+TTFT_MS, ITL_MS, TOKENS = 60, 20, 16
+
+
+def _phase(url: str) -> list[Any]:
+    recs = drive_together(4, url, "openai-chat", max_tokens=TOKENS, model="llmload-synthetic")
+    assert [r.status for r in recs] == ["ok"] * 4, [r.error for r in recs]
+    assert all(r.output_tokens == TOKENS for r in recs)
+    return recs
+
+
+def test_nginx_buffering_on_is_flagged_and_off_is_not(
+    start_server: Callable[..., Any], nginx_proxy: Callable[..., NginxProxy]
+) -> None:
+    server = start_server(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
+    generation_s = (TTFT_MS + (TOKENS - 1) * ITL_MS) / 1000
+
+    buffered = _phase(nginx_proxy(server.url, buffering=True).url)
+    found = detect(buffered, "stream")
+    assert [d.code for d in found] == ["proxy_buffering"], [
+        (r.ttft_s, r.e2e_s, r.itl_s) for r in buffered
+    ]
+    assert "proxy_buffering off" in found[0].hint
+    # what the user saw: nothing until the whole reply had been generated
+    assert all((r.ttft_s or 0) >= 0.9 * generation_s for r in buffered)
+    assert found[0].evidence["buffered_requests"] == 4
+
+    streamed = _phase(nginx_proxy(server.url, buffering=False).url)
+    assert detect(streamed, "stream") == []
+    assert all((r.ttft_s or 1) < 0.5 * generation_s for r in streamed)
+    assert all(min(r.itl_s) > ITL_MS / 1000 / 4 for r in streamed)
