@@ -29,7 +29,9 @@ class Settings:
     """The parsed server configuration (read-only once built)."""
 
     # server
-    engine: str = _flag("engine: synthetic | transformers", default="synthetic")
+    engine: str = _flag(
+        "text generator", choices=("synthetic", "transformers"), default="synthetic"
+    )
     host: str = _flag("bind address", default="127.0.0.1")
     port: int = _flag("TCP port; 0 picks a free one (the real one is logged)", default=8000)
     model_name: str | None = _flag(

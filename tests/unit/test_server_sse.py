@@ -1,0 +1,47 @@
+"""Chunk encoding: pre-encoded content events equal what json.dumps would produce."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from target_server.protocol import CHAT, COMPLETIONS
+from target_server.sse import ChunkEncoder, error_event
+
+
+@pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize("usage", [True, False])
+@pytest.mark.parametrize("text", [" hello", '"quoted" \\ back', "中文", "\n\t\u2028"])
+def test_content_event_is_valid_json(endpoint, usage, text):
+    enc = ChunkEncoder(endpoint, 'id-"1"', "m/ódel", usage)
+    ev = enc.content(text)
+    assert ev.startswith(b"data: ") and ev.endswith(b"\n\n")
+    obj = json.loads(ev[6:])
+    assert obj["id"] == 'id-"1"' and obj["model"] == "m/ódel"
+    choice = obj["choices"][0]
+    assert (choice["delta"]["content"] if endpoint == CHAT else choice["text"]) == text
+    assert choice["finish_reason"] is None
+    assert ("usage" in obj) is usage and obj.get("usage") is None
+
+
+def test_finish_usage_and_body():
+    enc = ChunkEncoder(CHAT, "x", "m", True)
+    t = {"queue_s": 0.0, "ttft_s": 0.1, "e2e_s": 0.2}
+    fin = json.loads(enc.finish("length", None)[6:])
+    assert fin["choices"][0] == {"index": 0, "logprobs": None, "finish_reason": "length",
+                                 "delta": {}}  # fmt: skip
+    use = json.loads(enc.usage(3, 4, t)[6:])
+    assert use["choices"] == [] and use["usage"]["total_tokens"] == 7 and use["x_llmload"] == t
+    body = json.loads(enc.body("hi", "stop", 1, 2, t))
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "hi"}
+    role = json.loads(enc.role()[6:])
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+
+
+def test_malformed_is_not_json_and_error_event_is():
+    enc = ChunkEncoder(COMPLETIONS, "x", "m", False)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(enc.malformed()[6:])
+    err = json.loads(error_event("boom", "server_error")[6:])
+    assert err["error"]["type"] == "server_error"

@@ -1,0 +1,103 @@
+"""The synthetic engine on its own: timetable, lengths, seeds, faults, aclose."""
+
+from __future__ import annotations
+
+import asyncio
+from time import perf_counter
+
+import pytest
+
+from target_server.engine import EngineFault, GenerationRequest, build_engine
+from target_server.settings import Settings
+
+
+def engine(**kw):
+    return build_engine(Settings(**kw))
+
+
+def req(n=8, **kw):
+    return GenerationRequest(request_id="r", messages=None, prompt="abcdefgh", max_tokens=n, **kw)
+
+
+async def collect(eng, request):
+    prepared = eng.prepare(request)
+    t0 = perf_counter()
+    times, pieces = [], []
+    async for p in eng.generate(prepared):
+        times.append(perf_counter() - t0)
+        pieces.append(p)
+    return times, pieces
+
+
+def test_timetable_without_accumulated_error():
+    eng = engine(ttft_ms=30, itl_ms=10, prefill_ms_per_token=5)
+    times, pieces = asyncio.run(collect(eng, req(20, ignore_eos=True)))
+    assert len(pieces) == 20 and pieces[-1].finish_reason == "length"
+    assert all(p.finish_reason is None for p in pieces[:-1])
+    first = 0.030 + 0.005 * 2  # prompt "abcdefgh" = 2 synthetic tokens
+    assert first <= times[0] < first + 0.015
+    expected_last = first + 19 * 0.010
+    assert expected_last <= times[-1] < expected_last + 0.015  # absolute deadlines: no drift
+
+
+def test_length_distribution_is_seeded_and_bounded():
+    eng = engine(ttft_ms=0, itl_ms=0)
+    lens = [len(asyncio.run(collect(eng, req(50, min_tokens=10, seed=s)))[1]) for s in range(30)]
+    again = [len(asyncio.run(collect(eng, req(50, min_tokens=10, seed=s)))[1]) for s in range(30)]
+    assert lens == again and all(10 <= n <= 50 for n in lens) and len(set(lens)) > 5
+    _, pieces = asyncio.run(collect(eng, req(50, min_tokens=10, seed=0)))
+    assert pieces[-1].finish_reason == ("length" if len(pieces) == 50 else "stop")
+
+
+def test_jitter_is_seeded_and_bounded():
+    def gaps(seed):
+        eng = engine(ttft_ms=0, itl_ms=10, jitter_ms=4, seed=seed)
+        return asyncio.run(collect(eng, req(15, ignore_eos=True)))[0]
+
+    t = gaps(1)
+    diffs = [b - a for a, b in zip(t, t[1:], strict=False)]
+    assert all(d >= 0 for d in diffs) and max(diffs) < 0.010 + 2 * 0.004 + 0.01
+    assert abs(t[-1] - 14 * 0.010) < 0.004 + 0.01
+
+
+def test_stop_string_ends_the_request():
+    eng = engine(ttft_ms=0, itl_ms=0)
+    _, pieces = asyncio.run(collect(eng, req(100, ignore_eos=True, stop=("fox",))))
+    assert pieces[-1].finish_reason == "stop" and pieces[-1].text == ""
+    assert "fox" not in "".join(p.text for p in pieces)
+
+
+def test_fail_rate_raises_before_the_iterator_exists():
+    eng = engine(fail_rate=1.0)
+    with pytest.raises(EngineFault):
+        eng.generate(eng.prepare(req()))
+
+
+@pytest.mark.parametrize("kind", ["disconnect", "malformed", "stall"])
+def test_fault_marks_one_piece(kind):
+    eng = engine(ttft_ms=0, itl_ms=0, stall_s=0.05, **{f"{kind}_rate": 1.0})
+    times, pieces = asyncio.run(collect(eng, req(10, ignore_eos=True)))
+    marked = [i for i, p in enumerate(pieces) if p.fault == kind]
+    assert len(marked) == 1 and 1 <= marked[0] <= 9
+    if kind == "stall":
+        assert times[marked[0]] - times[marked[0] - 1] >= 0.05
+
+
+def test_aclose_stops_generation_and_running_count():
+    async def go():
+        eng = engine(ttft_ms=0, itl_ms=5)
+        it = eng.generate(eng.prepare(req(1000, ignore_eos=True)))
+        await it.__anext__()
+        assert eng.running() == 1
+        await it.aclose()
+        return eng.running()
+
+    assert asyncio.run(go()) == 0
+
+
+def test_prompt_token_count():
+    eng = engine()
+    chat = GenerationRequest(request_id="c", messages=[{"role": "user", "content": "x" * 9}],
+                             prompt=None, max_tokens=1)  # fmt: skip
+    assert eng.prepare(chat).prompt_tokens == 4 + 3
+    assert eng.prepare(req()).prompt_tokens == 2
