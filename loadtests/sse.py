@@ -40,6 +40,15 @@ class SSEParser:
         if b"\r" in chunk:
             self._skip_lf = chunk[-1] == 13  # b"\r"
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if (
+            not self._buf
+            and not self._data
+            and self._event is None
+            and chunk.startswith(b"data: ")
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk.endswith(b"\n\n")
+        ):  # fast path: exactly one single-line data event (the usual read)
+            return [(None, chunk[6:-2].decode("utf-8", "replace"))]
         buf = self._buf + chunk if self._buf else chunk
         end = buf.rfind(b"\n")
         if end < 0:

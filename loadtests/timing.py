@@ -25,6 +25,8 @@ _NO_END = frozenset({"timeout", "stall", "disconnect", "connect"})
 #: at most this much of an error body is kept for its message
 _ERROR_BODY_LIMIT = 64 * 1024
 _ERROR_TEXT_LIMIT = 500
+#: what an adapter may raise on data it cannot read (recorded as ``protocol``)
+_PARSE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +110,21 @@ class StreamTimer:
         if self._error_body is not None:
             self._keep_error_body(chunk)
             return
-        for event, data in self._parser.feed(chunk):
-            self._on_event(event, data, t)
+        events = self._parser.feed(chunk)
+        if not events:
+            return
+        self._last_event_at = t
+        parse = self._adapter.parse_event
+        for event, data in events:  # the hot loop: keep it lean
+            try:
+                info = parse(event, data)
+            except _PARSE_ERRORS as exc:
+                if self._protocol_error is None:
+                    self._protocol_error = f"unparseable event: {exc}: {data[:200]!r}"
+                continue
+            if info.done:
+                self._done = True
+            self._apply(info, t)
 
     def feed_body(self, body: bytes, t: float) -> None:
         """Sync: the whole body arrived at ``t``."""
@@ -121,7 +136,7 @@ class StreamTimer:
             return
         try:
             info = self._adapter.parse_body(body)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except _PARSE_ERRORS as exc:
             self._protocol_error = f"unparseable response body: {exc}"
             return
         self._done = info.done or info.error is None
@@ -145,7 +160,7 @@ class StreamTimer:
         self._last_event_at = t
         try:
             info = self._adapter.parse_event(event, data)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except _PARSE_ERRORS as exc:
             if not partial and self._protocol_error is None:
                 self._protocol_error = f"unparseable event: {exc}: {data[:200]!r}"
             return
@@ -274,7 +289,7 @@ class StreamTimer:
         message: str | None = None
         try:
             message = self._adapter.parse_body(body).error
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except _PARSE_ERRORS:
             message = None
         if message is None:
             message = _generic_error(body)

@@ -12,6 +12,11 @@ OPTION_KEYS = frozenset(
     {"temperature", "top_p", "seed", "ignore_eos", "min_tokens", "stop", "extra_body", "headers"}
 )
 _DONE = EventInfo(done=True)
+_EMPTY = EventInfo()
+_decode_str = json.JSONDecoder().decode  # json.loads minus its per-call type checks
+#: content-only events, memoised by text (tokens repeat; EventInfo is immutable)
+_PLAIN: dict[str, EventInfo] = {}
+_PLAIN_MAX = 8192
 
 
 def apply_options(body: dict[str, Any], options: dict[str, Any]) -> dict[str, str]:
@@ -66,8 +71,15 @@ def info_from(
         out_tokens = usage.get("completion_tokens")
         prompt_tokens = usage.get("prompt_tokens")
     server = server_timings(obj) if "x_llmload" in obj else None
-    if not (content or out_tokens is not None or server or finish_reason):
-        return EventInfo()
+    if out_tokens is None and not server and not finish_reason and not reasoning:
+        if not content:
+            return _EMPTY
+        info = _PLAIN.get(content)
+        if info is None:
+            if len(_PLAIN) >= _PLAIN_MAX:
+                _PLAIN.clear()
+            info = _PLAIN[content] = EventInfo(content=content)
+        return info
     return EventInfo(
         content=content,
         reasoning=reasoning,
@@ -82,14 +94,17 @@ def parse_sse(data: str, content_of: Any) -> EventInfo:
     """Common ``parse_event``: ``[DONE]``, error objects, then ``content_of(choice)``."""
     if data == "[DONE]":
         return _DONE
-    obj = decode(data)
-    if "error" in obj and obj["error"]:
-        return EventInfo(error=error_text(obj["error"]))
+    obj = _decode_str(data)
+    if type(obj) is not dict:
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    err = obj.get("error")
+    if err:
+        return EventInfo(error=error_text(err))
     choices = obj.get("choices")
     content, reasoning, finish = "", False, None
     if choices:
         choice = choices[0]
-        if not isinstance(choice, dict):
+        if type(choice) is not dict:
             raise ValueError("choices[0] is not an object")
         content, reasoning = content_of(choice)
         finish = choice.get("finish_reason")
