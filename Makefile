@@ -98,6 +98,19 @@ dashboards: install ## regenerate dashboards/json/ from dashboards/*.py and vali
 	$(PY) -m dashboards build
 	$(PY) -m dashboards check
 
+# CI gate on TTFT (reports/): RUN= run directory, BASELINE= baseline file
+RUN ?=
+BASELINE ?=
+GATE_ARGS ?=
+
+gate: install ## gate RUN= against BASELINE= on TTFT p95 (exit 0 pass, 1 regression, 2 inconclusive; GATE_ARGS=...)
+	@if [ -z "$(RUN)" ] || [ -z "$(BASELINE)" ]; then \
+	  echo "usage: make gate RUN=runs/<id> BASELINE=baseline.json [GATE_ARGS='--max-regression 10%']" >&2; exit 2; fi
+	$(PY) -m reports gate "$(RUN)" --baseline "$(BASELINE)" $(GATE_ARGS)
+
+ci-gate: install ## short run on the bundled synthetic server, gated against reports/baselines/ci-synthetic.json
+	$(PY) -m reports ci-gate $(GATE_ARGS)
+
 clean: ## remove caches (keeps .venv and runs/)
 	find . -name __pycache__ -prune -exec rm -rf {} +
 	rm -rf .pytest_cache .mypy_cache .ruff_cache
