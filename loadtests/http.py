@@ -1,0 +1,199 @@
+"""The HTTP client layer: httpx under gevent, one client (kept-alive connection) per user.
+
+Chosen by measurement (``python -m bench harness``, BENCHMARKS.md): httpx hands
+each read to us as it arrives, for chunked and close-delimited bodies alike,
+while locust's ``HttpSession`` (requests) buffers close-delimited bodies and
+``FastHttpSession`` (geventhttpclient) holds events back until ~1 KB.
+
+Failures map to the record's error classes: ``connect`` (no connection),
+``stall`` (streaming: no byte for ``--stall-timeout``; also before the headers),
+``timeout`` (the whole request over ``--request-timeout``; sync requests have
+only this one), ``disconnect`` (the body was cut short).
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+import gevent
+import httpx
+
+from loadtests.adapters.base import HttpCall
+from loadtests.plan import RunOptions
+from loadtests.timing import StreamTimer
+
+clock = time.perf_counter
+#: seconds allowed for the TCP (and TLS) connect before ``connect``
+CONNECT_TIMEOUT_S = 10.0
+
+
+class TargetUnreachable(Exception):
+    """The target did not answer at all (one-line message, no secrets)."""
+
+
+class _RequestDeadline(Exception):
+    """Raised inside a request greenlet when ``--request-timeout`` expires."""
+
+
+@dataclass
+class Target:
+    """Where requests go: base URL (path prefix kept), headers, TLS, timeouts."""
+
+    url: str
+    headers: dict[str, str]
+    request_timeout: float = 300.0
+    stall_timeout: float = 60.0
+    ca_bundle: str | None = None
+    insecure: bool = False
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"target must be an http(s) URL, got scheme {parts.scheme!r}")
+        path = parts.path.rstrip("/")
+        if path.endswith("/v1"):  # OpenAI-style base URLs end in /v1; adapter paths carry it
+            path = path[: -len("/v1")]
+        self.base_url = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+        self.params: list[tuple[str, str | int | float | bool | None]] = list(
+            parse_qsl(parts.query, keep_blank_values=True)
+        )
+        self._ssl: ssl.SSLContext | None = None
+
+    @classmethod
+    def from_options(cls, opts: RunOptions) -> Target:
+        """Build from ``RunOptions`` (reads the API key from its environment variable)."""
+        headers = opts.headers_dict()
+        env = opts.api_key_env
+        if env:
+            key = os.environ.get(env)
+            if not key:
+                raise ValueError(f"--api-key-env {env}: that environment variable is empty")
+            if not any(k.lower() == "authorization" for k in headers):
+                headers["Authorization"] = f"Bearer {key}"
+        return cls(
+            url=opts.target,
+            headers=headers,
+            request_timeout=opts.request_timeout,
+            stall_timeout=opts.stall_timeout,
+            ca_bundle=opts.ca_bundle,
+            insecure=opts.insecure,
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """One TLS context per process, shared by every client (building one costs ms)."""
+        if self._ssl is None:
+            ctx = ssl.create_default_context(cafile=self.ca_bundle)
+            if self.ca_bundle is None:
+                import certifi
+
+                ctx.load_verify_locations(certifi.where())
+            if self.insecure:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            self._ssl = ctx
+        return self._ssl
+
+    def client(self) -> httpx.Client:
+        """A client for one simulated user: its connection is kept alive between requests."""
+        return httpx.Client(
+            base_url=self.base_url,
+            params=self.params,
+            headers=self.headers,
+            verify=self.ssl_context(),
+            trust_env=False,
+            timeout=httpx.Timeout(self.request_timeout, connect=CONNECT_TIMEOUT_S),
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=1),
+        )
+
+    def probe(self, timeout: float = 5.0) -> httpx.Response:
+        """One GET of ``/v1/models``; raises ``TargetUnreachable`` when nothing answers.
+
+        Also warms this process's HTTP stack up (the first httpx request in a
+        process pays tens of ms once), so measured requests do not carry it.
+        """
+        with self.client() as client:
+            try:
+                return client.get("/v1/models", timeout=timeout)
+            except httpx.TransportError as exc:
+                raise TargetUnreachable(
+                    f"cannot reach target {self.base_url}: {_describe(exc)}"
+                ) from None
+
+    def detect_model(self) -> str | None:
+        """The first model id ``/v1/models`` lists, or None."""
+        try:
+            resp = self.probe()
+            data = resp.json().get("data") if resp.status_code == 200 else None
+            return str(data[0]["id"]) if data else None
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            return None
+
+
+def perform(
+    client: httpx.Client,
+    target: Target,
+    call: HttpCall,
+    timer: StreamTimer,
+    follow_up: Callable[[bytes], HttpCall] | None = None,
+) -> tuple[str | None, str | None]:
+    """Send ``call``, feeding ``timer`` as bytes arrive; ``(status, error)`` of a transport failure.
+
+    Returns ``(None, None)`` when the exchange completed at the HTTP level (the
+    timer then decides ok / http_4xx / protocol / ...).  ``GreenletExit`` is not
+    caught: the caller records the cancellation and re-raises.
+    """
+    deadline = gevent.Timeout(target.request_timeout, _RequestDeadline())
+    deadline.start()
+    read = target.stall_timeout if call.stream else target.request_timeout
+    timeout = httpx.Timeout(target.request_timeout, connect=CONNECT_TIMEOUT_S, read=read)
+    try:
+        if follow_up is not None:
+            first = client.request(call.method, call.path, json=call.json, headers=call.headers)
+            if not 200 <= first.status_code < 300:
+                timer.headers(clock(), first.status_code)
+                timer.feed_body(first.content, clock())
+                return None, None
+            try:
+                call = follow_up(first.content)
+            except ValueError as exc:
+                return "protocol", f"unreadable first response: {exc}"
+        with client.stream(
+            call.method, call.path, json=call.json, headers=call.headers, timeout=timeout
+        ) as resp:
+            timer.headers(clock(), resp.status_code)
+            if call.stream:
+                for chunk in resp.iter_bytes():
+                    timer.feed(chunk, clock())
+            else:
+                body = resp.read()
+                timer.feed_body(body, clock())
+        return None, None
+    except _RequestDeadline:
+        return "timeout", f"no complete response within {target.request_timeout:g}s"
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        return "connect", _describe(exc)
+    except httpx.ReadTimeout:
+        if call.stream:
+            return "stall", f"no bytes for {target.stall_timeout:g}s"
+        return "timeout", f"no complete response within {target.request_timeout:g}s"
+    except (httpx.WriteTimeout, httpx.PoolTimeout) as exc:
+        return "timeout", _describe(exc)
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        return "disconnect", _describe(exc)
+    except httpx.DecodingError as exc:
+        return "protocol", _describe(exc)
+    except httpx.TransportError as exc:
+        return "disconnect", _describe(exc)
+    finally:
+        deadline.close()
+
+
+def _describe(exc: BaseException) -> str:
+    """A short one-line reason (exception type and first line of its message)."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,225 @@
+"""Run options: defaults, a TOML test plan (``--plan``), command-line overrides, redaction.
+
+Precedence: built-in defaults < plan file < command line.  A plan uses the long
+flag names as keys (``spawn-rate`` or ``spawn_rate``), durations as strings
+(``"3s"``, ``"5m"``) or seconds, lists or comma strings for ``modes``/``header``,
+and an optional ``[shape]`` table (``kind = "steps"``, ``start = 5``, ...).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+MODES = ("sync", "stream")
+ARRIVALS = ("poisson", "constant")
+_SECRET = re.compile(
+    r"(auth|key|token|secret|password|passwd|cookie|signature|sig\b|credential)", re.I
+)
+REDACTED = "***"
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """``"250ms"``, ``"3s"``, ``"5m"``, ``"1h"``, ``"1m30s"`` or a number of seconds."""
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"negative duration {value!r}")
+        return float(value)
+    text = value.strip().lower()
+    try:
+        return parse_duration(float(text))
+    except ValueError:
+        pass
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)", text)
+    if not parts or re.sub(r"\s+", "", text) != "".join(n + u for n, u in parts):
+        raise ValueError(f"bad duration {value!r} (use e.g. 500ms, 3s, 5m, 1h)")
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+@dataclass
+class RunOptions:
+    """Everything a run needs; ``config()`` is what ``run.json`` records."""
+
+    target: str = ""
+    model: str = ""
+    protocol: str = "openai-chat"
+    api_key_env: str | None = None
+    header: list[str] = field(default_factory=list)
+    ca_bundle: str | None = None
+    insecure: bool = False
+    users: int = 20
+    spawn_rate: float = 20.0
+    pacing: float = 3.0
+    duration: float = 60.0
+    rate: float | None = None
+    arrival: str = "poisson"
+    shape: str | dict[str, Any] | None = None
+    modes: list[str] = field(default_factory=lambda: list(MODES))
+    warmup: float = 0.0
+    cooldown: float = 0.0
+    scenario: str = "mix"
+    dataset: str | None = None
+    max_tokens: int | None = None
+    turns: int = 1
+    seed: int = 0
+    temperature: float | None = None
+    ignore_eos: bool = False
+    tokenizer: str | None = None
+    request_timeout: float = 300.0
+    stall_timeout: float = 60.0
+    out: str | None = None
+    label: str = ""
+    workers: int = 0
+    master: bool = False
+    worker: bool = False
+    master_host: str = "127.0.0.1"
+    master_port: int = 5557
+    expect_workers: int = 1
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    pushgateway: str | None = None
+    grafana_url: str | None = None
+    web: bool = False
+    web_host: str = "127.0.0.1"
+    web_port: int = 8089
+    report: bool = True
+    slo: str | None = None
+    status_interval: float = 1.0
+
+    def validate(self) -> RunOptions:
+        """Normalise and check; raises ``ValueError`` with a one-line message."""
+        self.modes = _as_list(self.modes)
+        self.header = _as_list(self.header) if isinstance(self.header, str) else list(self.header)
+        bad = [m for m in self.modes if m not in MODES]
+        if bad or not self.modes:
+            raise ValueError(
+                f"--modes must be a comma list of {'/'.join(MODES)}, got {bad or '[]'}"
+            )
+        if self.arrival not in ARRIVALS:
+            raise ValueError(f"--arrival must be one of {', '.join(ARRIVALS)}")
+        for name in (
+            "pacing",
+            "duration",
+            "warmup",
+            "cooldown",
+            "request_timeout",
+            "stall_timeout",
+            "status_interval",
+        ):
+            setattr(self, name, parse_duration(getattr(self, name)))
+        if self.duration <= 0:
+            raise ValueError("--duration must be positive")
+        if self.users < 1 or self.spawn_rate <= 0:
+            raise ValueError("--users must be >= 1 and --spawn-rate > 0")
+        if self.rate is not None and self.rate <= 0:
+            raise ValueError("--rate must be positive")
+        if self.rate is not None and (self.turns > 1 or self.shape):
+            raise ValueError("--rate (open loop) cannot be combined with --turns > 1 or --shape")
+        if self.turns < 1:
+            raise ValueError("--turns must be >= 1")
+        if self.request_timeout <= 0 or self.stall_timeout <= 0:
+            raise ValueError("--request-timeout and --stall-timeout must be positive")
+        for h in self.header:
+            if ":" not in h:
+                raise ValueError(f"--header expects NAME:VALUE, got {h.split(':')[0]!r}")
+        if self.workers < 0:
+            raise ValueError("--workers must be >= 0")
+        return self
+
+    def headers_dict(self) -> dict[str, str]:
+        """``--header K:V`` values as a dict (values verbatim; never logged)."""
+        out: dict[str, str] = {}
+        for h in self.header:
+            k, _, v = h.partition(":")
+            out[k.strip()] = v.strip()
+        return out
+
+    def config(self) -> dict[str, Any]:
+        """All options for ``run.json``: secrets redacted, the API key never present."""
+        data = asdict(self)
+        data["target"] = redact_url(self.target)
+        data["header"] = [redact_header(h) for h in self.header]
+        for key in ("pushgateway", "grafana_url"):
+            if data[key]:
+                data[key] = redact_url(data[key])
+        return data
+
+
+def redact_header(header: str) -> str:
+    """``Authorization: Bearer x`` -> ``Authorization: ***`` (any secret-looking name)."""
+    name, _, value = header.partition(":")
+    return f"{name}:{REDACTED}" if _SECRET.search(name) and value else header
+
+
+def redact_url(url: str) -> str:
+    """Drop userinfo passwords and secret-looking query values from a URL."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:{REDACTED}@{hostport}" if ":" in userinfo else f"{REDACTED}@{hostport}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, REDACTED if _SECRET.search(k) else v) for k, v in pairs], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The command line with header values, URL secrets and ``--api-key`` values redacted."""
+    out: list[str] = []
+    prev = ""
+    for arg in argv:
+        value = arg
+        if prev == "--header":
+            value = redact_header(arg)
+        elif arg.startswith("--header="):
+            value = "--header=" + redact_header(arg.split("=", 1)[1])
+        elif "://" in arg and arg.startswith("--") and "=" in arg:
+            flag, _, url = arg.partition("=")
+            value = f"{flag}={redact_url(url)}"
+        elif "://" in arg:
+            value = redact_url(arg)
+        out.append(value)
+        prev = arg
+    return out
+
+
+_FIELDS = {f.name for f in fields(RunOptions)}
+
+
+def load_plan(path: str | Path) -> dict[str, Any]:
+    """Read a TOML plan into option names (``spawn-rate`` -> ``spawn_rate``)."""
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in _FIELDS:
+            raise ValueError(f"{path}: unknown plan key {key!r}")
+        out[name] = value
+    return out
+
+
+def build_options(plan: dict[str, Any], cli: dict[str, Any]) -> RunOptions:
+    """Defaults, then the plan, then flags given on the command line; validated."""
+    merged = {**plan, **{k: v for k, v in cli.items() if k in _FIELDS}}
+    if "header" in plan and "header" in cli:
+        merged["header"] = _as_list(plan["header"]) + list(cli["header"])
+    return RunOptions(**merged).validate()

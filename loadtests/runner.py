@@ -1,0 +1,267 @@
+"""Running a test: phases over a locust runner, records into the run directory.
+
+``run(options, argv)`` is ``python -m loadtests run``: it checks the target is
+reachable (one line and exit 2 otherwise, within ~5 s), builds the workload
+and the sinks (writer, status line, exporter, Grafana annotations), then runs
+each phase — warm-up, then one per mode, all with the same shape, prompts and
+seed — on a driver: ``LocalDriver`` (users in this process) or, with
+``--workers``/``--master``, ``distributed.MasterDriver`` (locust workers).
+
+A phase ends when its shape does; requests in flight then finish (each is
+bounded by ``--request-timeout``).  Ctrl-C (or SIGTERM) stops the run at once:
+in-flight requests are cancelled and recorded as ``disconnect`` with error
+``cancelled by the client: run stopped``, the files are written, the run's
+status is ``interrupted`` and the exit code 130.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from loadtests.http import Target, TargetUnreachable
+from loadtests.hub import RecordHub
+from loadtests.plan import RunOptions, redact_argv, redact_url
+from loadtests.session import EXIT_INTERRUPTED, Driver, Session, plan_phases
+from loadtests.sinks import RecordSink
+from loadtests.status import StatusLine
+from loadtests.users import LoadContext, Phase
+from loadtests.writer import RunWriter
+
+log = logging.getLogger("loadtests")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: seconds in-flight requests get beyond ``--request-timeout`` at a phase end
+DRAIN_SLACK_S = 5.0
+
+
+class UsageError(Exception):
+    """A problem with the options or the target: one line to the user, exit code 2."""
+
+
+def default_out(label: str) -> Path:
+    """``runs/<UTC>-<label>/``."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path("runs") / f"{stamp}-{label or 'run'}"
+
+
+def connect_target(opts: RunOptions) -> Target:
+    """The target, its reachability checked (and this process's client warmed up)."""
+    try:
+        target = Target.from_options(opts)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        target.probe(timeout=5.0)
+    except TargetUnreachable as exc:
+        raise UsageError(str(exc)) from None
+    return target
+
+
+def build_context(
+    opts: RunOptions,
+    target: Target,
+    model: str,
+    sink: RecordSink,
+    worker: str = "local",
+    shard: int = 0,
+    shards: int = 1,
+) -> LoadContext:
+    """What this process's users need: workload, tokenizer, target, sink."""
+    from loadtests.scenarios import load_workload
+
+    tokenizer = None
+    try:
+        workload = load_workload(
+            scenario=opts.scenario,
+            dataset=Path(opts.dataset) if opts.dataset else None,
+            max_tokens=opts.max_tokens,
+            seed=opts.seed,
+            turns=opts.turns,
+        )
+        if opts.tokenizer:
+            from loadtests import tokencount
+
+            tokenizer = tokencount.load(opts.tokenizer)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    return LoadContext(
+        options=opts,
+        target=target,
+        workload=workload,
+        sink=sink,
+        model=model,
+        worker=worker,
+        shard=shard,
+        shards=shards,
+        tokenizer=tokenizer,
+    )
+
+
+def build_sinks(opts: RunOptions, hub: RecordHub, label: str) -> None:
+    """Attach the exporter and Grafana sinks the options ask for (exporter started)."""
+    if opts.metrics_port is not None or opts.pushgateway:
+        from exporter import LiveMetrics
+
+        live = LiveMetrics(pushgateway=opts.pushgateway)
+        if opts.metrics_port is not None:
+            try:
+                port = live.start(opts.metrics_host, opts.metrics_port)
+                print(f"metrics: http://{opts.metrics_host}:{port}/metrics", file=sys.stderr)
+            except OSError as exc:
+                log.warning("exporter: cannot serve on port %s: %s", opts.metrics_port, exc)
+        hub.add(live)
+    if opts.grafana_url:
+        from dashboards.annotations import GrafanaAnnotations
+
+        token = os.environ.get("GRAFANA_TOKEN")
+        hub.add(GrafanaAnnotations(opts.grafana_url, token=token, run_label=label))
+
+
+def run_info(opts: RunOptions, argv: list[str], run_id: str, model: str, workload: Any) -> dict:
+    """The static part of ``run.json``."""
+    return {
+        "run_id": run_id,
+        "label": opts.label,
+        "target": redact_url(opts.target),
+        "model": model,
+        "protocol": opts.protocol,
+        "command": redact_argv(argv),
+        "config": opts.config(),
+        "workload": workload.describe(),
+    }
+
+
+class LocalDriver:
+    """Users in this process, on a locust ``LocalRunner``."""
+
+    shards = 1
+
+    def __init__(self, environment: Any, ctx: LoadContext) -> None:
+        self.env = environment
+        self.ctx = ctx
+        self.runner = environment.create_local_runner()
+
+    def begin(self, phase: Phase) -> None:
+        self.ctx.begin_phase(phase)
+
+    def set_users(self, users: int, spawn_rate: float) -> None:
+        self.runner.start(users, spawn_rate)
+
+    def user_count(self) -> int:
+        return int(self.runner.user_count)
+
+    def stop(self, force: bool) -> None:
+        opts = self.ctx.options
+        self.env.stop_timeout = 0 if force else opts.request_timeout + DRAIN_SLACK_S
+        self.runner.stop()
+
+    def finish(self, phase: Phase) -> int:
+        return self.ctx.issued.get(phase.name, 0)
+
+    def close(self) -> None:
+        self.runner.quit()
+
+
+def _health(hub: RecordHub, ctx: LoadContext | None) -> Any:
+    """Start this process's harness-health sampler feeding the hub (None if unavailable)."""
+    try:
+        from exporter import HealthSampler
+    except ImportError:
+        return None
+    sampler = HealthSampler(
+        lambda snap: hub.on_health("local", snap),
+        inflight=(lambda: ctx.inflight) if ctx is not None else (lambda: 0),
+    )
+    sampler.start()
+    return sampler
+
+
+def run(opts: RunOptions, argv: list[str]) -> int:
+    """``python -m loadtests run``: the whole run; returns the exit code."""
+    from locust.env import Environment
+
+    from loadtests.users import LLMUser
+
+    distributed = opts.workers > 0 or opts.master
+    hub = RecordHub()
+    try:
+        target = connect_target(opts)
+        model = opts.model or target.detect_model() or "default"
+        ctx = build_context(opts, target, model, hub)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    label = opts.label or "run"
+    out_dir = Path(opts.out) if opts.out else default_out(label)
+    writer = RunWriter(out_dir, run_info(opts, argv, out_dir.name, model, ctx.workload))
+    status = StatusLine()
+    hub.add(writer)
+    hub.add(status)
+    build_sinks(opts, hub, label)
+    env = Environment(user_classes=[LLMUser], host=target.base_url)
+    env.stop_timeout = opts.request_timeout + DRAIN_SLACK_S
+    session = Session(opts, hub, status)
+    session.install_signals()
+    driver: Driver
+    sampler = None
+    outcome = "failed"
+    print(f"llmload: {target.base_url} model {model} -> {out_dir}", file=sys.stderr, flush=True)
+    try:
+        if distributed:
+            from loadtests.distributed import MasterDriver
+
+            driver = MasterDriver(env, opts, hub, model, session)
+        else:
+            ctx.watch(env)
+            driver = LocalDriver(env, ctx)
+            sampler = _health(hub, ctx)
+        if opts.web:
+            env.create_web_ui(opts.web_host, opts.web_port)
+            print(f"web UI: http://{opts.web_host}:{opts.web_port}", file=sys.stderr)
+        try:
+            previous: Phase | None = None
+            for phase in plan_phases(opts):
+                cooldown = opts.cooldown if previous is not None and not previous.warmup else 0.0
+                session.run_phase(driver, phase, cooldown)
+                previous = phase
+                if session.interrupted:
+                    break
+            outcome = "interrupted" if session.interrupted else "completed"
+        finally:
+            driver.close()
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+    except Exception:
+        log.exception("run failed")
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        writer.set_status(outcome)
+        hub.close()
+    print(f"run directory: {out_dir} ({writer.records} records, {outcome})", flush=True)
+    if opts.report and writer.records:
+        finish_report(out_dir, opts.slo, status)
+    else:
+        print(status.summary(), flush=True)
+    if outcome == "completed":
+        return EXIT_OK
+    return EXIT_INTERRUPTED if outcome == "interrupted" else EXIT_FAILED
+
+
+def finish_report(out_dir: Path, slo: str | None, status: StatusLine) -> None:
+    """Build and print the report if ``reports`` is there; never fail the run over it."""
+    try:
+        import reports
+    except ImportError:
+        print(status.summary(), flush=True)
+        return
+    try:
+        summary = reports.build_run(out_dir, slo)
+        print(reports.render_terminal(summary), flush=True)
+    except Exception as exc:  # the report is a bonus: the run's files are already written
+        log.error("report for %s failed: %s: %s", out_dir, type(exc).__name__, exc)
+        print(status.summary(), flush=True)

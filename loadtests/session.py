@@ -1,0 +1,163 @@
+"""One run's phase loop: drive the shape, mark phases, check what arrived.
+
+``Session.run_phase`` polls the phase's shape (``loadtests.shapes``), tells the
+driver how many users to run, prints the status line, and at the end stops
+the users (draining in-flight requests, or cancelling them on Ctrl-C) and
+collects the phase's records before marking the phase ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Protocol
+
+import gevent
+from gevent.event import Event
+
+from loadtests.hub import RecordHub
+from loadtests.plan import RunOptions
+from loadtests.shapes import ArrivalSchedule, Constant, PhaseShape, make_shape
+from loadtests.status import StatusLine, percentile
+from loadtests.users import Phase
+
+EXIT_INTERRUPTED = 130
+#: open loop: a p95 schedule delay above this means the rate was not kept
+LATE_P95_S = 0.05
+
+
+class Driver(Protocol):
+    """Where the users run: this process, or locust workers."""
+
+    #: how many load-generator processes share the open-loop schedule
+    shards: int
+
+    def begin(self, phase: Phase) -> None: ...
+
+    def set_users(self, users: int, spawn_rate: float) -> None: ...
+
+    def user_count(self) -> int: ...
+
+    def stop(self, force: bool) -> None: ...
+
+    def finish(self, phase: Phase) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def plan_phases(opts: RunOptions) -> list[Phase]:
+    """Warm-up (optional, in the first mode), then one phase per mode."""
+    phases = []
+    if opts.warmup > 0:
+        phases.append(Phase("warmup", opts.modes[0], opts.warmup, warmup=True))  # type: ignore[arg-type]
+    phases += [Phase(m, m, opts.duration) for m in opts.modes]  # type: ignore[arg-type]
+    return phases
+
+
+def phase_shape(opts: RunOptions, phase: Phase) -> PhaseShape:
+    """The user-count shape of one phase (open loop: the whole pool at once)."""
+    if opts.rate is not None:
+        return Constant(opts.users, phase.duration, min(100.0, max(opts.spawn_rate, opts.users)))
+    return make_shape(
+        opts.shape, users=opts.users, spawn_rate=opts.spawn_rate, duration=phase.duration
+    )
+
+
+def scheduled_arrivals(opts: RunOptions, duration: float, shards: int) -> int:
+    """How many open-loop arrivals the seeded schedules hold for a phase."""
+    assert opts.rate is not None
+    total = 0
+    for shard in range(shards):
+        sched = ArrivalSchedule(opts.rate, opts.arrival, opts.seed, duration, shard, shards)
+        while sched.claim() is not None:
+            total += 1
+    return total
+
+
+class Session:
+    """One run: the hub and its sinks, the phases, the interrupt flag."""
+
+    def __init__(self, opts: RunOptions, hub: RecordHub, status: StatusLine) -> None:
+        self.opts = opts
+        self.hub = hub
+        self.status = status
+        self.interrupted = False
+        self.wake = Event()
+        self.warnings: list[str] = []
+        self._users = -1
+
+    def interrupt(self) -> None:
+        """Ctrl-C / SIGTERM: stop at once (a second Ctrl-C exits without cleanup)."""
+        if self.interrupted:
+            os._exit(EXIT_INTERRUPTED)
+        self.interrupted = True
+        self.wake.set()
+
+    def install_signals(self) -> None:
+        """Route SIGINT/SIGTERM to ``interrupt`` on the gevent hub."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            gevent.signal_handler(sig, self.interrupt)
+
+    def _users_changed(self, driver: Driver) -> None:
+        n = driver.user_count()
+        if n != self._users:
+            self._users = n
+            self.hub.on_users(n)
+
+    def run_phase(self, driver: Driver, phase: Phase, cooldown: float) -> None:
+        """Drive one phase to its end (or the interrupt), then collect its records."""
+        if cooldown > 0 and not self.interrupted:
+            self.wake.clear()
+            self.wake.wait(cooldown)
+        if self.interrupted:
+            return
+        shape = phase_shape(self.opts, phase)
+        driver.begin(phase)
+        self.status.begin(phase.name, phase.mode, phase.duration)
+        self.hub.on_phase(phase.name, phase.mode, "start", time.time())
+        started = time.perf_counter()
+        last: tuple[int, float] | None = None
+        next_status = 0.0
+        self.wake.clear()
+        while not self.interrupted:
+            elapsed = time.perf_counter() - started
+            tick = shape.at(elapsed)
+            if tick is None:
+                break
+            if tick != last:
+                driver.set_users(*tick)
+                last = tick
+            self._users_changed(driver)
+            if elapsed >= next_status:
+                self.status.tick()
+                next_status = elapsed + self.opts.status_interval
+            self.wake.wait(min(0.2, max(0.0, phase.duration - elapsed)))
+        driver.stop(force=self.interrupted)
+        issued = driver.finish(phase)
+        self._users_changed(driver)
+        self.status.tick(force=True)
+        self.status.end_line()
+        self.hub.on_phase(phase.name, phase.mode, "end", time.time())
+        self._check_phase(phase, issued, driver)
+
+    def _check_phase(self, phase: Phase, issued: int, driver: Driver) -> None:
+        stats = self.status.current
+        got = stats.requests if stats is not None else 0
+        if got != issued:
+            self._warn(f"phase {phase.name}: {issued} requests issued but {got} records arrived")
+        if self.opts.rate is None or self.interrupted or stats is None:
+            return
+        expected = scheduled_arrivals(self.opts, phase.duration, driver.shards)
+        late = percentile(stats.delays, 95) or 0.0
+        if got < 0.95 * expected or late > LATE_P95_S:
+            self._warn(
+                f"phase {phase.name}: target rate {self.opts.rate:g}/s not achieved: "
+                f"{got} of {expected} scheduled requests sent, schedule delay p95 "
+                f"{late * 1000:.0f} ms (raise --users, the open-loop concurrency cap)"
+            )
+
+    def _warn(self, text: str) -> None:
+        self.warnings.append(text)
+        print(f"warning: {text}", file=sys.stderr, flush=True)

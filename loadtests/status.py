@@ -1,0 +1,147 @@
+"""The live status line (headless runs) and the fallback end-of-run summary.
+
+A ``RecordSink`` that keeps per-phase counts and latencies.  ``line()`` is the
+one-line view the runner prints every ``--status-interval`` seconds: phase,
+elapsed/remaining, users, requests, errors, in flight, TTFT p50/p95 so far.
+On a terminal it rewrites itself in place; otherwise it prints a line every
+``log_every`` seconds so CI logs stay short.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from loadtests.record import RequestRecord
+from loadtests.sinks import NullSink
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100) of unsorted values; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, int(round(q / 100.0 * len(ordered) + 0.5)) - 1))
+    return ordered[rank]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.0f}"
+
+
+@dataclass
+class PhaseStats:
+    """What one phase has recorded so far."""
+
+    name: str
+    mode: str
+    duration: float
+    started: float = field(default_factory=time.monotonic)
+    requests: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    ttft: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
+    tokens: int = 0
+
+    def add(self, record: RequestRecord) -> None:
+        self.requests += 1
+        if record.schedule_delay_s is not None:
+            self.delays.append(record.schedule_delay_s)
+        if not record.ok:
+            self.errors[record.status] = self.errors.get(record.status, 0) + 1
+            return
+        if record.ttft_s is not None:
+            self.ttft.append(record.ttft_s)
+        if record.e2e_s is not None:
+            self.e2e.append(record.e2e_s)
+        self.tokens += record.output_tokens or 0
+
+
+class StatusLine(NullSink):
+    """Per-phase progress; prints itself when ``tick()`` is called."""
+
+    def __init__(self, stream: TextIO | None = None, log_every: float = 10.0) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty()
+        self.log_every = log_every
+        self.phases: list[PhaseStats] = []
+        self.users = 0
+        self.started = 0
+        self.recorded = 0
+        self._last_print = 0.0
+        self._width = 0
+
+    @property
+    def current(self) -> PhaseStats | None:
+        return self.phases[-1] if self.phases else None
+
+    def begin(self, name: str, mode: str, duration: float) -> None:
+        """A phase starts (the runner knows its planned duration)."""
+        self.phases.append(PhaseStats(name, mode, duration))
+
+    def on_request_start(self, mode: str, scenario: str, endpoint: str) -> None:
+        self.started += 1
+
+    def on_record(self, record: RequestRecord) -> None:
+        self.recorded += 1
+        for phase in reversed(self.phases):
+            if phase.name == record.phase:
+                phase.add(record)
+                return
+
+    def on_users(self, n: int) -> None:
+        self.users = n
+
+    def line(self, now: float | None = None) -> str:
+        """The one-line status of the current phase."""
+        phase = self.current
+        if phase is None:
+            return "starting"
+        now = time.monotonic() if now is None else now
+        elapsed = now - phase.started
+        remaining = max(0.0, phase.duration - elapsed)
+        errors = sum(phase.errors.values())
+        p50, p95 = _ms(percentile(phase.ttft, 50)), _ms(percentile(phase.ttft, 95))
+        return (
+            f"[{phase.name}] {elapsed:5.0f}s elapsed {remaining:4.0f}s left | users {self.users}"
+            f" | requests {phase.requests} errors {errors} in flight {self.started - self.recorded}"
+            f" | TTFT p50 {p50} ms p95 {p95} ms"
+        )
+
+    def tick(self, force: bool = False) -> None:
+        """Print the status line (in place on a terminal, throttled otherwise)."""
+        now = time.monotonic()
+        if self.tty:
+            text = self.line(now)
+            pad = max(0, self._width - len(text))
+            self.stream.write("\r" + text + " " * pad)
+            self._width = len(text)
+            self.stream.flush()
+        elif force or now - self._last_print >= self.log_every:
+            self._last_print = now
+            self.stream.write(self.line(now) + "\n")
+            self.stream.flush()
+
+    def end_line(self) -> None:
+        """Finish an in-place line before other output."""
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0
+
+    def summary(self) -> str:
+        """A plain per-phase table (used when the reports package is unavailable)."""
+        rows = [
+            f"{'phase':<8} {'mode':<6} {'reqs':>6} {'errors':>6} {'TTFT p50':>9} {'TTFT p95':>9}"
+            f" {'E2E p50':>8} {'tokens':>7}"
+        ]
+        for p in self.phases:
+            rows.append(
+                f"{p.name:<8} {p.mode:<6} {p.requests:>6} {sum(p.errors.values()):>6}"
+                f" {_ms(percentile(p.ttft, 50)):>6} ms {_ms(percentile(p.ttft, 95)):>6} ms"
+                f" {_ms(percentile(p.e2e, 50)):>5} ms {p.tokens:>7}"
+            )
+        return "\n".join(rows)
