@@ -8,7 +8,9 @@ import sys
 import time
 
 #: name -> module with ``main(argv) -> int``; order matters (cheap first).
-BENCHES: dict[str, str] = {}
+BENCHES: dict[str, str] = {
+    "timing-core": "bench.timing_core",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
