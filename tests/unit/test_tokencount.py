@@ -6,39 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 
 from loadtests import tokencount
 from loadtests.adapters import get_adapter
 from loadtests.timing import RecordMeta, StreamTimer
-
-CORPUS = [
-    "写一首关于春天的七言绝句",
-    "用Python写一个快速排序",
-    "hello world, streaming tokens",
-] * 20
-
-
-def _train(directory: Path) -> Tokenizer:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(CORPUS, trainer=trainer)
-    directory.mkdir(parents=True, exist_ok=True)
-    tok.save(str(directory / "tokenizer.json"))
-    return tok
+from tests.fixtures.tokenizer import train_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("tok")
-    _train(d)
-    return d
+    return train_tokenizer(d)
 
 
 def test_counts_match_the_tokenizer_itself(tok_dir: Path) -> None:

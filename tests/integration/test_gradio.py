@@ -1,0 +1,151 @@
+"""The Gradio adapter against real ``gr.ChatInterface`` apps started in this process.
+
+The fns follow the seeds' ``predict_stream``: a prefill delay, then one token
+per known delay, yielded cumulatively as Gradio expects.  ``chat`` and
+``chat_sync`` run with ``concurrency_limit=None`` (the seeds' fix); ``chat_queued``
+keeps Gradio's default ``concurrency_limit=1``, so concurrent users queue.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadtests import tokencount
+from reports.summary import group_stats
+from tests.fixtures.drive import drive, drive_together
+from tests.fixtures.tokenizer import train_tokenizer
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+gr = pytest.importorskip("gradio")
+
+TOKENS = [f" tok{i}" for i in range(12)]
+REPLY = "".join(TOKENS)
+FIRST_S = 0.15
+TOKEN_S = 0.03
+GENERATION_S = FIRST_S + (len(TOKENS) - 1) * TOKEN_S
+
+
+def predict_stream(message: str, history: list[Any]) -> Iterator[str]:
+    """Prefill, then one token every TOKEN_S; the reply so far each time."""
+    time.sleep(FIRST_S)
+    reply = ""
+    for i, token in enumerate(TOKENS):
+        if i:
+            time.sleep(TOKEN_S)
+        reply += token
+        yield reply
+
+
+def predict(message: str, history: list[Any]) -> str:
+    """The blocking variant: the whole reply after the whole generation time."""
+    time.sleep(GENERATION_S)
+    return REPLY
+
+
+def predict_error(message: str, history: list[Any]) -> Iterator[str]:
+    yield "partial"
+    raise gr.Error("the model is overloaded")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def gradio_url() -> Iterator[str]:
+    with gr.Blocks(analytics_enabled=False) as demo:
+        gr.ChatInterface(predict_stream, api_name="chat", concurrency_limit=None)
+        gr.ChatInterface(predict, api_name="chat_sync", concurrency_limit=None)
+        gr.ChatInterface(predict_stream, api_name="chat_queued")
+        gr.ChatInterface(predict_error, api_name="chat_error", concurrency_limit=None)
+    demo.launch(
+        prevent_thread_lock=True,
+        server_name="127.0.0.1",
+        server_port=_free_port(),
+        quiet=True,
+        show_error=True,
+    )
+    try:
+        yield demo.local_url.rstrip("/")
+    finally:
+        demo.close()
+
+
+def test_streaming_ttft_tokens_and_gaps_match_the_known_delays(gradio_url: str) -> None:
+    rec, text = drive(gradio_url, "gradio", options={"api_name": "chat"})
+    assert rec.status == "ok", rec.error
+    assert text == REPLY
+    assert rec.endpoint == "/gradio_api/call/chat"
+    assert rec.output_tokens == len(TOKENS) and rec.token_source == "events"
+    assert rec.ttft_s is not None and rec.ttst_s is not None and rec.e2e_s is not None
+    assert FIRST_S <= rec.ttft_s < FIRST_S + 0.35
+    assert rec.ttst_s - rec.ttft_s >= 0.5 * TOKEN_S
+    assert rec.e2e_s >= GENERATION_S
+    assert len(rec.itl_s) == len(TOKENS) - 1
+    assert 0.5 * TOKEN_S <= statistics.median(rec.itl_s) < 4 * TOKEN_S
+
+
+def test_sync_mode_sees_nothing_until_the_end(gradio_url: str) -> None:
+    rec, text = drive(gradio_url, "gradio", mode="sync", options={"api_name": "chat"})
+    assert rec.status == "ok", rec.error
+    assert text == REPLY
+    assert rec.ttft_s is not None and rec.e2e_s is not None
+    assert rec.ttft_s >= GENERATION_S and rec.ttft_s == pytest.approx(rec.e2e_s, abs=0.01)
+
+
+def test_non_streaming_fn_is_one_content_event(gradio_url: str) -> None:
+    rec, text = drive(gradio_url, "gradio", options={"api_name": "chat_sync"})
+    assert rec.status == "ok", rec.error
+    assert text == REPLY and rec.output_tokens == 1 and rec.itl_s == []
+    assert rec.ttft_s is not None and rec.ttft_s >= GENERATION_S
+
+
+def test_tokenizer_counts_the_gradio_reply(gradio_url: str, tmp_path: Path) -> None:
+    counter = tokencount.load(train_tokenizer(tmp_path))
+    rec, text = drive(gradio_url, "gradio", options={"api_name": "chat"}, tokenizer=counter)
+    assert rec.status == "ok", rec.error
+    assert rec.token_source == "tokenizer"
+    assert rec.output_tokens == rec.client_output_tokens == counter.count(REPLY)
+    assert sum(rec.tokens_per_event) >= len(TOKENS)
+
+
+def test_gradio_error_event_is_recorded_as_protocol(gradio_url: str) -> None:
+    rec, _ = drive(gradio_url, "gradio", options={"api_name": "chat_error"})
+    assert rec.status == "protocol"
+    assert rec.error is not None and "overloaded" in rec.error
+
+
+def test_unknown_api_name_is_an_http_error(gradio_url: str) -> None:
+    # the first step fails (Gradio 6 answers 500 for an unknown api_name); no stream is read
+    rec, _ = drive(gradio_url, "gradio", options={"api_name": "no_such_fn"})
+    assert rec.status in ("http_4xx", "http_5xx"), rec.error
+    assert rec.http_status is not None and rec.http_status >= 400 and rec.ttft_s is None
+
+
+def test_default_concurrency_limit_queues_users(gradio_url: str) -> None:
+    users = 4
+    free = drive_together(users, gradio_url, "gradio", options={"api_name": "chat"})
+    queued = drive_together(users, gradio_url, "gradio", options={"api_name": "chat_queued"})
+    assert all(r.ok for r in free + queued), [r.error for r in free + queued]
+    free_ttft = sorted(r.ttft_s or 0.0 for r in free)
+    queued_ttft = sorted(r.ttft_s or 0.0 for r in queued)
+    # unlimited: every user gets its first token after about one prefill
+    assert free_ttft[-1] < FIRST_S + GENERATION_S
+    # one at a time: the k-th user waits for k whole generations before its first token
+    for k, ttft in enumerate(queued_ttft):
+        assert ttft >= FIRST_S + 0.8 * k * GENERATION_S, queued_ttft
+    # and the report's numbers show it
+    free_stats = group_stats(free, 1.0, {})
+    queued_stats = group_stats(queued, 1.0, {})
+    assert queued_stats["ttft_ms"]["max"] > 2 * free_stats["ttft_ms"]["max"]
+    assert queued_stats["ttft_ms"]["p50"] > free_stats["ttft_ms"]["p50"] + 0.8 * GENERATION_S * 1000
