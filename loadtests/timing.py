@@ -25,6 +25,7 @@ _NO_END = frozenset({"timeout", "stall", "disconnect", "connect"})
 #: at most this much of an error body is kept for its message
 _ERROR_BODY_LIMIT = 64 * 1024
 _ERROR_TEXT_LIMIT = 500
+_HEAD_LIMIT = 200
 #: what an adapter may raise on data it cannot read (recorded as ``protocol``)
 _PARSE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError)
 
@@ -70,6 +71,8 @@ class StreamTimer:
         "_usage_at",
         "_server",
         "_finish_reason",
+        "_head",
+        "_reasoning_at",
     )
 
     def __init__(
@@ -95,6 +98,8 @@ class StreamTimer:
         self._usage_at: dict[int, int] = {}  # content-event index -> cumulative usage
         self._server: dict[str, float] | None = None
         self._finish_reason: str | None = None
+        self._head = b""  # first bytes of a stream, until its first event
+        self._reasoning_at: set[int] = set()  # content-event indexes that carried reasoning
 
     # -- input -------------------------------------------------------------------------
 
@@ -112,6 +117,8 @@ class StreamTimer:
             return
         events = self._parser.feed(chunk)
         if not events:
+            if self._last_event_at is None and len(self._head) < _HEAD_LIMIT:
+                self._head += chunk[:_HEAD_LIMIT]  # kept to diagnose a body that is not SSE
             return
         self._last_event_at = t
         parse = self._adapter.parse_event
@@ -144,10 +151,20 @@ class StreamTimer:
 
     @property
     def text(self) -> str:
-        """The content received so far (reasoning included): the assistant's reply."""
+        """The answer received so far, without reasoning text: the assistant's reply (history)."""
         if self._text is None:
-            self._text = "".join(self._pieces)
+            pieces, skip = self._pieces, self._reasoning_at
+            self._text = (
+                "".join(p for i, p in enumerate(pieces) if i not in skip)
+                if skip
+                else "".join(pieces)
+            )
         return self._text
+
+    @property
+    def reasoning_text(self) -> str:
+        """The reasoning text received so far (it counts as content for TTFT and tokens)."""
+        return "".join(self._pieces[i] for i in sorted(self._reasoning_at))
 
     @property
     def last_event_at(self) -> float | None:
@@ -173,6 +190,8 @@ class StreamTimer:
             self._times.append(t)
             self._pieces.append(info.content)
             self._text = None
+            if info.reasoning:
+                self._reasoning_at.add(len(self._pieces) - 1)
             if info.usage_output_tokens is not None:
                 self._usage_at[len(self._times) - 1] = info.usage_output_tokens
         if info.usage_output_tokens is not None:
@@ -210,7 +229,7 @@ class StreamTimer:
         t0 = self._t0
         times = self._times
         n_events = len(times)
-        text = self.text
+        text = "".join(self._pieces)  # answer and reasoning: both are output tokens
 
         client_tokens: int | None = None
         if self._tokenizer is not None and text:
@@ -279,6 +298,10 @@ class StreamTimer:
             return ("http_4xx" if code < 500 else "http_5xx"), self._http_error(code)
         if self._protocol_error is not None:
             return "protocol", _clip(self._protocol_error)
+        if not self._sync and self._last_event_at is None and self._head.strip():
+            if self._parser.comments == 0:
+                head = self._head.decode("utf-8", "replace")
+                return "protocol", _clip(f"response is not an SSE stream: {head!r}")
         if not self._done:
             where = "body" if self._sync else "stream"
             return "disconnect", f"{where} ended without the end-of-stream marker"

@@ -90,10 +90,17 @@ def info_from(
     )
 
 
-def parse_sse(data: str, content_of: Any) -> EventInfo:
+def parse_sse(event: str | None, data: str, content_of: Any) -> EventInfo:
     """Common ``parse_event``: ``[DONE]``, error objects, then ``content_of(choice)``."""
     if data == "[DONE]":
         return _DONE
+    if event == "error":  # some gateways name their error events
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return EventInfo(error=data or "error event")
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        return EventInfo(error=error_text(err))
     obj = _decode_str(data)
     if type(obj) is not dict:
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")

@@ -58,7 +58,7 @@ class OpenAIChat:
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One ``chat.completion.chunk`` (or ``[DONE]``, or an error object)."""
-        return _openai.parse_sse(data, _delta)
+        return _openai.parse_sse(event, data, _delta)
 
     def parse_body(self, body: bytes) -> EventInfo:
         """A ``chat.completion`` object (or an error object)."""

@@ -50,7 +50,7 @@ class OpenAICompletions:
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One ``text_completion`` chunk (or ``[DONE]``, or an error object)."""
-        return _openai.parse_sse(data, _choice_text)
+        return _openai.parse_sse(event, data, _choice_text)
 
     def parse_body(self, body: bytes) -> EventInfo:
         """A ``text_completion`` object (or an error object)."""

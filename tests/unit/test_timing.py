@@ -134,9 +134,35 @@ def test_reasoning_content_counts_as_content():
     timer = StreamTimer(OpenAIChat(), 0.0)
     for c, t in chunks:
         timer.feed(c, t)
-    assert timer.text == "thinkinganswer"
+    assert timer.text == "answer"  # the reply kept as history leaves the reasoning out
+    assert timer.reasoning_text == "thinking"
     r = timer.finish(0.4, meta())
     assert r.ttft_s == pytest.approx(0.2) and r.output_tokens == 3 and r.status == "ok"
+
+
+def test_reasoning_counts_for_the_tokenizer():
+    chunks = [(delta(None, reasoning_content="a b"), 0.2), (delta(" c"), 0.3), (DONE, 0.4)]
+    r = run_stream(chunks, 0.4, tokenizer=lambda s: len(s.split()))
+    assert (r.output_tokens, r.token_source, r.tokens_per_event) == (3, "tokenizer", [2, 1])
+
+
+def test_a_non_sse_body_on_a_stream_is_protocol():
+    body = b'{"choices": [{"message": {"content": "not streamed"}}]}'
+    r = run_stream([(body, 0.3)], 0.3)
+    assert r.status == "protocol" and "not an SSE stream" in (r.error or "")
+    assert "not streamed" in (r.error or "")
+
+
+def test_keepalives_then_eof_is_disconnect():
+    r = run_stream([(b": ping\n\n", 0.3)], 0.4)
+    assert r.status == "disconnect"
+
+
+def test_named_error_event_is_protocol():
+    r = run_stream([*tokens("a"), (b'event: error\ndata: {"message": "quota"}\n\n', 0.3)], 0.3)
+    assert r.status == "protocol" and "quota" in (r.error or "")
+    r = run_stream([(b"event: error\ndata: plain text\n\n", 0.3)], 0.3)
+    assert r.status == "protocol" and "plain text" in (r.error or "")
 
 
 def test_server_error_event_mid_stream_is_protocol():
