@@ -180,7 +180,7 @@ def _health(hub: RecordHub, ctx: LoadContext | None) -> Any:
     return sampler
 
 
-def run(opts: RunOptions, argv: list[str]) -> int:
+def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = None) -> int:
     """``python -m loadtests run``: the whole run; returns the exit code."""
     from locust.env import Environment
 
@@ -197,7 +197,8 @@ def run(opts: RunOptions, argv: list[str]) -> int:
         return EXIT_USAGE
     label = opts.label or "run"
     out_dir = Path(opts.out) if opts.out else default_out(label)
-    writer = RunWriter(out_dir, run_info(opts, argv, out_dir.name, model, ctx.workload))
+    info = {**run_info(opts, argv, out_dir.name, model, ctx.workload), **(extra_info or {})}
+    writer = RunWriter(out_dir, info)
     status = StatusLine()
     hub.add(writer)
     hub.add(status)

@@ -1,0 +1,122 @@
+"""``python -m loadtests loadtest``: ``run``, starting the bundled server when no target is given.
+
+With ``--target`` empty, the bundled server starts as a subprocess
+(``python -m target_server --port 0``) with the best engine available: the
+embedded real model with continuous batching (``transformers``), falling
+back to ``synthetic`` when that engine cannot start here; ``--engine`` (make's
+``ENGINE=``) picks one explicitly.  The run waits for ``/health``, runs, and
+stops the server whatever happened.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import gevent
+import httpx
+
+from loadtests.plan import RunOptions
+
+DEFAULT_ENGINE = "transformers"
+FALLBACK_ENGINE = "synthetic"
+ENGINE_ARGS = {"transformers": ["--batching", "continuous"]}
+#: the embedded model is built on first use: allow minutes before /health answers
+READY_TIMEOUT_S = 900.0
+_LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+class ServerFailed(RuntimeError):
+    """The bundled server exited or never became healthy (message carries its log tail)."""
+
+
+@dataclass
+class BundledServer:
+    """A running ``python -m target_server`` subprocess."""
+
+    engine: str
+    proc: subprocess.Popen[str]
+    url: str = ""
+    log: deque[str] = field(default_factory=lambda: deque(maxlen=50))
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_server(
+    engine: str, extra: list[str], ready_timeout: float = READY_TIMEOUT_S
+) -> BundledServer:
+    """Start the bundled server on 127.0.0.1:0 and wait until ``/health`` is 200."""
+    cmd = [sys.executable, "-m", "target_server", "--host", "127.0.0.1", "--port", "0"]
+    cmd += ["--engine", engine, *ENGINE_ARGS.get(engine, []), *extra]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    server = BundledServer(engine, proc)
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            server.log.append(line.rstrip())
+            m = _LISTENING.search(line)
+            if m and not server.url:
+                server.url = m.group(1)
+
+    gevent.spawn(drain)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        if server.url and _healthy(server.url):
+            return server
+        gevent.sleep(0.2)
+    server.stop()
+    tail = "\n".join(list(server.log)[-3:])
+    raise ServerFailed(f"bundled server (engine {engine}) did not become healthy:\n{tail}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def loadtest(
+    opts: RunOptions, argv: list[str], engine: str = "", server_args: list[str] | None = None
+) -> int:
+    """Run against ``opts.target``, or against a bundled server started for the run."""
+    from loadtests.runner import EXIT_USAGE, run
+
+    if opts.target:
+        return run(opts, argv)
+    extra = list(server_args or [])
+    candidates = [engine] if engine else [DEFAULT_ENGINE, FALLBACK_ENGINE]
+    server: BundledServer | None = None
+    for name in candidates:
+        print(f"starting the bundled server (engine {name}) ...", file=sys.stderr, flush=True)
+        try:
+            server = start_server(name, extra)
+            break
+        except ServerFailed as exc:
+            print(f"warning: {exc}", file=sys.stderr, flush=True)
+    if server is None:
+        print("error: the bundled server could not start", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"bundled server: {server.url} (engine {server.engine})", file=sys.stderr, flush=True)
+    opts.target = server.url
+    try:
+        return run(opts, argv, extra_info={"bundled_server": {"engine": server.engine}})
+    finally:
+        server.stop()
