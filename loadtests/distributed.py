@@ -212,8 +212,9 @@ class WorkerState:
             opts = RunOptions(**data["options"]).validate()
             target = connect_target(opts)
             self.forwarder = Forwarder(self.runner, self.name)
+            shard, shards = data["shard"], data["shards"]
             self.ctx = build_context(
-                opts, target, data["model"], self.forwarder, self.name, data["shard"], data["shards"]
+                opts, target, data["model"], self.forwarder, self.name, shard, shards
             )
         except (UsageError, ValueError) as exc:
             self.runner.send_message("llmload_failed", {"worker": self.name, "error": str(exc)})
