@@ -1,0 +1,62 @@
+"""``python -m target_server --ui gradio``: the bundled chat UI, load-tested via Gradio's API."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from target_server.synthetic import VOCAB
+from tests.fixtures.drive import drive, loadtest
+from tests.fixtures.server_proc import start_server_process
+
+pytest.importorskip("gradio")
+
+TTFT_MS, ITL_MS, MAX_TOKENS = 80, 10, 24
+
+
+@pytest.fixture(scope="module")
+def ui_server() -> Iterator[str]:
+    proc = start_server_process(
+        "--ui", "gradio", "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS),
+        "--max-output-tokens", str(MAX_TOKENS),
+        env={"GRADIO_ANALYTICS_ENABLED": "False"},
+    )  # fmt: skip
+    with proc:
+        yield proc.url
+
+
+def test_ui_page_api_and_openai_endpoint_share_one_server(ui_server: str) -> None:
+    page = httpx.get(ui_server + "/ui/", timeout=30)
+    assert page.status_code == 200 and "gradio" in page.text.lower()
+    info = httpx.get(ui_server + "/ui/gradio_api/info", timeout=30).json()
+    assert "/chat" in info["named_endpoints"]
+    rec, _ = drive(ui_server, "openai-chat", model="llmload-synthetic", max_tokens=4)
+    assert rec.status == "ok" and rec.output_tokens == 4
+
+
+def test_ui_streams_from_the_engine_with_its_timing(ui_server: str) -> None:
+    rec, text = drive(ui_server + "/ui", "gradio")
+    assert rec.status == "ok", rec.error
+    assert 1 <= (rec.output_tokens or 0) <= MAX_TOKENS
+    words = text.split()
+    assert words and all(" " + w in VOCAB for w in words)
+    assert rec.ttft_s is not None and rec.ttft_s >= TTFT_MS / 1000
+    if len(rec.itl_s) >= 3:
+        assert 0.5 * ITL_MS / 1000 <= statistics.median(rec.itl_s) < 4 * ITL_MS / 1000
+
+
+def test_loadtests_run_against_the_ui(ui_server: str, tmp_path: Path) -> None:
+    summary = loadtest(
+        tmp_path / "run",
+        "--target", ui_server + "/ui", "--protocol", "gradio", "--modes", "stream",
+        "--users", "3", "--spawn-rate", "10", "--pacing", "0.3s", "--duration", "3s",
+    )  # fmt: skip
+    phase = summary["phases"]["stream"]
+    assert phase["count"] >= 6 and phase["ok"] == phase["count"], phase["errors"]
+    assert phase["ttft_ms"]["p50"] >= TTFT_MS
+    assert phase["ttst_ms"]["p50"] > phase["ttft_ms"]["p50"]
+    assert phase["diagnostics"] == []
