@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from reports.diagnostics import detect
-from tests.fixtures.drive import drive_together
+from tests.fixtures.drive import drive_together, loadtest
 from tests.fixtures.nginx import NginxProxy
 
 TTFT_MS, ITL_MS, TOKENS = 60, 20, 16
@@ -39,3 +40,22 @@ def test_nginx_buffering_on_is_flagged_and_off_is_not(
     assert detect(streamed, "stream") == []
     assert all((r.ttft_s or 1) < 0.5 * generation_s for r in streamed)
     assert all(min(r.itl_s) > ITL_MS / 1000 / 4 for r in streamed)
+
+
+def test_loadtests_run_summary_carries_the_diagnostic(
+    start_server: Callable[..., Any], nginx_proxy: Callable[..., NginxProxy], tmp_path: Path
+) -> None:
+    server = start_server(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
+    args = ("--modes", "stream", "--users", "3", "--spawn-rate", "10", "--pacing", "0.2s",
+            "--duration", "2s", "--max-tokens", str(TOKENS), "--ignore-eos")  # fmt: skip
+    on = nginx_proxy(server.url, buffering=True)
+    summary = loadtest(tmp_path / "on", "--target", on.url, *args)
+    codes = [d["code"] for d in summary["phases"]["stream"]["diagnostics"]]
+    assert codes == ["proxy_buffering"]
+    assert "proxy_buffering" in [d["code"] for d in summary["diagnostics"]]
+    assert "proxy_buffering" in (tmp_path / "on" / "summary.md").read_text()
+
+    off = nginx_proxy(server.url, buffering=False)
+    summary = loadtest(tmp_path / "off", "--target", off.url, *args)
+    assert summary["phases"]["stream"]["ok"] >= 6
+    assert summary["phases"]["stream"]["diagnostics"] == []
