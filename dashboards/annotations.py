@@ -2,8 +2,10 @@
 
 At a phase's start it posts an annotation (``POST /api/annotations``); at its end
 it turns that annotation into a region ending there (``PATCH /api/annotations/:id``).
-If Grafana cannot be reached or refuses, the sink logs one warning and stops
-posting for the rest of the run: the load test goes on, unslowed.
+Credentials: the arguments, else ``GRAFANA_TOKEN`` or ``GRAFANA_USER`` and
+``GRAFANA_PASSWORD`` from the environment (never logged).  If Grafana cannot be
+reached or refuses, the sink logs one warning and stops posting for the rest of
+the run: the load test goes on, unslowed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from dashboards.grafana import connect, redact
+from dashboards.grafana import connect, credential_from_env, redact
 from dashboards.llm_load import PHASE_TAG, UID
 from loadtests.sinks import NullSink
 
@@ -38,6 +40,10 @@ class GrafanaAnnotations(NullSink):
         self.run_label = run_label
         self.disabled = False
         self.posted = 0
+        if not (token or (user and password)):
+            credential = credential_from_env()
+            token = credential if isinstance(credential, str) else None
+            user, password = credential if isinstance(credential, tuple) else (None, None)
         self._api = connect(url, token=token, user=user, password=password, timeout=timeout)
         self._open: dict[tuple[str, str], tuple[int, int]] = {}
 

@@ -23,6 +23,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.prometheus",
     "tests.fixtures.reports",
     "tests.fixtures.nginx",
+    "tests.fixtures.grafana",
 ]
 
 

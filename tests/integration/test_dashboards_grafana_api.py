@@ -10,142 +10,22 @@ handling of the payloads (rendering, dashboard migration, annotation storage).
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from dashboards import build as builder
 from dashboards.annotations import GrafanaAnnotations
 from dashboards.llm_load import PHASE_TAG, UID
 from loadtests.sinks import RecordSink
+from tests.fixtures.grafana import STANDIN_TOKEN as TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "glsa_standin_token_0123456789"
-
-
-class GrafanaStandIn(ThreadingHTTPServer):
-    """Records requests; answers like Grafana when they match its HTTP API, 4xx when not."""
-
-    daemon_threads = True
-
-    def __init__(self, prefix: str = "", status: int = 200) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.prefix = prefix
-        self.status = status
-        self.requests: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self.auth = {f"Bearer {TOKEN}", "Basic " + base64.b64encode(b"admin:pw").decode()}
-        self.next_id = 41
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}{self.prefix}"
-
-
-def _shape_errors(method: str, path: str, body: Any) -> list[str]:
-    """Differences from Grafana's documented request bodies."""
-    if not isinstance(body, dict):
-        return ["body is not a JSON object"]
-    if (method, path) == ("POST", "/api/dashboards/db"):
-        d = body.get("dashboard", {})
-        errs = [] if isinstance(d.get("panels"), list) and d.get("uid") else ["dashboard lacks"]
-        if d.get("id") is not None:
-            errs.append("dashboard.id must be null to create-or-overwrite by uid")
-        if not isinstance(body.get("overwrite"), bool):
-            errs.append("overwrite must be a boolean")
-        return errs
-    errs = []
-    for key, kind in (("time", int), ("timeEnd", int), ("tags", list), ("text", str)):
-        if key in body and body[key] is not None and not isinstance(body[key], kind):
-            errs.append(f"{key} must be {kind.__name__}")
-    if method == "POST" and not isinstance(body.get("time"), int):
-        errs.append("time (epoch ms) is required")
-    if not all(isinstance(t, str) for t in body.get("tags") or []):
-        errs.append("tags must be strings")
-    return errs
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: GrafanaStandIn
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-    def _reply(self, status: int, obj: dict[str, Any]) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _handle(self) -> None:
-        srv = self.server
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        path = self.path.split("?")[0].removeprefix(srv.prefix)
-        body = json.loads(raw) if raw else None
-        srv.requests.append(
-            {"method": self.command, "path": path, "headers": dict(self.headers), "body": body}
-        )
-        if self.headers.get("Authorization") not in srv.auth:
-            self._reply(401, {"message": "Unauthorized"})
-            return
-        known = self.command == "POST" and path in ("/api/dashboards/db", "/api/annotations")
-        patch = self.command == "PATCH" and path.startswith("/api/annotations/")
-        if not (known or patch):
-            srv.errors.append(f"unexpected {self.command} {path}")
-            self._reply(404, {"message": "Not found"})
-            return
-        if self.headers.get("Content-Type", "").split(";")[0] != "application/json":
-            srv.errors.append(f"{path}: Content-Type {self.headers.get('Content-Type')}")
-        errs = _shape_errors(self.command, path, body)
-        if errs:
-            srv.errors += errs
-            self._reply(400, {"message": "; ".join(errs)})
-            return
-        if srv.status != 200:
-            self._reply(srv.status, {"message": "internal error"})
-        elif path == "/api/dashboards/db":
-            uid = body["dashboard"]["uid"]
-            self._reply(200, {"id": 7, "uid": uid, "url": f"/d/{uid}/x", "status": "success",
-                              "version": 3, "slug": "x"})  # fmt: skip
-        elif patch:
-            self._reply(200, {"message": "Annotation patched"})
-        else:
-            srv.next_id += 1
-            self._reply(200, {"message": "Annotation added", "id": srv.next_id})
-
-    do_POST = _handle
-    do_PATCH = _handle
-    do_GET = _handle
-    do_PUT = _handle
-
-
-@pytest.fixture
-def grafana():
-    servers: list[GrafanaStandIn] = []
-
-    def start(prefix: str = "", status: int = 200) -> GrafanaStandIn:
-        srv = GrafanaStandIn(prefix, status)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
 
 
 def _push(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -156,8 +36,8 @@ def _push(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_push_with_a_token_posts_every_dashboard(grafana) -> None:
-    srv = grafana()
+def test_push_with_a_token_posts_every_dashboard(grafana_standin) -> None:
+    srv = grafana_standin()
     done = _push(srv.url, {"GRAFANA_TOKEN": TOKEN})
     assert done.returncode == 0, done.stderr
     assert srv.errors == []
@@ -171,16 +51,16 @@ def test_push_with_a_token_posts_every_dashboard(grafana) -> None:
     assert TOKEN not in done.stdout + done.stderr
 
 
-def test_push_with_user_and_password_and_a_path_prefix(grafana) -> None:
-    srv = grafana(prefix="/grafana")
+def test_push_with_user_and_password_and_a_path_prefix(grafana_standin) -> None:
+    srv = grafana_standin(prefix="/grafana")
     done = _push(srv.url + "/", {"GRAFANA_USER": "admin", "GRAFANA_PASSWORD": "pw"})
     assert done.returncode == 0, done.stderr
     assert srv.requests[0]["headers"]["Authorization"].startswith("Basic ")
     assert srv.errors == []
 
 
-def test_push_refused_or_without_credentials_fails_without_leaking(grafana) -> None:
-    srv = grafana()
+def test_push_refused_or_without_credentials_fails_without_leaking(grafana_standin) -> None:
+    srv = grafana_standin()
     done = _push(srv.url, {"GRAFANA_USER": "admin", "GRAFANA_PASSWORD": "wrong-secret"})
     assert done.returncode == 1
     assert "Unauthorized" in done.stderr and "wrong-secret" not in done.stdout + done.stderr
@@ -188,8 +68,8 @@ def test_push_refused_or_without_credentials_fails_without_leaking(grafana) -> N
     assert done.returncode == 2 and "GRAFANA_TOKEN" in done.stderr
 
 
-def test_phase_annotations_become_regions(grafana) -> None:
-    srv = grafana()
+def test_phase_annotations_become_regions(grafana_standin) -> None:
+    srv = grafana_standin()
     sink = GrafanaAnnotations(srv.url, token=TOKEN, run_label="ci-42")
     assert isinstance(sink, RecordSink)
     t0 = time.time()
@@ -209,8 +89,8 @@ def test_phase_annotations_become_regions(grafana) -> None:
     assert all(r["headers"]["Authorization"] == f"Bearer {TOKEN}" for r in srv.requests)
 
 
-def test_an_end_without_a_start_posts_a_point(grafana) -> None:
-    srv = grafana()
+def test_an_end_without_a_start_posts_a_point(grafana_standin) -> None:
+    srv = grafana_standin()
     sink = GrafanaAnnotations(srv.url, user="admin", password="pw", tags=["llmload", "nightly"])
     sink.on_phase("sync", "sync", "end", 1_700_000_000.25)
     assert [(r["method"], r["path"]) for r in srv.requests] == [("POST", "/api/annotations")]
@@ -237,11 +117,22 @@ def test_unreachable_grafana_warns_once_and_the_run_goes_on(caplog) -> None:
     assert sink.disabled and sink.posted == 0
 
 
-def test_grafana_errors_warn_once(grafana, caplog) -> None:
-    srv = grafana(status=500)
+def test_grafana_errors_warn_once(grafana_standin, caplog) -> None:
+    srv = grafana_standin(status=500)
     sink = GrafanaAnnotations(srv.url, token=TOKEN)
     caplog.set_level(logging.WARNING, logger="dashboards.annotations")
     sink.on_phase("sync", "sync", "start", time.time())
     sink.on_phase("sync", "sync", "end", time.time())
     assert len(srv.requests) == 1 and sink.disabled
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_credentials_default_to_the_environment(grafana_standin, monkeypatch) -> None:
+    monkeypatch.delenv("GRAFANA_TOKEN", raising=False)
+    monkeypatch.setenv("GRAFANA_USER", "admin")
+    monkeypatch.setenv("GRAFANA_PASSWORD", "pw")
+    srv = grafana_standin()
+    sink = GrafanaAnnotations(srv.url)
+    sink.on_phase("stream", "stream", "start", time.time())
+    assert srv.requests[0]["headers"]["Authorization"].startswith("Basic ")
+    assert srv.errors == [] and sink.posted == 1
