@@ -1,0 +1,159 @@
+"""``python -m loadtests run`` against the real bundled synthetic server (subprocesses, loopback).
+
+Timing bounds are generous: the machine is small and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.fixtures.loadtests import ROOT, loadtests_cmd, median, run_cli, server_requests
+
+SYNTH = ("--ttft-ms", "200", "--itl-ms", "20")
+
+
+def test_sync_then_stream_is_exact(start_server_proc, tmp_path: Path) -> None:
+    server = start_server_proc(*SYNTH)
+    run = run_cli(
+        tmp_path / "run",
+        *("--target", server.url, "--users", "20", "--spawn-rate", "100", "--pacing", "2s"),
+        *("--duration", "3s", "--max-tokens", "32", "--ignore-eos", "--seed", "7"),
+    )
+    assert run.rc == 0, run.stderr
+    records = run.records
+    info = run.run_json
+    assert [p["name"] for p in info["phases"]] == ["sync", "stream"]
+    assert all(p["started_at"] < p["ended_at"] for p in info["phases"])
+    assert info["status"] == "completed" and info["records"] == len(records)
+    assert info["schema"] == 1 and info["config"]["seed"] == 7 and info["model"]
+    assert {"llmload", "python", "locust", "httpx"} <= set(info["versions"])
+    # every issued request is one record, and the server counted each once
+    assert len({r["request_id"] for r in records}) == len(records)
+    assert server_requests(server.url) == len(records)
+    assert all(r["status"] == "ok" for r in records), Counter(r["error"] for r in records)
+
+    stream = [r for r in records if r["phase"] == "stream"]
+    sync = [r for r in records if r["phase"] == "sync"]
+    assert len(stream) >= 20 and len(sync) >= 20
+    # streaming TTFT: the client's clock agrees with the server's own within a few ms
+    assert abs(median([r["ttft_s"] - r["server_ttft_s"] for r in stream])) < 0.015
+    assert 0.195 < median([r["ttft_s"] for r in stream]) < 0.26
+    assert all(r["output_tokens"] == 32 and r["token_source"] == "usage" for r in stream)
+    assert abs(median([r["tpot_s"] for r in stream]) - 0.020) < 0.005
+    assert all(len(r["itl_s"]) >= 1 for r in stream)
+    # sync: nothing is seen until the body, so TTFT is the whole response
+    assert all(abs(r["ttft_s"] - r["e2e_s"]) < 0.005 for r in sync)
+    assert median([r["e2e_s"] for r in sync]) > 0.2 + 31 * 0.02 * 0.9
+    # identical prompts in both phases: same users, same seeded sequence
+    first = lambda rs: sorted((r["user_id"], r["scenario"]) for r in rs if r["user_id"] < 20)  # noqa: E731
+    assert first(sync)[:20] == first(stream)[:20]
+
+
+def test_workers_lose_nothing(start_server_proc, tmp_path: Path) -> None:
+    server = start_server_proc("--ttft-ms", "50", "--itl-ms", "5")
+    run = run_cli(
+        tmp_path / "dist",
+        *("--target", server.url, "--users", "8", "--pacing", "0.5s", "--duration", "3s"),
+        *("--max-tokens", "16", "--workers", "2", "--modes", "stream"),
+    )
+    assert run.rc == 0, run.stderr
+    records = run.records
+    assert len(records) > 16
+    assert len({r["request_id"] for r in records}) == len(records)
+    assert server_requests(run_server := server.url) == len(records), run_server
+    assert {r["worker"] for r in records} == {"worker-0", "worker-1"}
+    assert sorted({r["user_id"] for r in records}) == list(range(8))
+
+
+def test_open_loop_records_schedule_delay(start_server_proc, tmp_path: Path) -> None:
+    server = start_server_proc("--ttft-ms", "20", "--itl-ms", "5")
+    run = run_cli(
+        tmp_path / "open",
+        *("--target", server.url, "--rate", "10", "--arrival", "constant", "--users", "10"),
+        *("--duration", "3s", "--max-tokens", "8", "--modes", "stream"),
+    )
+    assert run.rc == 0, run.stderr
+    records = run.records
+    assert 27 <= len(records) <= 30
+    delays = [r["schedule_delay_s"] for r in records]
+    assert all(d is not None and d >= 0 for d in delays)
+    assert median(delays) < 0.05
+    starts = sorted(r["started_at"] for r in records)
+    assert abs((starts[-1] - starts[0]) / (len(starts) - 1) - 0.1) < 0.02
+
+
+def test_open_loop_warns_when_rate_is_not_kept(start_server_proc, tmp_path: Path) -> None:
+    server = start_server_proc("--ttft-ms", "300", "--itl-ms", "5")
+    run = run_cli(
+        tmp_path / "late",
+        *("--target", server.url, "--rate", "20", "--users", "2", "--duration", "2s"),
+        *("--max-tokens", "4", "--modes", "stream"),
+    )
+    assert run.rc == 0, run.stderr
+    assert "not achieved" in run.stderr
+    assert max(r["schedule_delay_s"] for r in run.records) > 0.2
+
+
+def test_unreachable_target_exits_2_fast(tmp_path: Path) -> None:
+    began = time.monotonic()
+    run = run_cli(tmp_path / "none", "--target", "http://127.0.0.1:9", "--duration", "2s")
+    assert run.rc == 2
+    assert time.monotonic() - began < 10
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot reach target" in lines[0]
+    assert not (tmp_path / "none").exists()
+
+
+def test_faults_get_one_record_each_with_its_class(start_server_proc, tmp_path: Path) -> None:
+    server = start_server_proc(
+        *("--ttft-ms", "20", "--itl-ms", "10", "--fail-rate", "0.2", "--disconnect-rate", "0.2"),
+        *("--stall-rate", "0.2", "--stall-s", "3", "--seed", "3"),
+    )
+    run = run_cli(
+        tmp_path / "faults",
+        *("--target", server.url, "--users", "10", "--pacing", "0.2s", "--duration", "3s"),
+        *("--max-tokens", "16", "--modes", "stream", "--stall-timeout", "1s"),
+    )
+    assert run.rc == 0, run.stderr
+    records = run.records
+    classes = Counter(r["status"] for r in records)
+    assert {"ok", "http_5xx", "disconnect", "stall"} <= set(classes), classes
+    assert len({r["request_id"] for r in records}) == len(records)
+    time.sleep(0.5)  # the server notices the stalled clients leaving
+    assert server_requests(server.url) == len(records)
+    for r in records:
+        assert (r["status"] == "ok") == (r["error"] is None)
+        if r["status"] == "stall":
+            assert "no bytes for 1s" in r["error"] and r["e2e_s"] is None
+
+
+def test_ctrl_c_still_writes_the_files(start_server_proc, tmp_path: Path) -> None:
+    server = start_server_proc("--ttft-ms", "100", "--itl-ms", "50")
+    out = tmp_path / "int"
+    args = ("--target", server.url, "--users", "5", "--pacing", "0s", "--duration", "60s")
+    proc = subprocess.Popen(
+        loadtests_cmd("run", "--out", str(out), "--no-report", *args, "--max-tokens", "64"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    jsonl = out / "requests.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not jsonl.exists() or jsonl.stat().st_size == 0):
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    info = json.loads((out / "run.json").read_text())
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert info["status"] == "interrupted" and info["records"] == len(records) > 0
+    cancelled = [r for r in records if r["error"] == "cancelled by the client: run stopped"]
+    assert cancelled and all(r["status"] == "disconnect" for r in cancelled)
+    assert info["phases"][0]["ended_at"] is not None
