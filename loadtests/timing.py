@@ -62,7 +62,6 @@ class StreamTimer:
         "_headers_at",
         "_http_status",
         "_error_body",
-        "_body_at",
         "_sync",
         "_done",
         "_protocol_error",
@@ -89,7 +88,6 @@ class StreamTimer:
         self._headers_at: float | None = None
         self._http_status: int | None = None
         self._error_body: bytearray | None = None
-        self._body_at: float | None = None
         self._sync = False
         self._done = False
         self._protocol_error: str | None = None
@@ -136,7 +134,6 @@ class StreamTimer:
     def feed_body(self, body: bytes, t: float) -> None:
         """Sync: the whole body arrived at ``t``."""
         self._sync = True
-        self._body_at = t
         self._last_event_at = t
         if self._error_body is not None:
             self._keep_error_body(body)
@@ -173,13 +170,12 @@ class StreamTimer:
 
     # -- per event ---------------------------------------------------------------------
 
-    def _on_event(self, event: str | None, data: str, t: float, *, partial: bool = False) -> None:
+    def _on_trailing(self, event: str | None, data: str, t: float) -> None:
+        """An event cut off by the end of the body: used when readable, else ignored."""
         self._last_event_at = t
         try:
             info = self._adapter.parse_event(event, data)
-        except _PARSE_ERRORS as exc:
-            if not partial and self._protocol_error is None:
-                self._protocol_error = f"unparseable event: {exc}: {data[:200]!r}"
+        except _PARSE_ERRORS:
             return
         if info.done:
             self._done = True
@@ -224,7 +220,7 @@ class StreamTimer:
         """Build the one record for this request.  ``status``: a transport error class, if any."""
         if self._error_body is None and not self._sync:
             for event, data in self._parser.close():  # a trailing event without its blank line
-                self._on_event(event, data, t_end, partial=True)
+                self._on_trailing(event, data, t_end)
         status, error = self._status(status, error)
         t0 = self._t0
         times = self._times

@@ -342,3 +342,11 @@ def test_completions_adapter_through_the_timer():
     r = run_stream(chunks, 0.32, adapter=OpenAICompletions())
     assert r.status == "ok" and r.ttft_s == pytest.approx(0.2) and r.output_tokens == 2
     assert r.tpot_s == pytest.approx(0.1)
+
+
+def test_record_survives_the_jsonl_round_trip():
+    from loadtests.record import RequestRecord
+
+    chunks = [*tokens("春", "天"), (usage(2, x_llmload={"ttft_s": 0.1}), 0.3), (DONE, 0.31)]
+    r = run_stream(chunks, 0.31)
+    assert RequestRecord.from_json(r.to_json()) == r
