@@ -83,9 +83,10 @@ def render(ax: Axes) -> str:
     """The ``<figure class="chart">`` holding one chart as inline SVG."""
     pts = [p for s in ax.series for p in s.points]
     if not pts:
+        note = escape(ax.note or "No data for this chart.")
         return (
             f'<figure class="chart empty" id="{ax.chart_id}"><figcaption>{escape(ax.title)}'
-            f"</figcaption><p class=muted>No data for this chart.</p></figure>"
+            f"</figcaption><p class=muted>{note}</p></figure>"
         )
     xs = [p[0] for p in pts] + [b.x0 for b in ax.bands] + [b.x1 for b in ax.bands]
     ys = [p[1] for p in pts]

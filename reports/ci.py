@@ -9,12 +9,18 @@ the gate tests and ``python -m bench gate`` all measure the same thing::
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+_LISTENING = re.compile(r"listening on (http://\S+)")
 BASELINE = ROOT / "reports" / "baselines" / "ci-synthetic.json"
 #: the bundled server: synthetic engine, 200 ms to first token, 10 ms per token, +-20 ms jitter
 SERVER_TTFT_MS = 200.0
@@ -44,38 +50,97 @@ LOAD_ARGS = (
 )
 
 
-def load_command(out: Path, ttft_ms: float = SERVER_TTFT_MS, report: bool = True) -> list[str]:
-    """The ``python -m loadtests loadtest`` command line for one CI-length run."""
-    cmd = [
+def load_command(
+    out: Path, target: str, report: bool = True, extra: Sequence[str] = ()
+) -> list[str]:
+    """``python -m loadtests run`` for one CI-length run against ``target`` (``extra`` wins)."""
+    cmd = [sys.executable, "-m", "loadtests", "run", "--target", target, *LOAD_ARGS]
+    cmd += ["--out", str(out), *extra]
+    return cmd if report else [*cmd, "--no-report"]
+
+
+def server_command(ttft_ms: float = SERVER_TTFT_MS) -> list[str]:
+    """The bundled synthetic server on an ephemeral loopback port."""
+    return [
         sys.executable,
         "-m",
-        "loadtests",
-        "loadtest",
-        "--target",
-        "",
-        *LOAD_ARGS,
-        "--out",
-        str(out),
+        "target_server",
         "--engine",
         "synthetic",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        f"--ttft-ms={ttft_ms:g}",
+        *SERVER_ARGS,
+        "--log-level",
+        "warning",
     ]
-    cmd += [f"--server-arg={a}" for a in (f"--ttft-ms={ttft_ms:g}", *SERVER_ARGS)]
-    if not report:
-        cmd.append("--no-report")
-    return cmd
+
+
+@contextmanager
+def synthetic_server(ttft_ms: float = SERVER_TTFT_MS, timeout_s: float = 60.0) -> Iterator[str]:
+    """Start the bundled synthetic server; yield its base URL once ``/health`` answers."""
+    proc = subprocess.Popen(
+        server_command(ttft_ms),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    found = threading.Event()
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line.rstrip())
+            if _LISTENING.search(line):
+                found.set()
+        found.set()
+
+    threading.Thread(target=drain, name="ci-server-stderr", daemon=True).start()
+    try:
+        found.wait(timeout_s)
+        m = next((m for ln in lines if (m := _LISTENING.search(ln))), None)
+        if m is None:
+            raise RuntimeError("target_server never listened:\n" + "\n".join(lines[-30:]))
+        url = m.group(1)
+        _wait_healthy(url, timeout_s)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_healthy(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
 
 
 def run_load(
-    out: Path, ttft_ms: float = SERVER_TTFT_MS, report: bool = True, timeout_s: float = 180.0
+    out: Path, target: str, report: bool = True, extra: Sequence[str] = (), timeout_s: float = 180.0
 ) -> Path:
-    """Run one CI-length loadtest into ``out``; ``RuntimeError`` (with its output) on failure."""
-    cmd = load_command(out, ttft_ms, report)
+    """Run one CI-length load test into ``out``; ``RuntimeError`` (with its output) on failure."""
+    cmd = load_command(out, target, report, extra)
     proc = subprocess.run(
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
     )
     if proc.returncode != 0 or not (out / "requests.jsonl").exists():
         tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"loadtest failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+        raise RuntimeError(f"load test failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
     return out
 
 
@@ -94,10 +159,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--ttft-ms", type=float, default=SERVER_TTFT_MS, help="server TTFT (200)")
     args, gate_args = p.parse_known_args(argv)
     out = args.out or ROOT / "runs" / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-ci-gate"
-    print(f"ci-gate: {' '.join(load_command(out, args.ttft_ms))}", flush=True)
     try:
-        run_load(out, args.ttft_ms)
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        with synthetic_server(args.ttft_ms) as url:
+            print(f"ci-gate: {' '.join(load_command(out, url))}", flush=True)
+            run_load(out, url)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         print(f"ci-gate: {exc}", file=sys.stderr)
         return 2
     from reports.__main__ import main as reports_main

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import time
 from html import escape
 from typing import Any
 
@@ -95,7 +97,7 @@ def _cards(summary: dict[str, Any]) -> str:
 
 def _charts(run: Run) -> str:
     recs = run.measured or run.records
-    t0 = ts.origin(run.records)
+    t0 = ts.origin(run.records, run.meta)
     bands = ts.phase_bands(run.meta, t0)
     tps, inflight = ts.throughput_and_inflight(run.records, t0)
     ok = [r for r in recs if r.ok]
@@ -192,10 +194,19 @@ def _errors(summary: dict[str, Any]) -> str:
     )
 
 
+def _show(key: str, value: Any) -> str:
+    """Metadata values for people: UTC times, command lines joined."""
+    if key.endswith("_at") and isinstance(value, int | float):
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+    if isinstance(value, list):
+        return shlex.join(str(v) for v in value)
+    return str(value)
+
+
 def _metadata(summary: dict[str, Any]) -> str:
     run = summary.get("run", {})
     keys = ("target", "model", "protocol", "label", "status", "started_at", "ended_at", "command")
-    rows = [[k, str(run[k])] for k in keys if run.get(k) is not None]
+    rows = [[k, _show(k, run[k])] for k in keys if run.get(k) is not None]
     rows.append(["SLO", summary["slo"]])
     rows.append(["percentiles", summary["percentile_method"]])
     blocks = "".join(

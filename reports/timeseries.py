@@ -16,9 +16,15 @@ WARM = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f")
 COOL = ("#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#393b79", "#637939")
 
 
-def origin(records: list[RequestRecord]) -> float:
-    """Wall time of the first request: x = 0 on every time chart."""
-    return min(r.started_at for r in records)
+def origin(records: list[RequestRecord], meta: dict[str, Any] | None = None) -> float:
+    """x = 0 on every time chart: the first request or the first phase start, if earlier."""
+    starts = [r.started_at for r in records]
+    for ph in (meta or {}).get("phases") or []:
+        try:
+            starts.append(float(ph["started_at"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return min(starts)
 
 
 def phase_bands(meta: dict[str, Any], t0: float) -> list[Band]:
