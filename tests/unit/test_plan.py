@@ -1,0 +1,88 @@
+"""Run options: durations, TOML plans vs flags, validation, secret redaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadtests.plan import (
+    RunOptions,
+    build_options,
+    load_plan,
+    parse_duration,
+    redact_argv,
+    redact_url,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("3s", 3), ("5m", 300), ("250ms", 0.25), ("1h", 3600), ("1m30s", 90), ("2.5", 2.5), (7, 7)],
+)
+def test_durations(text: str | int, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "3x", "s", "-1", "3s junk"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_plan_then_flags_override(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(
+        'target = "http://h:8000"\nusers = 5\npacing = "2s"\nspawn-rate = 2\n'
+        'modes = ["stream"]\nheader = ["X-Team: infra"]\n[shape]\nkind = "steps"\nstart = 1\n',
+        encoding="utf-8",
+    )
+    plan = load_plan(plan_file)
+    opts = build_options(plan, {"users": 9, "header": ["X-Run: a"], "duration": "1m"})
+    assert opts.users == 9 and opts.spawn_rate == 2 and opts.pacing == 2.0
+    assert opts.duration == 60 and opts.modes == ["stream"]
+    assert opts.header == ["X-Team: infra", "X-Run: a"]
+    assert opts.shape == {"kind": "steps", "start": 1}
+    assert build_options({}, {}).modes == ["sync", "stream"]
+
+
+def test_unknown_plan_keys_are_refused(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text("userz = 5\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="userz"):
+        load_plan(plan_file)
+
+
+@pytest.mark.parametrize(
+    "cli",
+    [
+        {"modes": "sync,batch"},
+        {"arrival": "bursty"},
+        {"users": 0},
+        {"rate": 5, "turns": 2},
+        {"header": ["no-colon"]},
+        {"duration": "0s"},
+    ],
+)
+def test_invalid_options(cli: dict) -> None:
+    with pytest.raises(ValueError):
+        build_options({}, cli)
+
+
+def test_config_never_holds_secrets() -> None:
+    opts = RunOptions(
+        target="https://bob:hunter2@api.example/llm?api-key=s3cret&v=1",
+        header=["Authorization: Bearer s3cret", "X-Team: infra"],
+        api_key_env="MY_KEY",
+    ).validate()
+    text = repr(opts.config())
+    assert "hunter2" not in text and "s3cret" not in text
+    assert "X-Team: infra" in text and "MY_KEY" in text and "v=1" in text
+
+
+def test_redaction_of_urls_and_argv() -> None:
+    assert redact_url("http://h:1/p?token=abc&x=1") == "http://h:1/p?token=***&x=1"
+    assert redact_url("http://u:pw@h/") == "http://u:***@h/"
+    argv = ["run", "--header", "api-key: abc", "--target=http://h/?key=abc", "--users", "3"]
+    assert "abc" not in " ".join(redact_argv(argv))
+    assert redact_argv(argv)[-2:] == ["--users", "3"]

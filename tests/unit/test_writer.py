@@ -1,0 +1,91 @@
+"""The run writer (requests.jsonl + run.json) and the de-duplicating record hub."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from loadtests.hub import RecordHub
+from loadtests.record import RequestRecord
+from loadtests.sinks import NullSink
+
+
+def rec(request_id: str, phase: str = "stream", status: str = "ok") -> RequestRecord:
+    return RequestRecord(
+        request_id=request_id,
+        phase=phase,
+        scenario="short_qa",
+        mode="stream",
+        endpoint="/v1/chat/completions",
+        started_at=1.0,
+        status=status,
+        ttft_s=0.1 if status == "ok" else None,
+    )
+
+
+def test_writer_writes_lines_as_they_come_and_run_json(tmp_path: Path) -> None:
+    from loadtests.writer import RunWriter
+
+    writer = RunWriter(tmp_path / "r", {"run_id": "r", "config": {"seed": 1}})
+    early = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert early["status"] == "running" and early["schema"] == 1
+    writer.on_phase("sync", "sync", "start", 10.0)
+    writer.on_record(rec("a", "sync"))
+    # flushed as written: readable before close
+    lines = (tmp_path / "r" / "requests.jsonl").read_text().splitlines()
+    assert [RequestRecord.from_json(line).request_id for line in lines] == ["a"]
+    writer.on_phase("sync", "sync", "end", 11.0)
+    writer.on_phase("stream", "stream", "start", 12.0)
+    writer.on_record(rec("b", status="timeout"))
+    writer.close()
+    info = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert info["status"] == "completed" and info["records"] == 2
+    assert info["phases"][0] == {
+        "name": "sync",
+        "mode": "sync",
+        "started_at": 10.0,
+        "ended_at": 11.0,
+    }
+    assert info["phases"][1]["ended_at"] >= 12.0  # closed by close()
+    assert {"hostname", "cpus", "platform", "memory_gb"} <= set(info["host"])
+    assert info["config"] == {"seed": 1} and info["ended_at"] >= info["started_at"]
+
+
+def test_writer_keeps_an_interrupted_status(tmp_path: Path) -> None:
+    from loadtests.writer import RunWriter
+
+    writer = RunWriter(tmp_path, {"run_id": "x"})
+    writer.set_status("interrupted")
+    writer.close()
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "interrupted"
+
+
+class Collect(NullSink):
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def on_record(self, record: RequestRecord) -> None:
+        self.ids.append(record.request_id)
+
+
+class Broken(NullSink):
+    def on_record(self, record: RequestRecord) -> None:
+        raise RuntimeError("exporter down")
+
+
+def test_hub_drops_a_batch_delivered_twice() -> None:
+    sink = Collect()
+    hub = RecordHub([sink])
+    batch = [rec("a"), rec("b"), rec("c")]
+    for r in batch + batch:
+        hub.on_record(r)
+    assert sink.ids == ["a", "b", "c"]
+    assert hub.records == 3 and hub.duplicates == 3
+
+
+def test_a_failing_sink_does_not_cost_the_others_their_records() -> None:
+    sink = Collect()
+    hub = RecordHub([Broken(), sink])
+    hub.on_record(rec("a"))
+    hub.on_record(rec("b"))
+    assert sink.ids == ["a", "b"]
