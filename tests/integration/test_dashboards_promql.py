@@ -1,0 +1,198 @@
+"""Every PromQL expression in the dashboards, run against a real Prometheus holding a real run.
+
+The bundled synthetic server and a real 20-user ``python -m loadtests run``
+(sync then stream, exporter on ``--metrics-port``, ``--grafana-url`` pointed at the
+Grafana stand-in) are scraped every second by the Debian ``prometheus`` binary,
+which also loads ``compose/prometheus/rules``.  Grafana's template variables are
+replaced as Grafana does with "All" selected (``$job`` -> ``.*``) and
+``$__rate_interval`` -> 4 s (4 x the scrape interval).
+
+Not covered: Grafana itself (no Grafana server can run here) — how it renders the
+panels and expands ``label_values(...)``; the latter is replayed with Prometheus's
+series API.  GPU and vLLM panels have no data here and are allow-listed below.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dashboards import llm_load, validate
+from tests.fixtures.grafana import STANDIN_TOKEN, GrafanaStandIn
+from tests.fixtures.prometheus import Prometheus
+from tests.fixtures.server_thread import ThreadedServer, start_server_thread
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Metric prefixes whose queries may come back empty here, and why.
+ALLOW_EMPTY = {
+    "vllm:": "the bundled server is not vLLM",
+    "llmserve_gpu_memory_": "no CUDA device on these machines",
+}
+#: Metrics whose quantiles are NaN in a closed-loop run, and why.
+NAN_OK = {"llmload_schedule_delay_seconds": "closed loop: no schedule delay is observed"}
+SUBSTITUTE = {
+    "$__rate_interval": "4s",
+    "$job": ".*",
+    "$mode": ".*",
+    "$scenario": ".*",
+}
+USERS = 20
+
+
+@dataclass
+class ScrapedRun:
+    prom: Prometheus
+    server: ThreadedServer
+    grafana: GrafanaStandIn
+    start: float
+    end: float
+    stdout: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def scraped_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScrapedRun]:
+    tmp = tmp_path_factory.mktemp("promql")
+    server = start_server_thread(ttft_ms=40, itl_ms=8, log_level="warning")
+    grafana = GrafanaStandIn()
+    threading.Thread(target=grafana.serve_forever, daemon=True).start()
+    port = _free_port()
+    prom = Prometheus(
+        tmp / "prometheus",
+        {"target": [server.url.removeprefix("http://")], "llmload": [f"127.0.0.1:{port}"]},
+        scrape_interval="1s",
+        rule_files=[ROOT / "compose/prometheus/rules/*.yml"],
+    )
+    try:
+        prom.wait_scraped("target")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GRAFANA_")}
+        env["GRAFANA_TOKEN"] = STANDIN_TOKEN
+        start = time.time()
+        done = subprocess.run(
+            [sys.executable, "-m", "loadtests", "run", "--target", server.url,
+             "--users", str(USERS), "--spawn-rate", str(USERS), "--pacing", "0.5s",
+             "--duration", "6s", "--modes", "sync,stream", "--max-tokens", "8",
+             "--metrics-port", str(port), "--grafana-url", grafana.url,
+             "--out", str(tmp / "run"), "--no-report", "--seed", "1"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        end = time.time()
+        yield ScrapedRun(prom, server, grafana, start, end, done.stdout + done.stderr)
+    finally:
+        prom.stop()
+        server.stop()
+        grafana.shutdown()
+        grafana.server_close()
+
+
+def _concrete(expr: str) -> str:
+    for var, value in SUBSTITUTE.items():
+        expr = expr.replace(var, value)
+    assert "$" not in expr, expr
+    return expr
+
+
+def _values(result: list[dict]) -> list[float]:
+    return [float(v) for series in result for _, v in series["values"]]
+
+
+def test_every_dashboard_query_returns_data(scraped_run: ScrapedRun) -> None:
+    run = scraped_run
+    failures, checked, skipped = [], set(), set()
+    for title, ref, expr in validate.expressions(llm_load.build()):
+        names = validate.metric_names(expr)
+        if names and all(any(n.startswith(p) for p in ALLOW_EMPTY) for n in names):
+            skipped.add(title)
+            continue
+        checked.add(title)
+        result = run.prom.query_range(_concrete(expr), run.start, run.end + 2, step=1.0)
+        values = _values(result)
+        nan_ok = any(n.startswith(m) for n in names for m in NAN_OK)
+        if not values:
+            failures.append(f"{title} [{ref}]: no series: {expr}")
+        elif not nan_ok and not any(math.isfinite(v) for v in values):
+            failures.append(f"{title} [{ref}]: only NaN/Inf: {expr}")
+    assert failures == []
+    # the allow-list stays short: only the GPU and vLLM-only panels are skipped whole
+    assert skipped - checked == {"GPU memory (CUDA targets)", "vLLM KV-cache usage"}
+
+
+def test_key_panels_show_the_run(scraped_run: ScrapedRun) -> None:
+    """Values, not only presence: the run's users, its requests, and client TTFT above server."""
+    run, d = scraped_run, llm_load.build()
+    exprs = {(t, ref): e for t, ref, e in validate.expressions(d)}
+    at = run.end
+
+    def peak(title: str, ref: str = "A") -> float:
+        result = run.prom.query_range(_concrete(exprs[(title, ref)]), run.start, at, step=1.0)
+        return max(v for v in _values(result) if math.isfinite(v))
+
+    assert peak("Active users") == USERS
+    assert peak("Requests/s") > 0 and peak("Output tokens/s") > 0
+    assert peak("Error %") == 0
+    gap = run.prom.query_range(
+        _concrete(exprs[("Client - server TTFT (streaming)", "A")]), run.start, at, step=1.0
+    )
+    finite = [v for v in _values(gap) if math.isfinite(v)]
+    assert finite and min(finite) > 0, "client TTFT includes the server's, so the gap is > 0"
+
+
+def test_template_variables_find_values(scraped_run: ScrapedRun) -> None:
+    prom = scraped_run.prom
+    pattern = re.compile(r"label_values\((?:(.+),\s*)?(\w+)\)")
+    found = {}
+    for var in llm_load.build()["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        match = pattern.fullmatch(var["definition"])
+        assert match, var["definition"]
+        selector, label = _concrete(match.group(1) or "up"), match.group(2)
+        series = prom.api("series", **{"match[]": selector, "start": scraped_run.start})
+        found[var["name"]] = {s[label] for s in series if label in s}
+    assert found["job"] >= {"target", "llmload"}
+    assert found["mode"] == {"sync", "stream"}
+    assert found["scenario"]
+
+
+def test_alert_rules_evaluate_on_real_data(scraped_run: ScrapedRun) -> None:
+    prom = scraped_run.prom
+    groups = prom.api("rules")["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert len(rules) == 4 and all(r["health"] == "ok" for r in rules), rules
+    p95 = prom.query_range("llmload:ttft_seconds:p95_1m", scraped_run.start, scraped_run.end)
+    assert {s["metric"]["mode"] for s in p95} == {"sync", "stream"}
+    assert all(r.get("state") in (None, "inactive") for r in rules), "a healthy run fires nothing"
+
+
+def test_the_run_annotated_its_phases(scraped_run: ScrapedRun) -> None:
+    grafana = scraped_run.grafana
+    assert grafana.errors == []
+    calls = [(r["method"], r["path"].rsplit("/", 1)[-1].isdigit()) for r in grafana.requests]
+    assert calls == [("POST", False), ("PATCH", True)] * 2
+    posts = [r["body"] for r in grafana.requests if r["method"] == "POST"]
+    assert [t for p in posts for t in p["tags"] if t.startswith("mode:")] == [
+        "mode:sync",
+        "mode:stream",
+    ]
+    for req in grafana.requests:
+        assert req["headers"]["Authorization"] == f"Bearer {STANDIN_TOKEN}"
+        body = req["body"]
+        assert scraped_run.start * 1000 - 1 <= body["time"] <= scraped_run.end * 1000 + 1
+    assert STANDIN_TOKEN not in scraped_run.stdout
