@@ -56,6 +56,7 @@ class RunOptions:
     target: str = ""
     model: str = ""
     protocol: str = "openai-chat"
+    api_name: str | None = None
     api_key_env: str | None = None
     header: list[str] = field(default_factory=list)
     ca_bundle: str | None = None

@@ -90,6 +90,8 @@ class LoadContext:
             opts["temperature"] = self.options.temperature
         if self.options.ignore_eos:
             opts["ignore_eos"] = True
+        if self.options.api_name:
+            opts["api_name"] = self.options.api_name
         return opts
 
     def begin_phase(self, phase: Phase) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from loadtests import tokencount
 from reports.summary import group_stats
-from tests.fixtures.drive import drive, drive_together
+from tests.fixtures.drive import drive, drive_together, loadtest
 from tests.fixtures.tokenizer import train_tokenizer
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -149,3 +149,15 @@ def test_default_concurrency_limit_queues_users(gradio_url: str) -> None:
     queued_stats = group_stats(queued, 1.0, {})
     assert queued_stats["ttft_ms"]["max"] > 2 * free_stats["ttft_ms"]["max"]
     assert queued_stats["ttft_ms"]["p50"] > free_stats["ttft_ms"]["p50"] + 0.8 * GENERATION_S * 1000
+
+
+def test_loadtests_run_report_shows_gradio_queueing(gradio_url: str, tmp_path: Path) -> None:
+    args = ("--target", gradio_url, "--protocol", "gradio", "--modes", "stream",
+            "--users", "3", "--spawn-rate", "20", "--pacing", "0s", "--duration", "2s")  # fmt: skip
+    free = loadtest(tmp_path / "free", *args, "--api-name", "chat")["phases"]["stream"]
+    queued = loadtest(tmp_path / "queued", *args, "--api-name", "chat_queued")["phases"]["stream"]
+    assert free["errors"] == {} and queued["errors"] == {}
+    assert free["ttft_ms"]["p50"] < (FIRST_S + GENERATION_S) * 1000
+    # three users behind concurrency_limit=1: a request waits for about two others
+    assert queued["ttft_ms"]["p50"] > FIRST_S * 1000 + 1.2 * GENERATION_S * 1000
+    assert queued["requests_per_s"] < free["requests_per_s"]
