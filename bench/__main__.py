@@ -10,6 +10,7 @@ import time
 #: name -> module with ``main(argv) -> int``; order matters (cheap first).
 BENCHES: dict[str, str] = {
     "timing-core": "bench.timing_core",
+    "gate": "bench.gate",
 }
 
 
