@@ -157,3 +157,42 @@ def test_ctrl_c_still_writes_the_files(start_server_proc, tmp_path: Path) -> Non
     cancelled = [r for r in records if r["error"] == "cancelled by the client: run stopped"]
     assert cancelled and all(r["status"] == "disconnect" for r in cancelled)
     assert info["phases"][0]["ended_at"] is not None
+
+
+def test_plan_key_headers_warmup_and_turns(start_server_proc, tmp_path: Path) -> None:
+    secret = "sk-test-0123456789"
+    server = start_server_proc("--ttft-ms", "20", "--itl-ms", "5", env={"LLMLOAD_API_KEY": secret})
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        f'target = "{server.url}/v1"\nusers = 3\npacing = "0.3s"\nduration = "2s"\n'
+        'modes = "stream"\nmax-tokens = 8\nturns = 2\nwarmup = "1s"\n'
+        'header = ["X-Team: infra", "X-Api-Key: also-secret"]\n',
+        encoding="utf-8",
+    )
+    run = run_cli(
+        tmp_path / "plan",
+        *("--plan", str(plan), "--api-key-env", "MY_KEY", "--users", "2"),
+        env={"MY_KEY": secret},
+    )
+    assert run.rc == 0, run.stderr
+    records = run.records
+    assert all(r["status"] == "ok" for r in records), Counter(r["error"] for r in records)
+    info = run.run_json
+    assert info["config"]["users"] == 2 and info["config"]["pacing"] == 0.3
+    assert [p["name"] for p in info["phases"]] == ["warmup", "stream"]
+    warm = [r for r in records if r["phase"] == "warmup"]
+    assert warm and all(r["warmup"] for r in warm)
+    assert not any(r["warmup"] for r in records if r["phase"] == "stream")
+    assert {0, 1} <= {r["turn"] for r in records if r["phase"] == "stream"}
+    for text in (run.stdout, run.stderr, (run.out / "run.json").read_text()):
+        assert secret not in text and "also-secret" not in text
+    assert secret not in (run.out / "requests.jsonl").read_text()
+    # without the key the server refuses every request: http_4xx, still one record each
+    denied = run_cli(
+        tmp_path / "denied",
+        *("--target", server.url, "--users", "2", "--pacing", "0.2s", "--duration", "1s"),
+        *("--modes", "stream", "--max-tokens", "4"),
+    )
+    assert denied.rc == 0, denied.stderr
+    assert {r["status"] for r in denied.records} == {"http_4xx"}
+    assert all(r["http_status"] == 401 for r in denied.records)
