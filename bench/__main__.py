@@ -11,6 +11,7 @@ import time
 BENCHES: dict[str, str] = {
     "timing-core": "bench.timing_core",
     "gate": "bench.gate",
+    "harness": "bench.harness",
 }
 
 
