@@ -254,11 +254,12 @@ def test_nginx_passes_streams_through_unbuffered(start_server, compose_nginx) ->
     # nginx adds about a millisecond; a buffered stream would add the whole generation
     assert abs(p_ttft - d_ttft) < 0.020, (d_ttft, p_ttft)
     generation = (ttft_ms + (tokens - 1) * itl_ms) / 1000
-    for r in proxied:
-        assert r.ttft_s < ttft_ms / 1000 + 0.05 < generation
+    for r in proxied:  # buffered, the first token would come with the last, after `generation`
+        assert r.ttft_s < generation / 2, (r.ttft_s, generation)
         assert len(r.itl_s) == tokens - 1
         assert sum(r.itl_s) >= 0.8 * (tokens - 1) * itl_ms / 1000  # events arrive spaced
-        assert r.server_ttft_s is not None and r.ttft_s - r.server_ttft_s < 0.025
+    gaps = [r.ttft_s - r.server_ttft_s for r in proxied if r.server_ttft_s is not None]
+    assert len(gaps) == len(proxied) and statistics.median(gaps) < 0.025, gaps
 
 
 # --- make up / make down ---------------------------------------------------------------

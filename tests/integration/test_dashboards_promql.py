@@ -18,6 +18,7 @@ import math
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -151,7 +152,8 @@ def test_key_panels_show_the_run(scraped_run: ScrapedRun) -> None:
         _concrete(exprs[("Client - server TTFT (streaming)", "A")]), run.start, at, step=1.0
     )
     finite = [v for v in _values(gap) if math.isfinite(v)]
-    assert finite and min(finite) > 0, "client TTFT includes the server's, so the gap is > 0"
+    # client TTFT contains the server's; on loopback the rest is a few milliseconds
+    assert finite and 0 < statistics.median(finite) < 0.05, finite
 
 
 def test_template_variables_find_values(scraped_run: ScrapedRun) -> None:
