@@ -173,27 +173,33 @@ class GenerationCall(Response):
             await send(_chunk(enc.role()))
         itl = self.state.metrics.itl.labels(ctx.endpoint, "true")
         prefix, suffix, jstr = enc.prefix, enc.suffix, json_string
+        msg = _chunk(b"")  # reused for every token: uvicorn reads it before send returns
         last: float | None = None
         reason: str | None = None
-        n = 0
+        n, mx = 0, 0.0
         try:
             async for piece in gen:
                 if piece.fault is not None:
                     await self._fault(piece.fault, send)
                 n += 1
                 if piece.text:
-                    await send(_chunk(prefix + jstr(piece.text) + suffix))
+                    msg["body"] = prefix + jstr(piece.text) + suffix
+                    await send(msg)
                     t = perf_counter()
                     if last is None:
                         ctx.first = t
                     else:
-                        itl.observe(t - last)
+                        gap = t - last
+                        itl.observe(gap)
+                        if gap > mx:
+                            mx = gap
                     last = t
                 if piece.finish_reason is not None:
                     reason = piece.finish_reason
                     break
         finally:
             ctx.output_tokens, ctx.last = n, last
+            ctx.itl_max = mx if n > 1 and last is not None and last != ctx.first else None
             await gen.aclose()  # type: ignore[attr-defined]
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
@@ -221,7 +227,7 @@ class GenerationCall(Response):
         texts: list[str] = []
         last: float | None = None
         reason: str | None = None
-        n = 0
+        n, mx = 0, 0.0
         try:
             async for piece in gen:
                 if piece.fault is not None:
@@ -233,13 +239,17 @@ class GenerationCall(Response):
                     if last is None:
                         ctx.first = t
                     else:
-                        itl.observe(t - last)
+                        gap = t - last
+                        itl.observe(gap)
+                        if gap > mx:
+                            mx = gap
                     last = t
                 if piece.finish_reason is not None:
                     reason = piece.finish_reason
                     break
         finally:
             ctx.output_tokens, ctx.last = n, last
+            ctx.itl_max = mx if n > 1 and last is not None and last != ctx.first else None
             await gen.aclose()  # type: ignore[attr-defined]
         timings = self._complete(reason)
         assert ctx.finish_reason is not None

@@ -20,7 +20,7 @@ class RequestContext:
     __slots__ = (
         "request_id", "endpoint", "stream", "arrival", "admitted", "first", "last", "end",
         "prompt_tokens", "output_tokens", "status", "http_status", "finish_reason", "fault",
-        "finished", "admitted_ok",
+        "finished", "admitted_ok", "itl_max",
     )  # fmt: skip
 
     def __init__(self, request_id: str, endpoint: str, arrival: float):
@@ -40,6 +40,7 @@ class RequestContext:
         self.fault: str | None = None
         self.finished = False
         self.admitted_ok = False
+        self.itl_max: float | None = None
 
     def timings(self, now: float | None = None) -> dict[str, float | None]:
         """The ``x_llmload`` extension: server-side seconds since arrival."""
@@ -49,6 +50,7 @@ class RequestContext:
             "queue_s": None if self.admitted is None else round(self.admitted - a, 6),
             "ttft_s": None if self.first is None else round(self.first - a, 6),
             "e2e_s": round(now - a, 6),
+            "itl_max_s": None if self.itl_max is None else round(self.itl_max, 6),
         }
 
 

@@ -1,0 +1,279 @@
+"""``python -m bench server``: the synthetic engine's timing error at 1-1000 concurrent streams.
+
+The server runs as its own process (``python -m target_server``); this
+process is the client (``--pin``: server on CPU 0, client on CPU 1): a lean asyncio
+raw-socket client that sends streaming chat requests back to back on
+kept-alive connections and does no SSE parsing beyond counting content
+events per read and decoding the final ``x_llmload`` block.  Server-recorded
+figures come from ``x_llmload`` (TTFT, per-request largest ITL gap) and from
+the ``llmserve_inter_token_latency_seconds`` sum/count (mean ITL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+
+import httpx
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.mdsection import machine, write_section
+
+ROOT = Path(__file__).resolve().parent.parent
+LEVELS = (1, 20, 200, 1000)
+MARK = b'"delta":{"content":'
+ITL_METRIC = "llmserve_inter_token_latency_seconds"
+
+
+@dataclass
+class Level:
+    """Everything measured at one concurrency."""
+
+    streams: int
+    ttft_server: list[float] = field(default_factory=list)
+    itl_max_server: list[float] = field(default_factory=list)
+    ttft_client: list[float] = field(default_factory=list)
+    gaps_client: list[float] = field(default_factory=list)
+    errors: int = 0
+    events: int = 0
+    itl_mean_server: float = float("nan")
+    server_cpu: float = float("nan")
+    client_cpu: float = float("nan")
+    wall: float = 0.0
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (nan when empty)."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * len(s) + 0.5) - 1))]
+
+
+async def _one_stream(host: str, port: int, request: bytes, until: float, out: Level) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while perf_counter() < until:
+            t0 = perf_counter()
+            writer.write(request)
+            await reader.readuntil(b"\r\n\r\n")
+            first = last = None
+            tail = b""
+            gaps: list[float] = []
+            while not tail.endswith(b"\r\n0\r\n\r\n"):
+                data = await reader.read(65536)
+                if not data:
+                    raise ConnectionError("server closed the stream")
+                now = perf_counter()
+                k = data.count(MARK)
+                if k:
+                    if last is None:
+                        first, k = now, k - 1
+                    else:
+                        gaps.append(now - last)
+                        k -= 1
+                    gaps.extend([0.0] * k)
+                    last = now
+                tail = (tail + data)[-4096:]
+            i = tail.rfind(b'"x_llmload":')
+            x, _ = json.JSONDecoder().raw_decode(tail[i + 12 :].decode())
+            assert first is not None
+            out.ttft_client.append(first - t0)
+            out.gaps_client.extend(gaps)
+            out.ttft_server.append(x["ttft_s"])
+            if x.get("itl_max_s") is not None:
+                out.itl_max_server.append(x["itl_max_s"])
+            out.events += len(gaps) + 1
+    except (OSError, ValueError, KeyError, asyncio.IncompleteReadError):
+        out.errors += 1
+    finally:
+        writer.close()
+
+
+def _itl_sum_count(url: str) -> tuple[float, float]:
+    text = httpx.get(url + "/metrics", timeout=30).text
+    total = count = 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == ITL_METRIC + "_sum":
+                total += s.value
+            elif s.name == ITL_METRIC + "_count":
+                count += s.value
+    return total, count
+
+
+async def run_level(url: str, streams: int, tokens: int, window: float) -> Level:
+    """``streams`` connections, started over a ramp, each looping requests until the window ends."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    body = json.dumps(
+        {
+            "messages": [{"role": "user", "content": "Count slowly."}],
+            "max_tokens": tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }  # fmt: skip
+    ).encode()
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    out = Level(streams)
+    ramp = min(2.0, streams * 0.002)
+    t0 = perf_counter()
+    until = t0 + ramp + window
+    rng = random.Random(streams)
+
+    async def delayed(offset: float) -> None:
+        await asyncio.sleep(offset)
+        await _one_stream(host, int(port), request, until, out)
+
+    await asyncio.gather(*(delayed(rng.uniform(0, ramp)) for _ in range(streams)))
+    out.wall = perf_counter() - t0
+    return out
+
+
+def _start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+    cmd = [
+        sys.executable, "-m", "target_server", "--port", "0", "--log-level", "warning",
+        "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms), "--loop", args.loop,
+    ]  # fmt: skip
+    pin = (lambda: os.sched_setaffinity(0, {0})) if args.pin else None
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        preexec_fn=pin,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "listening on " in line:
+            url = line.split("listening on ", 1)[1].split()[0]
+            break
+    else:
+        raise RuntimeError(f"server exited rc={proc.wait()}")
+    threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+    for _ in range(500):
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url + "/health").status_code == 200:
+                return proc, url
+        time.sleep(0.02)
+    raise RuntimeError("server never became healthy")
+
+
+def render(args: argparse.Namespace, levels: list[Level], load: str) -> str:
+    """The BENCHMARKS.md section."""
+    ttft, itl = args.ttft_ms, args.itl_ms
+    rows = [
+        "| streams | requests | errors | events/s | CPU server / client "
+        "| server TTFT err p50 / p99 / max | server mean ITL err | server max-gap err p50 / p99 "
+        "| client TTFT p50 / p99 | client ITL p50 / p99 |",
+        "|---:|---:|---:|---:|---|---|---:|---|---|---|",
+    ]
+    for lv in levels:
+        e = [(v * 1000 - ttft) for v in lv.ttft_server]
+        g = [(v * 1000 - itl) for v in lv.itl_max_server]
+        ct = [v * 1000 for v in lv.ttft_client]
+        cg = [v * 1000 for v in lv.gaps_client]
+        cells = [
+            str(lv.streams),
+            str(len(lv.ttft_server)),
+            str(lv.errors),
+            f"{lv.events / lv.wall:,.0f}",
+            f"{lv.server_cpu:.0f}% / {lv.client_cpu:.0f}%",
+            f"{pct(e, 50):+.2f} / {pct(e, 99):+.2f} / {max(e, default=0):+.2f} ms",
+            f"{lv.itl_mean_server * 1000 - itl:+.3f} ms",
+            f"{pct(g, 50):+.2f} / {pct(g, 99):+.2f} ms",
+            f"{pct(ct, 50):.1f} / {pct(ct, 99):.1f} ms",
+            f"{pct(cg, 50):.1f} / {pct(cg, 99):.1f} ms",
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(
+        [
+            "## Bundled server: synthetic engine timing error",
+            "",
+            f"`python -m bench server` — {machine()}.",
+            "",
+            f"Configured: TTFT {ttft:g} ms, ITL {itl:g} ms, {args.tokens} tokens per request, "
+            f"streaming chat requests back to back on kept-alive connections for "
+            f"{args.window:g} s after a start ramp (2 ms per stream, at most 2 s); event loop "
+            f"`{args.loop}`. The server and the client are separate processes (the client: one "
+            "asyncio process on raw sockets, counting content events per read, no SSE parsing), "
+            + (
+                "pinned to CPU 0 and CPU 1. "
+                if args.pin
+                else "not pinned (the kernel balances them over both cores). "
+            )
+            + f"Load average at start: {load} "
+            "— the machine was shared with other work while measuring.",
+            "",
+            "*Server TTFT err* = server-recorded TTFT (arrival → first content event written) "
+            "minus the configured TTFT. *Server mean ITL err* = mean of every server-recorded "
+            "gap (`llmserve_inter_token_latency_seconds` sum/count) minus the configured ITL. "
+            "*Server max-gap err* = per request, the largest gap between content events written "
+            "(`x_llmload.itl_max_s`) minus the configured ITL. Client columns are what the "
+            "client process saw (its TTFT includes the request write and loopback).",
+            "",
+            *rows,
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every level, print the table, write the BENCHMARKS.md section."""
+    p = argparse.ArgumentParser(prog="python -m bench server", description=__doc__)
+    p.add_argument("--levels", default=",".join(map(str, LEVELS)))
+    p.add_argument("--ttft-ms", type=float, default=100.0)
+    p.add_argument("--itl-ms", type=float, default=50.0)
+    p.add_argument("--tokens", type=int, default=40)
+    p.add_argument("--window", type=float, default=8.0, help="seconds of traffic per level")
+    p.add_argument("--loop", default="auto", choices=("auto", "asyncio", "uvloop"))
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin the server to CPU 0 and the client to CPU 1 (hurts when others share CPU 0)",
+    )
+    p.add_argument("--no-write", action="store_true", help="print only")
+    args = p.parse_args(argv)
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    if args.pin:
+        os.sched_setaffinity(0, {1 % (os.cpu_count() or 1)})
+    proc, url = _start_server(args)
+    levels: list[Level] = []
+    try:
+        server = psutil.Process(proc.pid)
+        for n in (int(x) for x in args.levels.split(",")):
+            s0, c0 = _itl_sum_count(url)
+            cpu0, me0 = sum(server.cpu_times()[:2]), sum(os.times()[:2])
+            lv = asyncio.run(run_level(url, n, args.tokens, args.window))
+            lv.server_cpu = 100 * (sum(server.cpu_times()[:2]) - cpu0) / lv.wall
+            lv.client_cpu = 100 * (sum(os.times()[:2]) - me0) / lv.wall
+            s1, c1 = _itl_sum_count(url)
+            lv.itl_mean_server = (s1 - s0) / max(1.0, c1 - c0)
+            levels.append(lv)
+            print(
+                f"streams={n}: {len(lv.ttft_server)} requests, {lv.errors} errors, "
+                f"cpu server {lv.server_cpu:.0f}% client {lv.client_cpu:.0f}%",
+                flush=True,
+            )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    md = render(args, levels, load)
+    print(md)
+    if not args.no_write:
+        write_section("server", md)
+    return 0 if all(lv.errors == 0 and lv.ttft_server for lv in levels) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
