@@ -22,6 +22,10 @@ UID = "llmload-load-test"
 TITLE = "LLM load test"
 #: Tag on every annotation the load generator posts (``dashboards.annotations``).
 PHASE_TAG = "llmload"
+#: TTFT p95 SLO, seconds: the same threshold as the LLMTTFTP95SLOBreach alert rule.
+TTFT_SLO_S = 2.0
+#: Error-ratio alert threshold, percent (LLMErrorRateHigh).
+ERROR_SLO_PCT = 5.0
 
 # Client side (exporter, ``llmload_``)
 C_TTFT = "llmload_time_to_first_token_seconds"
@@ -64,9 +68,21 @@ def overview() -> list[Panel]:
     return [
         stat("Requests/s", f"sum(rate({C_REQS}{{{CLIENT}}}[{RATE}]))", "reqps"),
         stat("Active users", f"sum(llmload_active_users{{{JOB}}})", "none"),
-        stat("Error %", _error_ratio(), "percent", description="Client-side non-ok / all."),
+        stat(
+            "Error %",
+            _error_ratio(),
+            "percent",
+            description="Client-side non-ok / all requests.",
+            steps=((1.0, "orange"), (ERROR_SLO_PCT, "red")),
+        ),
         stat("Client TTFT p50", quantile(0.5, C_TTFT, CLIENT), "s"),
-        stat("Client TTFT p95", quantile(0.95, C_TTFT, CLIENT), "s"),
+        stat(
+            "Client TTFT p95",
+            quantile(0.95, C_TTFT, CLIENT),
+            "s",
+            description=f"Red at the {TTFT_SLO_S:g} s SLO of the compose stack's alert rule.",
+            steps=((TTFT_SLO_S / 2, "orange"), (TTFT_SLO_S, "red")),
+        ),
         stat("Output tokens/s", f"sum(rate({C_TOKENS}{{{CLIENT}}}[{RATE}]))", "none"),
     ]
 

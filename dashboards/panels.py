@@ -96,16 +96,30 @@ def timeseries(
 
 
 def stat(
-    title: str, expr: str, unit: str, *, description: str = "", width: int = 4, height: int = 4
+    title: str,
+    expr: str,
+    unit: str,
+    *,
+    description: str = "",
+    steps: tuple[tuple[float, str], ...] = (),
+    width: int = 4,
+    height: int = 4,
 ) -> Panel:
-    """A single-value stat panel showing the last value."""
+    """A single-value stat panel showing the last value; ``steps`` are (from, colour)."""
+    thresholds: list[dict[str, Any]] = [{"color": "green", "value": None}]
+    thresholds += [{"color": color, "value": value} for value, color in steps]
     return {
         "type": "stat",
         "title": title,
         "description": description,
         "datasource": dict(DATASOURCE),
         "fieldConfig": {
-            "defaults": {"unit": unit, "decimals": 2, "color": {"mode": "thresholds"}},
+            "defaults": {
+                "unit": unit,
+                "decimals": 2,
+                "color": {"mode": "thresholds"},
+                "thresholds": {"mode": "absolute", "steps": thresholds},
+            },
             "overrides": [],
         },
         "options": {

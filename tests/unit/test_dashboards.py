@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from dashboards import build as builder
@@ -212,3 +213,17 @@ def test_push_payload_overwrites_by_uid(dashboard: dict) -> None:
     assert body["dashboard"]["id"] is None and body["dashboard"]["uid"] == llm_load.UID
     assert body["overwrite"] is True and body["folderUid"] == "llm"
     assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", body["dashboard"]["uid"])
+
+
+def test_stat_thresholds_match_the_alert_rules(dashboard: dict) -> None:
+    rules = yaml.safe_load((ROOT / "compose/prometheus/rules/llmload.yml").read_text())
+    by_name = {r.get("alert") or r.get("record"): r for r in rules["groups"][0]["rules"]}
+    assert by_name["LLMTTFTP95SLOBreach"]["expr"].strip().endswith(f"> {llm_load.TTFT_SLO_S:g}")
+    assert (
+        by_name["LLMErrorRateHigh"]["expr"].strip().endswith(f"> {llm_load.ERROR_SLO_PCT / 100:g}")
+    )
+    stats = {p["title"]: p for p in validate.iter_panels(dashboard) if p["type"] == "stat"}
+    steps = stats["Client TTFT p95"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1] == {"color": "red", "value": llm_load.TTFT_SLO_S}
+    steps = stats["Error %"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1] == {"color": "red", "value": llm_load.ERROR_SLO_PCT}
