@@ -29,7 +29,11 @@ pytest_plugins: list[str] = [
 
 @pytest.fixture
 def start_server() -> Iterator[Callable[..., ThreadedServer]]:
-    """Factory: ``start_server(ttft_ms=50, itl_ms=10, ...)`` -> a running ``ThreadedServer``."""
+    """Factory: ``start_server(ttft_ms=50, itl_ms=10, ...)`` -> a running ``ThreadedServer``.
+
+    Keyword arguments are ``Settings`` overrides, plus ``engine=`` (inject an engine
+    object) and ``wait_ready=False`` (return before ``/health`` is 200).
+    """
     started: list[ThreadedServer] = []
 
     def factory(**overrides: Any) -> ThreadedServer:
