@@ -24,6 +24,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.reports",
     "tests.fixtures.nginx",
     "tests.fixtures.grafana",
+    "tests.fixtures.model",
 ]
 
 

@@ -1,0 +1,28 @@
+"""The transformers engines: the embedded tiny Qwen2 (default) or a local checkpoint.
+
+``--engine transformers --batching none`` is ``ThreadedEngine`` (one
+``model.generate`` thread per request, the seeds' approach);
+``--batching continuous`` is ``BatchedEngine`` (one decode loop that adds and
+removes requests at every step).  Importing this package registers the factory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from target_server.engine import Engine, register
+from target_server.model.base import ModelEngine
+
+
+@register("transformers")
+def build(settings: Any) -> Engine:
+    """The engine for ``settings.batching``."""
+    if settings.batching == "none":
+        from target_server.model.threaded import ThreadedEngine
+
+        engine: ModelEngine = ThreadedEngine(settings)
+    else:
+        from target_server.model.batched import BatchedEngine
+
+        engine = BatchedEngine(settings)
+    return engine  # type: ignore[return-value]

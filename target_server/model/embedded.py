@@ -1,0 +1,170 @@
+"""The embedded default model: a tiny Qwen2 with seeded random weights, built on first use.
+
+No model hub is reachable where llmload runs, so the default model is made here:
+a byte-level BPE tokenizer trained on the bundled ``corpus.txt`` (English,
+Chinese, code) with Qwen's special tokens and chat template, and a
+``Qwen2ForCausalLM`` whose weights come from a fixed seed.  Its output is
+gibberish by design; its cost per token is that of a real (small) transformer.
+
+The result is a normal Hugging Face directory (``config.json``,
+``model.safetensors``, ``tokenizer.json``, ``chat_template.jinja``, ...), cached
+under ``$LLMLOAD_CACHE/models/<hash>/`` (default ``~/.cache/llmload``) and
+written atomically (temp dir + rename), so parallel processes may race safely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: bump when the build procedure changes, so old caches are not reused
+BUILD_VERSION = 1
+MODEL_NAME = "llmload-tiny-qwen2"
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+VOCAB_SIZE = 2048
+SEED = 20240607
+
+#: Qwen2-Instruct's chat template (default system prompt when none is given)
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+#: Qwen2 dimensions: chosen so one decode step costs a few ms on a 2-core CPU
+MODEL_DIMS: dict[str, Any] = {
+    "hidden_size": 384,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    # wider than Qwen's 0.02 so the logits are peaked enough that sampling
+    # parameters (temperature, top_p) visibly change the output
+    "initializer_range": 0.08,
+}
+
+
+def corpus_text() -> str:
+    """The bundled tokenizer-training corpus."""
+    return resources.files(__package__).joinpath("corpus.txt").read_text(encoding="utf-8")
+
+
+def cache_root() -> Path:
+    """``$LLMLOAD_CACHE`` or ``~/.cache/llmload``."""
+    env = os.environ.get("LLMLOAD_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "llmload"
+
+
+def config_hash() -> str:
+    """A short hash of everything that determines the built files."""
+    spec = {
+        "version": BUILD_VERSION,
+        "dims": MODEL_DIMS,
+        "vocab": VOCAB_SIZE,
+        "seed": SEED,
+        "special": SPECIAL_TOKENS,
+        "template": CHAT_TEMPLATE,
+        "corpus": hashlib.sha256(corpus_text().encode()).hexdigest(),
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def embedded_model_dir() -> Path:
+    """Return the embedded model's directory, building it first if it is not cached."""
+    final = cache_root() / "models" / f"{MODEL_NAME}-{config_hash()}"
+    if (final / "config.json").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        build(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # another process finished first (rename onto a non-empty dir fails)
+            if not (final / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("built embedded model %s in %.1fs", final, time.perf_counter() - t0)
+    return final
+
+
+def build_tokenizer() -> Any:
+    """Train the byte-level BPE tokenizer on the bundled corpus (a ``PreTrainedTokenizerFast``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    lines = corpus_text().splitlines(keepends=True)
+    tok.train_from_iterator(lines, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        clean_up_tokenization_spaces=False,
+        model_max_length=MODEL_DIMS["max_position_embeddings"],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build(out: Path) -> None:
+    """Write tokenizer, config, seeded weights and generation config into ``out``."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer()
+    tokenizer.save_pretrained(out)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    eot = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        bos_token_id=eot,
+        eos_token_id=im_end,
+        pad_token_id=eot,
+        dtype="float32",
+        **MODEL_DIMS,
+    )
+    torch.manual_seed(SEED)
+    model = Qwen2ForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=eot,
+        eos_token_id=[im_end, eot],
+        pad_token_id=eot,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+    )
+    model.save_pretrained(out)
+    (out / "llmload.json").write_text(
+        json.dumps({"name": MODEL_NAME, "hash": config_hash(), "seed": SEED}, indent=1) + "\n"
+    )
