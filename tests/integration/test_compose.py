@@ -64,6 +64,9 @@ def test_compose_file_passes_the_compose_spec_schema() -> None:
 
 
 def test_compose_wiring() -> None:
+    text = (COMPOSE / "docker-compose.yml").read_text()
+    for var in re.findall(r"\$\{([^}]*)\}", text):  # every variable has a default or is required
+        assert re.fullmatch(r"\w+:[-?].*", var), f"${{{var}}} has neither :- nor :?"
     services = _compose()["services"]
     assert set(services) >= {"target", "proxy", "prometheus", "grafana", "locust-master",
                              "locust-worker", "target-external"}  # fmt: skip
