@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import shutil
 import subprocess
 
@@ -86,3 +88,18 @@ def test_promtool_check_metrics_is_silent(start_server):
                          text=True, timeout=30)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.strip() == "" and res.stderr.strip() == ""
+
+
+def test_one_structured_log_line_per_request_without_prompt_text(start_server, caplog):
+    caplog.set_level(logging.INFO, logger="target_server.requests")
+    srv = start_server(ttft_ms=1, itl_ms=1)
+    secret = "my-private-prompt-text"
+    httpx.post(srv.url + COMP, json={"prompt": secret, "max_tokens": 3, "ignore_eos": True})
+    httpx.post(srv.url + COMP, json={"prompt": secret, "max_tokens": -1})
+    lines = [r.getMessage() for r in caplog.records if r.name == "target_server.requests"]
+    assert len(lines) == 2
+    ok, bad = (json.loads(line) for line in lines)
+    assert (ok["status"], ok["http_status"], ok["output_tokens"]) == ("ok", 200, 3)
+    assert ok["ttft_s"] > 0 and ok["e2e_s"] >= ok["ttft_s"] and ok["id"].startswith("cmpl-")
+    assert (bad["status"], bad["http_status"]) == ("bad_request", 400)
+    assert all(secret not in line for line in lines)
