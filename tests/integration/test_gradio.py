@@ -88,7 +88,9 @@ def test_streaming_ttft_tokens_and_gaps_match_the_known_delays(gradio_url: str) 
     assert rec.endpoint == "/gradio_api/call/chat"
     assert rec.output_tokens == len(TOKENS) and rec.token_source == "events"
     assert rec.ttft_s is not None and rec.ttst_s is not None and rec.e2e_s is not None
-    assert FIRST_S <= rec.ttft_s < FIRST_S + 0.35
+    assert FIRST_S <= rec.ttft_s < FIRST_S + 0.5
+    # the first token came long before the end: the reply was really streamed
+    assert rec.ttft_s < rec.e2e_s - 0.5 * (len(TOKENS) - 1) * TOKEN_S
     assert rec.ttst_s - rec.ttft_s >= 0.5 * TOKEN_S
     assert rec.e2e_s >= GENERATION_S
     assert len(rec.itl_s) == len(TOKENS) - 1
@@ -139,16 +141,16 @@ def test_default_concurrency_limit_queues_users(gradio_url: str) -> None:
     assert all(r.ok for r in free + queued), [r.error for r in free + queued]
     free_ttft = sorted(r.ttft_s or 0.0 for r in free)
     queued_ttft = sorted(r.ttft_s or 0.0 for r in queued)
-    # unlimited: every user gets its first token after about one prefill
-    assert free_ttft[-1] < FIRST_S + GENERATION_S
+    # unlimited: the users run side by side, nobody waits for another's generation
+    assert free_ttft[-1] - free_ttft[0] < GENERATION_S, free_ttft
     # one at a time: the k-th user waits for k whole generations before its first token
     for k, ttft in enumerate(queued_ttft):
         assert ttft >= FIRST_S + 0.8 * k * GENERATION_S, queued_ttft
     # and the report's numbers show it
-    free_stats = group_stats(free, 1.0, {})
-    queued_stats = group_stats(queued, 1.0, {})
-    assert queued_stats["ttft_ms"]["max"] > 2 * free_stats["ttft_ms"]["max"]
-    assert queued_stats["ttft_ms"]["p50"] > free_stats["ttft_ms"]["p50"] + 0.8 * GENERATION_S * 1000
+    free_ms = group_stats(free, 1.0, {})["ttft_ms"]
+    queued_ms = group_stats(queued, 1.0, {})["ttft_ms"]
+    assert queued_ms["p50"] > free_ms["p50"] + 0.8 * GENERATION_S * 1000, (free_ms, queued_ms)
+    assert queued_ms["max"] > free_ms["max"] + 1.6 * GENERATION_S * 1000, (free_ms, queued_ms)
 
 
 def test_loadtests_run_report_shows_gradio_queueing(gradio_url: str, tmp_path: Path) -> None:

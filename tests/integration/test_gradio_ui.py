@@ -46,7 +46,7 @@ def test_ui_streams_from_the_engine_with_its_timing(ui_server: str) -> None:
     assert words and all(" " + w in VOCAB for w in words)
     assert rec.ttft_s is not None and rec.ttft_s >= TTFT_MS / 1000
     if len(rec.itl_s) >= 3:
-        assert 0.5 * ITL_MS / 1000 <= statistics.median(rec.itl_s) < 4 * ITL_MS / 1000
+        assert 0.5 * ITL_MS / 1000 <= statistics.median(rec.itl_s) < 5 * ITL_MS / 1000
 
 
 def test_loadtests_run_against_the_ui(ui_server: str, tmp_path: Path) -> None:
