@@ -167,20 +167,21 @@ class LiveMetrics:
     def stop(self, grace_s: float | None = None) -> None:
         """End of run: push to the Pushgateway if set, let one more scrape happen, stop.
 
-        The server keeps serving until a scrape that began after this call has
-        been answered, or ``grace_s`` has passed — whichever comes first.  When
-        nothing scraped the exporter during the run, nobody is listening and
-        it stops at once.  Idempotent.
+        The server keeps serving until every client that scraped it in the
+        last 30 s has scraped again (a scrape that began after this call), or
+        ``grace_s`` has passed — whichever comes first.  When nothing scraped
+        the exporter during the run, nobody is listening and it stops at once.
+        Idempotent.
         """
         if self._closed:
             return
         self._closed = True
-        ended = self._clock()
+        ended = time.monotonic()
         if self.pushgateway:
             self.push()
         grace = self.grace_s if grace_s is None else grace_s
         if self._server.running and self._server.scrapes > 0 and grace > 0:
-            if not self._server.wait_for_scrape_after(ended, grace):
+            if not self._server.wait_for_scrapes_after(ended, grace):
                 log.warning("exporter: no scrape within %.1fs after the run ended", grace)
         self._server.stop()
 

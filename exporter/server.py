@@ -20,6 +20,10 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+#: At the end of a run, wait only for clients that scraped this recently (a
+#: one-off curl an hour ago is not a scraper).
+RECENT_SCRAPER_S = 30.0
+
 
 class _QuietHandler(WSGIRequestHandler):
     """No access log on stderr for every scrape."""
@@ -42,15 +46,16 @@ class _Body:
 
 
 class MetricsServer:
-    """``/metrics`` for one registry; knows when the last scrape began and ended."""
+    """``/metrics`` for one registry; knows who scraped and when."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._app = make_wsgi_app(registry)
         self._httpd: ThreadingWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._watch_after: float | None = None
-        self._watched: threading.Event | None = None
+        self._scraped_event: threading.Event | None = None
+        #: (client address, User-Agent) -> monotonic time its latest scrape began
+        self._scrapers: dict[tuple[str, str], float] = {}
         self.scrapes = 0
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -58,7 +63,7 @@ class MetricsServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         server_cls = type("_Server", (ThreadingWSGIServer,), {"address_family": family})
         self._httpd = make_server(host, port, self._wsgi, server_cls, handler_class=_QuietHandler)
-        self._watched = threading.Event()
+        self._scraped_event = threading.Event()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.1},
@@ -72,14 +77,28 @@ class MetricsServer:
     def running(self) -> bool:
         return self._httpd is not None
 
-    def wait_for_scrape_after(self, since: float, timeout_s: float) -> bool:
-        """Block until a scrape that *began* after ``since`` (monotonic) has been sent."""
-        if self._watched is None:
+    def wait_for_scrapes_after(self, since: float, timeout_s: float) -> bool:
+        """Block until every recent scraper has begun a scrape after ``since`` and been answered.
+
+        A scraper is a (client address, User-Agent) pair that scraped within
+        ``RECENT_SCRAPER_S`` before ``since``: each Prometheus of an HA pair,
+        and a dashboard's poller, gets its final look.  False on timeout.
+        """
+        event = self._scraped_event
+        if event is None:
             return False
+        deadline = time.monotonic() + timeout_s
         with self._lock:
-            self._watch_after = since
-            self._watched.clear()
-        return self._watched.wait(timeout_s)
+            pending = [k for k, t in self._scrapers.items() if t >= since - RECENT_SCRAPER_S]
+        while True:
+            with self._lock:
+                if all(self._scrapers[k] >= since for k in pending):
+                    return True
+                event.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            event.wait(remaining)
 
     def stop(self) -> None:
         """Stop serving and release the port."""
@@ -97,11 +116,13 @@ class MetricsServer:
         body = self._app(environ, start_response)
         if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
             return body
-        return _Body(body, lambda: self._scraped(began))
+        who = (str(environ.get("REMOTE_ADDR", "")), str(environ.get("HTTP_USER_AGENT", "")))
+        return _Body(body, lambda: self._scraped(who, began))
 
-    def _scraped(self, began: float) -> None:
+    def _scraped(self, who: tuple[str, str], began: float) -> None:
         with self._lock:
             self.scrapes += 1
-            after, watched = self._watch_after, self._watched
-        if watched is not None and after is not None and began >= after:
-            watched.set()
+            self._scrapers[who] = max(began, self._scrapers.get(who, began))
+            event = self._scraped_event
+        if event is not None:
+            event.set()

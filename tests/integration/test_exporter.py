@@ -69,26 +69,32 @@ def test_promtool_finds_nothing_to_lint_in_the_exposition(live: LiveMetrics) -> 
         assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), res
 
 
-def test_stop_waits_for_one_scrape_after_the_run_then_frees_the_port() -> None:
+def test_stop_waits_until_every_scraper_looked_again_then_frees_the_port() -> None:
     m = LiveMetrics(grace_s=10.0)
     port = m.start()
     url = f"http://127.0.0.1:{port}/metrics"
-    httpx.get(url, timeout=5)  # someone is scraping
-    seen: list[str] = []
+    for agent in ("prometheus-a", "prometheus-b"):  # an HA pair scrapes during the run
+        httpx.get(url, headers={"User-Agent": agent}, timeout=5)
+    seen: dict[str, str] = {}
 
-    def late_scraper() -> None:
-        time.sleep(0.6)
-        seen.append(httpx.get(url, timeout=5).text)
+    def late_scraper(agent: str, after_s: float) -> None:
+        time.sleep(after_s)
+        seen[agent] = httpx.get(url, headers={"User-Agent": agent}, timeout=5).text
 
-    t = threading.Thread(target=late_scraper)
-    t.start()
+    threads = [
+        threading.Thread(target=late_scraper, args=("prometheus-a", 0.3)),
+        threading.Thread(target=late_scraper, args=("prometheus-b", 1.0)),
+    ]
+    for t in threads:
+        t.start()
     feed(m, 7)  # the run's last records land just before stop()
     t0 = time.monotonic()
     m.stop()
     waited = time.monotonic() - t0
-    t.join()
-    assert 0.4 < waited < 5.0, waited  # until the late scrape, well before the 10 s grace
-    assert 'status="ok"} 7.0' in seen[0]
+    for t in threads:
+        t.join()
+    assert 0.8 < waited < 6.0, waited  # until b's late scrape, well before the 10 s grace
+    assert all('status="ok"} 7.0' in text for text in seen.values())
     with pytest.raises(httpx.TransportError):
         httpx.get(url, timeout=2)
 

@@ -1,0 +1,150 @@
+"""A real run through the exporter, scraped every second by a real Prometheus.
+
+``python -m loadtests run --metrics-port P`` (20 users, bundled synthetic server
+in-process) and a ``--workers 2`` run; Prometheus scrapes the exporter and the
+server; the test then compares what Prometheus holds with ``requests.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from loadtests.record import RequestRecord
+from tests.fixtures.prometheus import Prometheus, promtool
+from tests.integration.test_exporter_prometheus import bucket_of
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def hostport(url: str) -> str:
+    return url.split("://", 1)[1].rstrip("/")
+
+
+class Run:
+    """``python -m loadtests run`` in a subprocess; keeps the last /metrics text it served."""
+
+    def __init__(self, target: str, out: Path, port: int, *extra: str) -> None:
+        self.out, self.url = out, f"http://127.0.0.1:{port}/metrics"
+        cmd = [
+            sys.executable, "-m", "loadtests", "run", "--target", target, "--users", "20",
+            "--spawn-rate", "20", "--pacing", "0.4s", "--modes", "stream", "--max-tokens", "24",
+            "--metrics-port", str(port), "--out", str(out), "--no-report", *extra,
+        ]  # fmt: skip
+        self.last_metrics = ""
+        self.began = time.time()
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        self._watch = threading.Thread(target=self._poll_metrics, daemon=True)
+        self._watch.start()
+
+    def _poll_metrics(self) -> None:
+        while self.proc.poll() is None:
+            try:
+                text = httpx.get(self.url, timeout=2).text
+                if "llmload_time_to_first_token_seconds_count{" in text:
+                    self.last_metrics = text
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+
+    def wait(self, timeout_s: float = 90) -> list[RequestRecord]:
+        out, _ = self.proc.communicate(timeout=timeout_s)
+        self.ended = time.time()
+        self._watch.join(5)
+        assert self.proc.returncode == 0, out.decode(errors="replace")[-3000:]
+        lines = (self.out / "requests.jsonl").read_text().splitlines()
+        return [RequestRecord.from_json(line) for line in lines]
+
+
+def final(prom: Prometheus, expr: str, run: Run) -> float | None:
+    """The expression's value at the end of the run (last point before the target went away)."""
+    return prom.last_value(expr, run.began, run.ended + 1, step=0.5)
+
+
+def mean_ttft(prom: Prometheus, metric: str, window: int, at: float) -> float | None:
+    return prom.scalar(
+        f"sum(increase({metric}_sum[{window}s])) / sum(increase({metric}_count[{window}s]))", at
+    )
+
+
+@pytest.mark.timeout(180)
+def test_runs_seen_by_prometheus_match_the_records(
+    start_server: Any, prometheus_factory: Any, tmp_path: Path
+) -> None:
+    server = start_server(ttft_ms=120, itl_ms=8, jitter_ms=40, fail_rate=0.05)
+    local_port, dist_port = free_port(), free_port()
+    prom = prometheus_factory(
+        {
+            "llmload": [f"127.0.0.1:{local_port}"],
+            "llmload-workers": [f"127.0.0.1:{dist_port}"],
+            "target": [hostport(server.url)],
+        },
+        scrape_interval="1s",
+    )
+    prom.wait_scraped("target")
+
+    # -- one process, 20 users; the warm-up creates the series before measuring --
+    run = Run(server.url, tmp_path / "local", local_port, "--warmup", "2s", "--duration", "5s")
+    records = run.wait()
+    job = '{job="llmload"}'
+    assert final(prom, f"sum(llmload_requests_total{job})", run) == len(records) > 50
+    errors = sum(not r.ok for r in records)
+    assert errors > 0  # fail_rate 5 %: the status label is exercised
+    assert final(prom, 'sum(llmload_requests_total{job="llmload",status!="ok"})', run) == errors
+    tokens = sum(r.output_tokens or 0 for r in records)
+    assert final(prom, f"sum(llmload_output_tokens_total{job})", run) == tokens
+
+    window = int(run.ended - run.began) + 5
+    q = prom.scalar(
+        "histogram_quantile(0.95, sum by (le) (rate("
+        f'llmload_time_to_first_token_seconds_bucket{{job="llmload"}}[{window}s])))',
+        at=run.ended + 0.5,
+    )
+    measured = [r.ttft_s for r in records if r.ok and not r.warmup and r.ttft_s is not None]
+    p95 = float(np.percentile(measured, 95, method="inverted_cdf"))
+    lo, hi = bucket_of(p95)
+    assert q is not None and lo < q <= hi, (q, p95)
+
+    client = mean_ttft(prom, "llmload_time_to_first_token_seconds", window, run.ended + 0.5)
+    server_mean = mean_ttft(prom, "llmserve_time_to_first_token_seconds", window, run.ended + 0.5)
+    assert client is not None and server_mean is not None
+    assert 0.08 < server_mean <= client < server_mean + 0.2, (client, server_mean)
+
+    assert final(prom, f"max(llmload_client_cpu_percent{job})", run) > 0
+    assert final(prom, f"max(llmload_harness_processes{job})", run) == 1
+    assert final(prom, f"max(llmload_active_users{job})", run) is not None
+
+    for text in (run.last_metrics, httpx.get(server.url + "/metrics", timeout=5).text):
+        assert text
+        res = promtool("check", "metrics", stdin=text)
+        assert res.returncode == 0 and not (res.stdout + res.stderr).strip(), res
+
+    # -- two locust workers: the master exports every worker's records exactly once --
+    dist = Run(server.url, tmp_path / "dist", dist_port, "--workers", "2", "--duration", "4s")
+    dist_records = dist.wait()
+    assert len({r.worker for r in dist_records}) == 2
+    workers = '{job="llmload-workers"}'
+    assert final(prom, f"sum(llmload_requests_total{workers})", dist) == len(dist_records) > 30
+    ok_ttft = sum(1 for r in dist_records if r.ok and r.ttft_s is not None)
+    count = final(prom, f"sum(llmload_time_to_first_token_seconds_count{workers})", dist)
+    assert count == ok_ttft
+    assert final(prom, f"max_over_time(llmload_harness_processes{workers}[10s])", dist) == 2
+    assert json.loads((tmp_path / "dist/run.json").read_text())["config"]["workers"] == 2
