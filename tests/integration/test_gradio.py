@@ -55,6 +55,12 @@ def predict_error(message: str, history: list[Any]) -> Iterator[str]:
     raise gr.Error("the model is overloaded")
 
 
+def count_turns(message: str, history: list[dict[str, Any]]) -> str:
+    """Echoes what the app received: the history's roles and the new message."""
+    roles = ",".join(str(m["role"]) for m in history)
+    return f"history={roles} message={message}"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -68,6 +74,10 @@ def gradio_url() -> Iterator[str]:
         gr.ChatInterface(predict, api_name="chat_sync", concurrency_limit=None)
         gr.ChatInterface(predict_stream, api_name="chat_queued")
         gr.ChatInterface(predict_error, api_name="chat_error", concurrency_limit=None)
+        gr.ChatInterface(count_turns, api_name="chat_turns", concurrency_limit=None)
+        # a Blocks app whose history is an explicit input, not ChatInterface's session State
+        message, history, reply = gr.Textbox(), gr.JSON(), gr.Textbox()
+        gr.Button().click(count_turns, [message, history], reply, api_name="turns_json")
     demo.launch(
         prevent_thread_lock=True,
         server_name="127.0.0.1",
@@ -119,6 +129,23 @@ def test_tokenizer_counts_the_gradio_reply(gradio_url: str, tmp_path: Path) -> N
     assert rec.token_source == "tokenizer"
     assert rec.output_tokens == rec.client_output_tokens == counter.count(REPLY)
     assert sum(rec.tokens_per_event) >= len(TOKENS)
+
+
+def test_a_conversation_reaches_the_app_as_message_and_history(gradio_url: str) -> None:
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "写一首诗"},
+        {"role": "assistant", "content": "春眠不觉晓"},
+        {"role": "user", "content": "再来一首"},
+    ]
+    rec, text = drive(gradio_url, "gradio", options={"api_name": "turns_json"}, messages=messages)
+    assert rec.status == "ok", rec.error
+    assert text == "history=user,assistant message=再来一首"
+    # ChatInterface keeps history in per-session State, which the HTTP API cannot set:
+    # every call is a fresh conversation that receives the last user message
+    rec, text = drive(gradio_url, "gradio", options={"api_name": "chat_turns"}, messages=messages)
+    assert rec.status == "ok", rec.error
+    assert text == "history= message=再来一首"
 
 
 def test_gradio_error_event_is_recorded_as_protocol(gradio_url: str) -> None:
