@@ -28,18 +28,21 @@ from target_server.state import RequestContext, ServerState
 log = logging.getLogger("target_server")
 
 
+def _too_large() -> ApiError:
+    return ApiError(413, f"request body over {MAX_BODY_BYTES} bytes", code="request_too_large")
+
+
 async def _read_body(request: Request) -> bytes:
     """The request body, refusing more than ``MAX_BODY_BYTES`` (header and bytes read)."""
-    too_large = ApiError(413, f"request body over {MAX_BODY_BYTES} bytes", code="request_too_large")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise too_large
+        raise _too_large()
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise too_large
+            raise _too_large()
         chunks.append(chunk)
     return b"".join(chunks)
 

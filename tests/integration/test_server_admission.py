@@ -128,3 +128,28 @@ def test_malformed_and_stall_faults(start_server):
     assert r.status_code == 200 and r.json()["x_llmload"]["e2e_s"] >= 0.3
     assert stalled.metric("llmserve_requests_total", endpoint=CHAT, stream="false",
                           status="stall") == 1  # fmt: skip
+
+
+def test_queued_requests_time_out_or_leave_without_holding_the_queue(start_server):
+    srv = start_server(ttft_ms=5, itl_ms=40, max_concurrency=1, max_queue=4, request_timeout=0.4)
+    body = {**LONG, "max_tokens": 100}
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=srv.url, timeout=10) as client:
+            holder = asyncio.create_task(client.post(CHAT, json=body))
+            assert await asyncio.to_thread(wait_until, lambda: srv.state.admission.running == 1)
+            queued = asyncio.create_task(client.post(CHAT, json=body))
+            leaver = asyncio.create_task(client.post(CHAT, json=body))
+            assert await asyncio.to_thread(wait_until, lambda: srv.state.admission.waiting == 2)
+            leaver.cancel()  # the client gives up while queued: its connection closes
+            assert await asyncio.to_thread(wait_until, lambda: srv.state.admission.waiting == 1)
+            return await holder, await queued
+
+    holder, queued = asyncio.run(scenario())
+    assert holder.status_code == queued.status_code == 504
+    assert queued.json()["error"]["type"] == "timeout_error"
+    assert wait_until(lambda: srv.state.admission.running == srv.state.admission.waiting == 0)
+    assert srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false",
+                      status="timeout") == 2  # fmt: skip
+    assert srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false",
+                      status="cancelled") == 1  # fmt: skip
