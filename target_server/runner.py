@@ -154,10 +154,11 @@ class GenerationCall(Response):
             return
         self.ctx.http_status = err.status
         self.headers_sent = True
-        headers = [(b"content-type", b"application/json")]
+        body = err.payload()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         headers += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
         await send({"type": "http.response.start", "status": err.status, "headers": headers})
-        await send(_chunk(err.payload(), more=False))
+        await send(_chunk(body, more=False))
 
     def _complete(self, reason: str | None) -> dict[str, Any]:
         ctx = self.ctx
