@@ -1,0 +1,50 @@
+"""Engine odds and ends: GPU gauges (CUDA mocked), factory selection, EOS masking."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from target_server.engine import ENGINES, GenerationRequest
+from target_server.model import genconfig
+from target_server.model.sampling import penalty_processors
+from target_server.settings import Settings
+
+
+def test_factory_picks_the_engine_by_batching() -> None:
+    import target_server.model  # noqa: F401  (registers "transformers")
+
+    none = ENGINES["transformers"](Settings(engine="transformers", batching="none"))
+    cont = ENGINES["transformers"](Settings(engine="transformers", batching="continuous"))
+    assert (type(none).__name__, type(cont).__name__) == ("ThreadedEngine", "BatchedEngine")
+    assert not none.ready and none.running() == 0 and none.extra_metrics() == {}
+    assert none.model_name == "llmload-tiny-qwen2"
+
+
+def test_gpu_memory_gauges(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no GPU here: torch.cuda's two counters are mocked, the engine's code path is real
+    from target_server.model.threaded import ThreadedEngine
+
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 16 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 17 * 2**30)
+    engine = ThreadedEngine(Settings(engine="transformers", batching="none"))
+    engine.lm = SimpleNamespace(device=torch.device("cuda", 0))  # type: ignore[assignment]
+    assert engine.extra_metrics() == {
+        "gpu_memory_allocated_bytes": float(16 * 2**30),
+        "gpu_memory_reserved_bytes": float(17 * 2**30),
+    }
+
+
+def test_min_tokens_masks_eos_until_reached() -> None:
+    base = GenerationConfig(do_sample=False, eos_token_id=[2])
+    req = GenerationRequest("r", None, "x", max_tokens=8, min_tokens=2)
+    gc, pen, _ = genconfig.resolve(base, {}, req)
+    procs = penalty_processors(gc, pen, prompt_len=3, eos_ids=[2])
+    scores = torch.zeros((1, 5))
+    for generated, masked in ((0, True), (1, True), (2, False)):
+        ids = torch.ones((1, 3 + generated), dtype=torch.long)
+        out = procs(ids, scores.clone())
+        assert bool(out[0, 2] == float("-inf")) is masked

@@ -1,0 +1,52 @@
+"""The left-padded shared KV cache: every row decodes exactly as it would alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from target_server.model.kvbatch import PaddedBatch
+
+STEPS = 12
+
+
+def test_rows_joining_and_leaving_decode_like_single_sequences(embedded_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(embedded_model).eval()
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, 1000, (n,), generator=g).tolist() for n in (5, 23, 9, 40)]
+    with torch.inference_mode():
+        alone = []
+        for p in prompts:
+            out = model.generate(
+                torch.tensor([p]), max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False
+            )
+            alone.append(out[0, len(p) :].tolist())
+
+        batch = PaddedBatch(model, "cache", torch.device("cpu"))
+        rows: list[dict] = []  # {"i": prompt index, "tokens": prompt + generated}
+        waiting = list(range(len(prompts)))
+        step = 0
+        while waiting or rows:
+            if rows:
+                logits = batch.decode(
+                    [r["tokens"][-1] for r in rows], [len(r["tokens"]) - 1 for r in rows]
+                )
+                for r, row_logits in zip(rows, logits, strict=True):
+                    r["tokens"].append(int(row_logits.argmax()))
+            if waiting and step % 3 == 0:  # a newcomer every third step, two at once at the start
+                new = [waiting.pop(0)] + ([waiting.pop(0)] if step == 0 else [])
+                logits = batch.prefill([prompts[i] for i in new])
+                for i, row_logits in zip(new, logits, strict=True):
+                    rows.append({"i": i, "tokens": prompts[i] + [int(row_logits.argmax())]})
+            done = [r for r in rows if len(r["tokens"]) - len(prompts[r["i"]]) >= STEPS]
+            for r in done:
+                assert r["tokens"][len(prompts[r["i"]]) :] == alone[r["i"]], r["i"]
+            keep = [k for k, r in enumerate(rows) if r not in done]
+            batch.select(keep)
+            rows = [rows[k] for k in keep]
+            assert len(batch) == len(rows)
+            step += 1
+    assert batch.cache is None and batch.mask is None
