@@ -83,7 +83,7 @@ def score(runs: dict[float, list[Run]], cfg: GateConfig) -> list[Row]:
         ] or [NAN]
         rows.append(
             Row(
-                label,
+                f"{label}, max +{cfg.max_regression * 100:g}%",
                 len(results),
                 sum(c.verdict == FAIL for c in results),
                 sum(c.verdict == INCONCLUSIVE for c in results),
@@ -103,8 +103,8 @@ def render(
     n = [len(r.measured) for rs in runs.values() for r in rs]
     counts = " + ".join(str(len(runs[ms])) for ms in (200.0, 220.0, 240.0))
     table = [
-        "| pairs | gate fails (exit 1) | inconclusive (exit 2) | median Δ p95 | Δ range | "
-        "median CI width |",
+        "| level, threshold: pairs | gate fails (exit 1) | inconclusive (exit 2) | median Δ p95 | "
+        "Δ range | median CI width |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
