@@ -32,6 +32,16 @@ def test_counts_match_the_tokenizer_itself(tok_dir: Path) -> None:
     )
 
 
+def test_slow_tokenizer_directory_loads_through_transformers(tok_dir: Path, tmp_path: Path) -> None:
+    # vocab.json + merges.txt + tokenizer_config.json, no tokenizer.json (older checkpoints)
+    Tokenizer.from_file(str(tok_dir / "tokenizer.json")).model.save(str(tmp_path))
+    config = {"tokenizer_class": "GPT2Tokenizer"}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    slow, fast = tokencount.load(tmp_path), tokencount.load(tok_dir)
+    for text in ["hello world, streaming", "写一首关于春天的七言绝句", "quick sort 快速排序!"]:
+        assert slow.count(text) == fast.count(text) > 0
+
+
 def test_bad_paths_say_why(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         tokencount.load(tmp_path / "missing")
