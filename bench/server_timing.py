@@ -15,12 +15,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
 import random
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LEVELS = (1, 20, 200, 1000)
 MARK = b'"delta":{"content":'
 ITL_METRIC = "llmserve_inter_token_latency_seconds"
+FLOOR_PERIOD_MS = 10.0
 
 
 @dataclass
@@ -144,6 +147,29 @@ async def run_level(url: str, streams: int, tokens: int, window: float) -> Level
     return out
 
 
+async def _timer_errors(itl: float, seconds: float) -> list[float]:
+    errors: list[float] = []
+    start = perf_counter() + 0.01
+    for i in range(int(seconds / itl)):
+        deadline = start + i * itl
+        delay = deadline - perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        errors.append(perf_counter() - deadline)
+    return errors
+
+
+def timer_floor(loop: str, itl_ms: float, seconds: float) -> list[float]:
+    """In a fresh process: how late a bare event-loop sleep to an absolute deadline wakes."""
+    coro = _timer_errors(itl_ms / 1000, seconds)
+    if loop in ("auto", "uvloop"):
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
 def _start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
     cmd = [
         sys.executable, "-m", "target_server", "--port", "0", "--log-level", "warning",
@@ -170,9 +196,10 @@ def _start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]
     raise RuntimeError("server never became healthy")
 
 
-def render(args: argparse.Namespace, levels: list[Level], load: str) -> str:
+def render(args: argparse.Namespace, levels: list[Level], load: str, floor: list[float]) -> str:
     """The BENCHMARKS.md section."""
     ttft, itl = args.ttft_ms, args.itl_ms
+    fl = [v * 1000 for v in floor]
     rows = [
         "| streams | requests | errors | events/s | CPU server / client "
         "| server TTFT err p50 / p99 / max | server mean ITL err | server max-gap err p50 / p99 "
@@ -224,6 +251,13 @@ def render(args: argparse.Namespace, levels: list[Level], load: str) -> str:
             "client process saw (its TTFT includes the request write and loopback).",
             "",
             *rows,
+            "",
+            f"Noise floor: a bare `asyncio.sleep` to absolute deadlines every {FLOOR_PERIOD_MS:g} "
+            "ms "
+            f"for 4 s in a fresh process (same event loop, no HTTP) woke late by p50 "
+            f"{pct(fl, 50):+.2f} / p99 "
+            f"{pct(fl, 99):+.2f} / max {max(fl, default=0):+.2f} ms just before the run — "
+            "the part of the errors above that the machine, not the server, is responsible for.",
         ]
     )
 
@@ -247,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     if args.pin:
         os.sched_setaffinity(0, {1 % (os.cpu_count() or 1)})
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        floor = pool.submit(timer_floor, args.loop, FLOOR_PERIOD_MS, 4.0).result()
     proc, url = _start_server(args)
     levels: list[Level] = []
     try:
@@ -268,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         proc.terminate()
         proc.wait(10)
-    md = render(args, levels, load)
+    md = render(args, levels, load, floor)
     print(md)
     if not args.no_write:
         write_section("server", md)
