@@ -164,10 +164,14 @@ class MasterDriver:
     def user_count(self) -> int:
         return int(self.runner.user_count)
 
+    def abort(self) -> None:
+        # a worker already draining handles this only after its drain (locust's message loop)
+        self.env.stop_timeout = 0
+        self.runner.send_message("llmload_abort", {})
+
     def stop(self, force: bool) -> None:
         if force:
-            self.env.stop_timeout = 0
-            self.runner.send_message("llmload_abort", {})
+            self.abort()
         self.runner.stop()
 
     def finish(self, phase: Phase) -> int:
@@ -239,6 +243,9 @@ class WorkerState:
 
     def _on_abort(self, environment: Any, msg: Any) -> None:
         environment.stop_timeout = 0
+        if self.ctx is not None:
+            self.ctx.stop_accepting()
+        self.runner.user_greenlets.kill(block=False)
 
     def _on_test_stop(self, environment: Any, **_kw: Any) -> None:
         ctx, fwd = self.ctx, self.forwarder

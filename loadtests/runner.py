@@ -16,6 +16,7 @@ status is ``interrupted`` and the exit code 130.
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
 import sys
@@ -159,6 +160,11 @@ class LocalDriver:
         self.env.stop_timeout = 0 if force else opts.request_timeout + DRAIN_SLACK_S
         self.runner.stop()
 
+    def abort(self) -> None:
+        self.env.stop_timeout = 0
+        self.ctx.stop_accepting()
+        self.runner.user_greenlets.kill(block=False)
+
     def finish(self, phase: Phase) -> int:
         return self.ctx.issued.get(phase.name, 0)
 
@@ -206,6 +212,7 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
     env = Environment(user_classes=[LLMUser], host=target.base_url)
     env.stop_timeout = opts.request_timeout + DRAIN_SLACK_S
     session = Session(opts, hub, status)
+    session.after_phase.append(lambda phase: save_locust_stats(env, out_dir, phase))
     session.install_signals()
     driver: Driver
     sampler = None
@@ -251,6 +258,21 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
     if outcome == "completed":
         return EXIT_OK
     return EXIT_INTERRUPTED if outcome == "interrupted" else EXIT_FAILED
+
+
+def save_locust_stats(environment: Any, out_dir: Path, phase: Phase) -> None:
+    """locust's own per-entry statistics of a phase as ``locust_<phase>.csv`` (cleared per phase).
+
+    In a distributed run these are the master's aggregate of the workers'
+    periodic stats reports, which may lag the records by a few seconds.
+    """
+    from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
+
+    try:
+        with (out_dir / f"locust_{phase.name}.csv").open("w", newline="", encoding="utf-8") as f:
+            StatsCSV(environment, PERCENTILES_TO_REPORT).requests_csv(csv.writer(f))
+    except OSError as exc:
+        log.warning("could not write locust stats for phase %s: %s", phase.name, exc)
 
 
 def finish_report(out_dir: Path, slo: str | None, status: StatusLine) -> None:

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import gevent
@@ -41,6 +42,10 @@ class Driver(Protocol):
     def user_count(self) -> int: ...
 
     def stop(self, force: bool) -> None: ...
+
+    def abort(self) -> None:
+        """Cancel the users' requests now (Ctrl-C), without blocking."""
+        ...
 
     def finish(self, phase: Phase) -> int: ...
 
@@ -86,13 +91,18 @@ class Session:
         self.interrupted = False
         self.wake = Event()
         self.warnings: list[str] = []
+        #: called with each phase once its records are in (e.g. to save locust's stats)
+        self.after_phase: list[Callable[[Phase], None]] = []
         self._users = -1
+        self.driver: Driver | None = None
 
     def interrupt(self) -> None:
         """Ctrl-C / SIGTERM: stop at once (a second Ctrl-C exits without cleanup)."""
         if self.interrupted:
             os._exit(EXIT_INTERRUPTED)
         self.interrupted = True
+        if self.driver is not None:
+            self.driver.abort()  # also cuts short a phase-end drain already under way
         self.wake.set()
 
     def install_signals(self) -> None:
@@ -114,6 +124,7 @@ class Session:
         if self.interrupted:
             return
         shape = phase_shape(self.opts, phase)
+        self.driver = driver
         driver.begin(phase)
         self.status.begin(phase.name, phase.mode, phase.duration)
         self.hub.on_phase(phase.name, phase.mode, "start", time.time())
@@ -128,6 +139,7 @@ class Session:
                 break
             if tick != last:
                 driver.set_users(*tick)
+                self.status.target_users = tick[0]
                 last = tick
             self._users_changed(driver)
             if elapsed >= next_status:
@@ -141,6 +153,8 @@ class Session:
         self.status.end_line()
         self.hub.on_phase(phase.name, phase.mode, "end", time.time())
         self._check_phase(phase, issued, driver)
+        for hook in self.after_phase:
+            hook(phase)
 
     def _check_phase(self, phase: Phase, issued: int, driver: Driver) -> None:
         stats = self.status.current

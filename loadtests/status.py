@@ -69,6 +69,7 @@ class StatusLine(NullSink):
         self.log_every = log_every
         self.phases: list[PhaseStats] = []
         self.users = 0
+        self.target_users = 0
         self.started = 0
         self.recorded = 0
         self._last_print = 0.0
@@ -106,7 +107,8 @@ class StatusLine(NullSink):
         errors = sum(phase.errors.values())
         p50, p95 = _ms(percentile(phase.ttft, 50)), _ms(percentile(phase.ttft, 95))
         return (
-            f"[{phase.name}] {elapsed:5.0f}s elapsed {remaining:4.0f}s left | users {self.users}"
+            f"[{phase.name}] {elapsed:5.0f}s elapsed {remaining:4.0f}s left"
+            f" | users {self.users}/{self.target_users}"
             f" | requests {phase.requests} errors {errors} in flight {self.started - self.recorded}"
             f" | TTFT p50 {p50} ms p95 {p95} ms"
         )
