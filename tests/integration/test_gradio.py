@@ -12,15 +12,17 @@ import os
 import socket
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loadtests import tokencount
+from reports.diagnostics import detect
 from reports.summary import group_stats
 from tests.fixtures.drive import drive, drive_together, loadtest
+from tests.fixtures.nginx import NginxProxy
 from tests.fixtures.tokenizer import train_tokenizer
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -190,3 +192,17 @@ def test_loadtests_run_report_shows_gradio_queueing(gradio_url: str, tmp_path: P
     # three users behind concurrency_limit=1: a request waits for about two others
     assert queued["ttft_ms"]["p50"] > FIRST_S * 1000 + 1.2 * GENERATION_S * 1000
     assert queued["requests_per_s"] < free["requests_per_s"]
+
+
+def test_gradio_behind_buffering_nginx_is_flagged(
+    gradio_url: str, nginx_proxy: Callable[..., NginxProxy]
+) -> None:
+    # the seeds' deployment: nginx in front of the Gradio app; Gradio reports no server
+    # timings, so the detector judges from client data alone (TTFT close to e2e, bursts)
+    on = drive_together(3, nginx_proxy(gradio_url, buffering=True).url, "gradio")
+    assert all(r.ok for r in on), [r.error for r in on]
+    assert all(r.output_tokens == len(TOKENS) for r in on)
+    assert [d.code for d in detect(on, "stream")] == ["proxy_buffering"]
+    off = drive_together(3, nginx_proxy(gradio_url, buffering=False).url, "gradio")
+    assert all(r.ok for r in off), [r.error for r in off]
+    assert detect(off, "stream") == []
