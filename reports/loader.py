@@ -60,13 +60,55 @@ def load_run(path: Path | str) -> Run:
                 data = json.loads(line)
                 if not isinstance(data, dict):
                     raise ValueError("not a JSON object")
-                records.append(RequestRecord.from_dict(data))
+                record = RequestRecord.from_dict(data)
+                _check(record)
+                records.append(record)
             except (ValueError, TypeError):
                 corrupt.append(lineno)
     if not records:
         detail = f" ({len(corrupt)} corrupt lines)" if corrupt else ""
         raise RunError(f"{requests_path} holds no readable records{detail}: the run is empty")
     return Run(path=run_dir, meta=meta, records=records, corrupt_lines=corrupt)
+
+
+_NUMBERS = (
+    "started_at",
+    "ttft_s",
+    "e2e_s",
+    "headers_s",
+    "tpot_s",
+    "ttst_s",
+    "server_ttft_s",
+    "server_queue_s",
+    "server_e2e_s",
+    "schedule_delay_s",
+)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _check(r: RequestRecord) -> None:
+    """``ValueError`` when a decoded record has the wrong types (a corrupt line)."""
+    for name in _NUMBERS:
+        v = getattr(r, name)
+        if v is not None and not _is_number(v):
+            raise ValueError(f"{name} is not a number")
+    if not _is_number(r.started_at):
+        raise ValueError("started_at missing")
+    if not all(isinstance(x, str) for x in (r.phase, r.scenario, r.mode, r.status)):
+        raise ValueError("phase, scenario, mode and status must be strings")
+    if not isinstance(r.itl_s, list) or not all(_is_number(g) for g in r.itl_s):
+        raise ValueError("itl_s must be a list of numbers")
+    if not isinstance(r.tokens_per_event, list) or not all(
+        _is_number(n) for n in r.tokens_per_event
+    ):
+        raise ValueError("tokens_per_event must be a list of numbers")
+    for name in ("output_tokens", "usage_output_tokens", "client_output_tokens", "turn"):
+        v = getattr(r, name)
+        if v is not None and not _is_number(v):
+            raise ValueError(f"{name} is not a number")
 
 
 def _load_meta(path: Path) -> dict[str, Any]:

@@ -1,0 +1,93 @@
+"""Pure renderers: compare tables, HTML structure and metadata, cheap import, redaction."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from reports.__main__ import main
+from reports.compare import render_compare_html, render_compare_markdown
+from reports.html import render_html
+from reports.loader import load_run
+from reports.redact import redact_text, redact_url, redact_value
+from reports.summary import build_summary
+from tests.fixtures.reports import make_records, write_run
+
+T = 1_700_000_000.0
+
+
+def test_compare_side_by_side(run_factory: Callable[..., Path], tmp_path: Path, capsys) -> None:
+    a, b = run_factory("a", seed=1), run_factory("b", seed=1, ttft_ms=300)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "--out", str(out)]) == 0
+    md = (out / "compare.md").read_text()
+    assert md == capsys.readouterr().out.split("wrote ")[0].rstrip("\n") + "\n"
+    # same seed, TTFT scaled by 1.5: the stream phase's TTFT p50 is exactly 50% worse
+    row = next(ln for ln in md.splitlines() if ln.startswith("| TTFT p50") and "+50.0%" in ln)
+    assert row.endswith("+50.0% worse |")
+    assert "## sync" in md and "## stream" in md
+    html = (out / "compare.html").read_text()
+    assert 'id="chart-compare-ttft"' in html and html.count("<table>") >= 3
+
+
+def test_compare_with_no_shared_phase(tmp_path: Path) -> None:
+    a = build_summary(
+        load_run(write_run(tmp_path / "a", make_records("x", "stream", 5, t_start=T)))
+    )
+    b = build_summary(
+        load_run(write_run(tmp_path / "b", make_records("y", "stream", 5, t_start=T)))
+    )
+    md = render_compare_markdown(a, b)
+    assert "share no phase" in md and "x, y" in md
+
+
+def test_html_structure_and_metadata(run_factory: Callable[..., Path]) -> None:
+    run = load_run(run_factory("h", n=40))
+    summary = build_summary(run)
+    html = render_html(run, summary)
+    assert html.index('class="cards"') < html.index("Sync vs streaming") < html.index("Charts")
+    assert html.index("Charts") < html.index("Run metadata")
+    assert len(re.findall(r'<figure class="chart"', html)) == 7
+    assert "2023-11-14 22:13:20 UTC" in html  # started_at shown as UTC, not a float
+    assert "python -m loadtests run --api-key REDACTED" in html
+    assert "secret" not in html and "sk-123" not in html
+
+
+def test_compare_html_is_self_contained(run_factory: Callable[..., Path]) -> None:
+    ra, rb = load_run(run_factory("a")), load_run(run_factory("b", seed=2))
+    html = render_compare_html(ra, build_summary(ra), rb, build_summary(rb))
+    assert "<script" not in html and not re.search(r"(src|href)=", html)
+
+
+def test_wrongly_typed_lines_are_corrupt(tmp_path: Path) -> None:
+    good = make_records("stream", "stream", 4, t_start=T)
+    bad = dict(good[0].to_dict(), ttft_s="fast")
+    bad2 = dict(good[0].to_dict(), itl_s=[0.1, None])
+    run = write_run(tmp_path / "t", good, extra_lines=[json.dumps(bad), json.dumps(bad2)])
+    loaded = load_run(run)
+    assert len(loaded.records) == 4 and loaded.corrupt_lines == [5, 6]
+
+
+def test_import_reports_is_cheap() -> None:
+    code = "import sys, reports; print([m for m in ('numpy', 'reports.html') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_redaction() -> None:
+    assert (
+        redact_url("https://u:p@h/v1?key=1&max_tokens=5")
+        == "https://REDACTED@h/v1?key=REDACTED&max_tokens=5"
+    )
+    assert redact_text("curl -H 'Authorization: Bearer abc' http://u:p@h") == (
+        "curl -H 'Authorization: REDACTED' http://REDACTED@h"
+    )
+    assert redact_value({"api_key": "x", "token_source": "usage", "n": 3}) == {
+        "api_key": "REDACTED",
+        "token_source": "usage",
+        "n": 3,
+    }
