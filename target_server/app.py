@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from target_server.engine import Engine, EngineInputError
@@ -74,6 +75,9 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
             prepared = state.engine.prepare(parsed.generation)
         except EngineInputError as exc:
             raise ApiError(400, str(exc), param=exc.param, code=exc.code) from None
+        except Exception as exc:
+            log.exception("request %s: engine.prepare failed", ctx.request_id)
+            raise ApiError(500, f"engine failure: {exc}", code="engine_error") from None
         ctx.prompt_tokens = prepared.prompt_tokens
         limit = state.engine.max_context
         if prepared.prompt_tokens > limit:
@@ -90,6 +94,10 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
         ctx.status, ctx.http_status = err.label, err.status
         state.finish(ctx)
         return err.response()
+    except ClientDisconnect:  # gone while we read the body: nobody to answer
+        ctx.status, ctx.http_status = "cancelled", 499
+        state.finish(ctx)
+        return Response(status_code=499)
     return GenerationCall(state, ctx, parsed, prepared)
 
 

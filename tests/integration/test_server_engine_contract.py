@@ -52,6 +52,8 @@ class ScriptedEngine:
         text = (request.messages or [{}])[-1].get("content", "")
         if text == "bad":
             raise EngineInputError("this engine refuses 'bad'", param="messages", code="refused")
+        if text == "crash":
+            raise RuntimeError("tokenizer bug")
         return PreparedRequest(request=request, prompt_tokens=len(text), payload=text)
 
     async def _gen(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
@@ -106,6 +108,15 @@ def test_engine_input_error_is_400(start_server):
     assert r.status_code == 400
     err = r.json()["error"]
     assert (err["param"], err["code"]) == ("messages", "refused")
+
+
+def test_engine_bug_in_prepare_is_an_openai_500(start_server):
+    srv = start_server(engine=ready_engine())
+    r = httpx.post(
+        srv.url + CHAT, json={**BODY, "messages": [{"role": "user", "content": "crash"}]}
+    )
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+    assert srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false", status="error") == 1
 
 
 def test_failure_mid_stream_is_an_error_event(start_server):

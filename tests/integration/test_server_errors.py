@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import time
+
 import httpx
 import pytest
 
@@ -127,3 +130,16 @@ def test_bad_requests_are_counted(server):
                          status="bad_request") == 1  # fmt: skip
     assert server.metric("llmserve_requests_total", **labels, stream="true",
                          status="not_found") == 1  # fmt: skip
+
+
+def test_client_gone_while_sending_the_body_is_cancelled(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        head = f"POST {COMP} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+        sock.sendall(head.encode() + b'{"prompt": "')
+        time.sleep(0.05)
+    labels = {"endpoint": COMP, "stream": "false", "status": "cancelled"}
+    deadline = time.monotonic() + 3
+    while server.metric("llmserve_requests_total", **labels) != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
