@@ -52,6 +52,7 @@ class Level:
     errors: int = 0
     events: int = 0
     itl_mean_server: float = float("nan")
+    loop: str = "auto"
     server_cpu: float = float("nan")
     client_cpu: float = float("nan")
     wall: float = 0.0
@@ -170,10 +171,10 @@ def timer_floor(loop: str, itl_ms: float, seconds: float) -> list[float]:
     return asyncio.run(coro)
 
 
-def _start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+def _start_server(args: argparse.Namespace, loop: str) -> tuple[subprocess.Popen[str], str]:
     cmd = [
         sys.executable, "-m", "target_server", "--port", "0", "--log-level", "warning",
-        "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms), "--loop", args.loop,
+        "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms), "--loop", loop,
     ]  # fmt: skip
     pin = (lambda: os.sched_setaffinity(0, {0})) if args.pin else None
     proc = subprocess.Popen(
@@ -196,27 +197,56 @@ def _start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]
     raise RuntimeError("server never became healthy")
 
 
+def _run_server(args: argparse.Namespace, loop: str, streams: list[int]) -> list[Level]:
+    """Start one server with ``loop`` and measure each concurrency against it."""
+    proc, url = _start_server(args, loop)
+    levels: list[Level] = []
+    try:
+        server = psutil.Process(proc.pid)
+        for n in streams:
+            s0, c0 = _itl_sum_count(url)
+            cpu0, me0 = sum(server.cpu_times()[:2]), sum(os.times()[:2])
+            lv = asyncio.run(run_level(url, n, args.tokens, args.window))
+            lv.loop = loop
+            lv.server_cpu = 100 * (sum(server.cpu_times()[:2]) - cpu0) / lv.wall
+            lv.client_cpu = 100 * (sum(os.times()[:2]) - me0) / lv.wall
+            s1, c1 = _itl_sum_count(url)
+            lv.itl_mean_server = (s1 - s0) / max(1.0, c1 - c0)
+            levels.append(lv)
+            print(
+                f"loop={loop} streams={n}: {len(lv.ttft_server)} requests, {lv.errors} errors, "
+                f"cpu server {lv.server_cpu:.0f}% client {lv.client_cpu:.0f}%",
+                flush=True,
+            )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return levels
+
+
 def render(args: argparse.Namespace, levels: list[Level], load: str, floor: list[float]) -> str:
     """The BENCHMARKS.md section."""
     ttft, itl = args.ttft_ms, args.itl_ms
     fl = [v * 1000 for v in floor]
     rows = [
-        "| streams | requests | errors | events/s | CPU server / client "
+        "| streams | requests | errors | events/s | CPU server / client | server CPU per event "
         "| server TTFT err p50 / p99 / max | server mean ITL err | server max-gap err p50 / p99 "
         "| client TTFT p50 / p99 | client ITL p50 / p99 |",
-        "|---:|---:|---:|---:|---|---|---:|---|---|---|",
+        "|---|---:|---:|---:|---|---:|---|---:|---|---|---|",
     ]
     for lv in levels:
         e = [(v * 1000 - ttft) for v in lv.ttft_server]
         g = [(v * 1000 - itl) for v in lv.itl_max_server]
         ct = [v * 1000 for v in lv.ttft_client]
         cg = [v * 1000 for v in lv.gaps_client]
+        rate = lv.events / lv.wall
         cells = [
-            str(lv.streams),
+            f"{lv.streams}" + (f" (`{lv.loop}` loop)" if lv.loop != args.loop else ""),
             str(len(lv.ttft_server)),
             str(lv.errors),
-            f"{lv.events / lv.wall:,.0f}",
+            f"{rate:,.0f}",
             f"{lv.server_cpu:.0f}% / {lv.client_cpu:.0f}%",
+            f"{lv.server_cpu / 100 / rate * 1e6:.0f} µs" if rate else "–",
             f"{pct(e, 50):+.2f} / {pct(e, 99):+.2f} / {max(e, default=0):+.2f} ms",
             f"{lv.itl_mean_server * 1000 - itl:+.3f} ms",
             f"{pct(g, 50):+.2f} / {pct(g, 99):+.2f} ms",
@@ -276,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="pin the server to CPU 0 and the client to CPU 1 (hurts when others share CPU 0)",
     )
+    p.add_argument(
+        "--compare-loop",
+        type=int,
+        default=200,
+        help="also run this many streams on the asyncio loop (0 = skip)",
+    )
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -283,27 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {1 % (os.cpu_count() or 1)})
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         floor = pool.submit(timer_floor, args.loop, FLOOR_PERIOD_MS, 4.0).result()
-    proc, url = _start_server(args)
-    levels: list[Level] = []
-    try:
-        server = psutil.Process(proc.pid)
-        for n in (int(x) for x in args.levels.split(",")):
-            s0, c0 = _itl_sum_count(url)
-            cpu0, me0 = sum(server.cpu_times()[:2]), sum(os.times()[:2])
-            lv = asyncio.run(run_level(url, n, args.tokens, args.window))
-            lv.server_cpu = 100 * (sum(server.cpu_times()[:2]) - cpu0) / lv.wall
-            lv.client_cpu = 100 * (sum(os.times()[:2]) - me0) / lv.wall
-            s1, c1 = _itl_sum_count(url)
-            lv.itl_mean_server = (s1 - s0) / max(1.0, c1 - c0)
-            levels.append(lv)
-            print(
-                f"streams={n}: {len(lv.ttft_server)} requests, {lv.errors} errors, "
-                f"cpu server {lv.server_cpu:.0f}% client {lv.client_cpu:.0f}%",
-                flush=True,
-            )
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    levels = _run_server(args, args.loop, [int(x) for x in args.levels.split(",")])
+    if args.compare_loop and args.loop != "asyncio":
+        # the same load on the pure-asyncio loop, side by side with the default
+        levels += _run_server(args, "asyncio", [args.compare_loop])
     md = render(args, levels, load, floor)
     print(md)
     if not args.no_write:
