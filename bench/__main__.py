@@ -13,6 +13,7 @@ BENCHES: dict[str, str] = {
     "gate": "bench.gate",
     "harness": "bench.harness",
     "server": "bench.server_timing",
+    "exporter": "bench.exporter",
 }
 
 
