@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -57,6 +58,22 @@ def test_serves_metrics_on_an_ephemeral_loopback_port(live: LiveMetrics) -> None
     assert "llmload_active_users 5.0" in text
     assert "llmload_client_cpu_percent 33.0" in text
     assert live.scrapes == 1
+
+
+def test_serves_on_ipv6_loopback_when_asked() -> None:
+    probe = socket.socket(socket.AF_INET6)
+    try:
+        probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    finally:
+        probe.close()
+    m = LiveMetrics(grace_s=0.0)
+    port = m.start("::1", 0)
+    try:
+        assert httpx.get(f"http://[::1]:{port}/metrics", timeout=5).status_code == 200
+    finally:
+        m.stop()
 
 
 def test_promtool_finds_nothing_to_lint_in_the_exposition(live: LiveMetrics) -> None:
