@@ -18,7 +18,8 @@ tokens) is not flagged when it reports its timings: nothing was held back.
 
 ``token_count_mismatch``: ``--tokenizer`` counts disagree with the server's
 ``usage`` (by more than one token and more than ``MISMATCH_TOLERANCE`` of it —
-an end-of-sequence token is in ``usage`` but not in the text) on at least
+an end-of-sequence token is in ``usage`` but not in the text; a client count that
+is just the content-event count, as without ``--tokenizer``, is no evidence) on at least
 ``MISMATCH_FLAG_RATE`` of the requests that have both: usually the tokenizer is
 not the model's.
 """
@@ -137,8 +138,16 @@ def proxy_buffering(records: Sequence[RequestRecord]) -> Diagnostic | None:
     return Diagnostic("proxy_buffering", message + ".", BUFFERING_HINT, evidence)
 
 
-def _disagree(usage: int, client: int) -> bool:
-    return abs(client - usage) > max(1.0, MISMATCH_TOLERANCE * usage)
+def _tokenizer_disagrees(r: RequestRecord) -> bool:
+    """A real disagreement: beyond tolerance, and not just the content-event count.
+
+    Without ``--tokenizer`` the timing core's client count is the number of
+    content events; a server that packs several tokens into one event differs
+    from its usage for that reason alone, which is not a tokenizer problem.
+    """
+    usage, client = r.usage_output_tokens or 0, r.client_output_tokens or 0
+    events = len(r.itl_s) + 1 if r.mode == "stream" and r.ttft_s is not None else None
+    return abs(client - usage) > max(1.0, MISMATCH_TOLERANCE * usage) and client != events
 
 
 def token_count_mismatch(records: Sequence[RequestRecord]) -> Diagnostic | None:
@@ -148,7 +157,7 @@ def token_count_mismatch(records: Sequence[RequestRecord]) -> Diagnostic | None:
         for r in records
         if r.ok and r.usage_output_tokens is not None and r.client_output_tokens is not None
     ]
-    bad = [r for r in both if _disagree(r.usage_output_tokens or 0, r.client_output_tokens or 0)]
+    bad = [r for r in both if _tokenizer_disagrees(r)]
     if len(both) < MIN_REQUESTS or len(bad) < MISMATCH_FLAG_RATE * len(both):
         return None
     diffs = [(r.client_output_tokens or 0) - (r.usage_output_tokens or 0) for r in bad]

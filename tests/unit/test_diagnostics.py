@@ -87,6 +87,9 @@ def test_partial_buffering_in_a_few_bursts_is_flagged() -> None:
 def test_token_count_mismatch_tolerates_eos_but_flags_a_wrong_tokenizer() -> None:
     eos = [_spaced(i, usage_output_tokens=17, client_output_tokens=16) for i in range(5)]
     assert detect(eos, "stream") == []
+    # no --tokenizer: the client count is the 17 content events, the server packed 2 per event
+    packed = [_spaced(i, usage_output_tokens=34, client_output_tokens=17) for i in range(5)]
+    assert detect(packed, "stream") == []
     wrong = [_spaced(i, usage_output_tokens=17, client_output_tokens=40) for i in range(5)]
     found = detect(wrong, "stream")
     assert [d.code for d in found] == ["token_count_mismatch"]
