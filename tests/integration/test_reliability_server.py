@@ -1,0 +1,153 @@
+"""The bundled server under bad input: random bodies, huge bodies, clients that never read,
+100 clients leaving mid-stream at once.  Real uvicorn on loopback; raw sockets for the abuse.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from hypothesis import HealthCheck, given, settings
+
+from target_server.settings import MAX_BODY_BYTES
+from tests.fixtures.server_abuse import (
+    CHAT,
+    COMPLETIONS,
+    close_abruptly,
+    connect,
+    dechunk,
+    error_problems,
+    open_streams,
+    oversized,
+    raw_request,
+    read_to_eof,
+    request_bodies,
+    send_checked,
+    stream_body,
+    wait_until,
+)
+
+
+def total_requests(server: Any) -> int:
+    """Every request the server has counted, whatever its status."""
+    return int(
+        sum(
+            s.value
+            for m in server.state.metrics.registry.collect()
+            if m.name == "llmserve_requests"
+            for s in m.samples
+            if s.name == "llmserve_requests_total"
+        )
+    )
+
+
+def test_random_bodies_get_an_answer_never_a_5xx(start_server: Callable[..., Any]) -> None:
+    server = start_server(ttft_ms=0, itl_ms=0)
+    sent: list[int] = []
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+
+        @settings(
+            max_examples=400,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(request=request_bodies())
+        def check(request: tuple[str, str, bytes]) -> None:
+            path, content_type, body = request
+            status, problems = send_checked(http, path, content_type, body)
+            sent.append(status)
+            assert not problems, (status, path, body[:300])
+
+        check()
+        assert http.get("/health").status_code == 200
+    assert len(sent) >= 350
+    assert {400, 200} <= set(sent), sorted(set(sent))
+    # each of them was counted once, and none is still holding a slot or generating
+    assert total_requests(server) == len(sent)
+    assert server.state.admission.running == 0 and server.engine.running() == 0
+
+
+def test_oversized_bodies_are_refused_and_the_server_lives(
+    start_server: Callable[..., Any],
+) -> None:
+    server = start_server(ttft_ms=0, itl_ms=0)
+    answers = oversized(server.url, MAX_BODY_BYTES)
+    assert set(answers) == {"declared", "declared absurd", "streamed, no Content-Length"}
+    # a Content-Length of 31 digits never reaches the app: uvicorn's HTTP parser answers
+    # a plain-text 400 itself (not an OpenAI error object; the connection is closed)
+    assert answers.pop("declared absurd") == (400, b"Invalid HTTP request received.")
+    for case, (status, body) in answers.items():
+        assert status == 413, (case, status, body[:200])
+        assert not error_problems(status, "application/json", body), (case, body[:200])
+        assert json.loads(body)["error"]["code"] == "request_too_large"
+    r = httpx.post(server.url + CHAT, json={"messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200
+    too_large = [server.metric("llmserve_requests_total", endpoint=ep, stream="false",
+                               status="too_large") for ep in (CHAT, COMPLETIONS)]  # fmt: skip
+    assert too_large == [1, 1]
+
+
+def test_clients_that_never_read_are_bounded_and_timed_out(
+    start_server: Callable[..., Any],
+) -> None:
+    tokens, n = 400_000, 3
+    server = start_server(ttft_ms=0, itl_ms=0, request_timeout=1.0, max_output_tokens=tokens,
+                          max_context=2 * tokens)  # fmt: skip
+    streams = open_streams(server.url, n, tokens, rcvbuf=4096)
+    try:
+        # nobody reads: the generations wait on the full socket buffers instead of racing ahead
+        assert server.state.admission.running == n
+        # the request timeout frees every slot and stops every generation while they still hang
+        assert wait_until(lambda: server.state.admission.running == 0, timeout=8)
+        assert wait_until(lambda: server.engine.running() == 0, timeout=2)
+        assert server.metric("llmserve_requests_total", endpoint=CHAT, stream="true",
+                             status="ok") == 0  # fmt: skip
+        for sock, first in streams:
+            _head, body = dechunk(first + read_to_eof(sock, already=first))
+            events = [e for e in body.split(b"\n\n") if e.strip()]
+            # what had been buffered, then the timeout as an error event, and no [DONE]
+            assert len(body) < 16 * 2**20 and len(events) < tokens // 4
+            last = json.loads(events[-1][len(b"data: ") :])
+            assert last["error"]["code"] == "timeout", events[-1]
+    finally:
+        for sock, _ in streams:
+            sock.close()
+    assert wait_until(
+        lambda: (
+            server.metric("llmserve_requests_total", endpoint=CHAT, stream="true", status="timeout")
+            == n
+        ),  # fmt: skip
+        timeout=5,
+    )
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_hundred_clients_leave_mid_stream_at_once(start_server: Callable[..., Any]) -> None:
+    n = 100
+    server = start_server(ttft_ms=10, itl_ms=20)
+    socks = [sock for sock, _ in open_streams(server.url, n, max_tokens=1000)]
+    assert server.state.admission.running == n and server.engine.running() == n
+    for i, sock in enumerate(socks):  # half reset the connection, half close it politely
+        if i % 2:
+            close_abruptly(sock)
+        else:
+            sock.close()
+    assert wait_until(lambda: server.state.admission.running == 0, timeout=10)
+    assert wait_until(lambda: server.engine.running() == 0, timeout=5)
+    assert wait_until(
+        lambda: (
+            server.metric(
+                "llmserve_requests_total", endpoint=CHAT, stream="true", status="cancelled"
+            )
+            == n
+        ),  # fmt: skip
+        timeout=5,
+    )
+    # and it still serves
+    with connect(server.url) as sock:
+        sock.sendall(raw_request(CHAT, stream_body(4)))
+        _head, body = dechunk(read_to_eof(sock))
+    assert body.rstrip().endswith(b"data: [DONE]")
