@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from target_server.synthetic import VOCAB
-from tests.fixtures.drive import drive, loadtest
+from tests.fixtures.drive import drive, drive_together, loadtest
 from tests.fixtures.server_proc import start_server_process
 
 pytest.importorskip("gradio")
@@ -60,3 +61,16 @@ def test_loadtests_run_against_the_ui(ui_server: str, tmp_path: Path) -> None:
     assert phase["ttft_ms"]["p50"] >= TTFT_MS
     assert phase["ttst_ms"]["p50"] > phase["ttft_ms"]["p50"]
     assert phase["diagnostics"] == []
+
+
+def test_max_concurrency_becomes_the_chat_concurrency_limit(
+    start_server: Callable[..., Any],
+) -> None:
+    # --max-concurrency 1: Gradio's own one-at-a-time queue, as in the seeds' default app
+    server = start_server(ui="gradio", max_concurrency=1, ttft_ms=TTFT_MS, itl_ms=2,
+                          max_output_tokens=4)  # fmt: skip
+    records = drive_together(3, server.url + "/ui", "gradio")
+    assert all(r.ok for r in records), [r.error for r in records]
+    ttfts = sorted(r.ttft_s or 0.0 for r in records)
+    for k, ttft in enumerate(ttfts):
+        assert ttft >= 0.9 * (k + 1) * TTFT_MS / 1000, ttfts
