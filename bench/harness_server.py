@@ -1,0 +1,96 @@
+"""A minimal SSE reference server for ``bench harness``: it stamps when it *wrote* the first token.
+
+``python -m bench.harness_server TTFT_MS ITL_MS`` listens on 127.0.0.1:0 (prints
+``listening on http://HOST:PORT``), speaks just enough HTTP/1.1 (keep-alive,
+chunked) and OpenAI chat streaming for the harness, and reports in the final
+chunk's ``x_llmload.ttft_s`` the time from the client's ``t0`` (sent in the
+``x-bench-t0`` header; ``perf_counter`` is one system-wide monotonic clock on
+Linux) to the moment the first content event was handed to the kernel.  So
+client TTFT − that value is the harness's own delay: transport plus the
+client's reading, and nothing the server's event loop did before writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from time import perf_counter
+
+HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+    b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n"
+)
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _event(obj: dict) -> bytes:
+    return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+
+async def _serve_one(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttft: float, itl: float
+) -> bool:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return False
+    headers = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    arrival = perf_counter()
+    t0 = float(headers.get("x-bench-t0", arrival))
+    if b"/v1/models" in head.split(b"\r\n", 1)[0]:
+        data = json.dumps({"object": "list", "data": [{"id": "reference"}]}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data))
+        return True
+    req = json.loads(body)
+    n = int(req.get("max_tokens", 16))
+    writer.write(HEAD)
+    await asyncio.sleep(ttft)
+    first = None
+    for i in range(n):
+        writer.write(_event({"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}))
+        if first is None:
+            first = perf_counter()
+        await asyncio.sleep(itl)
+    final = {
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": n},
+        "x_llmload": {"ttft_s": (first or perf_counter()) - t0},
+    }
+    writer.write(_event(final) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    await writer.drain()
+    return True
+
+
+async def _main(ttft: float, itl: float) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await _serve_one(reader, writer, ttft, itl):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
+    host, port = server.sockets[0].getsockname()[:2]
+    print(f"listening on http://{host}:{port}", file=sys.stderr, flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    main = _main(float(sys.argv[1]) / 1000, float(sys.argv[2]) / 1000)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
