@@ -228,6 +228,9 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
             driver = LocalDriver(env, ctx)
             sampler = _health(hub, ctx)
         if opts.web:
+            # locust's web UI re-parses sys.argv with its own parser (on every page view):
+            # our flags are parsed already, and would make it exit
+            del sys.argv[1:]
             env.create_web_ui(opts.web_host, opts.web_port)
             print(f"web UI: http://{opts.web_host}:{opts.web_port}", file=sys.stderr)
         try:
