@@ -126,7 +126,7 @@ def run_info(opts: RunOptions, argv: list[str], run_id: str, model: str, workloa
     """The static part of ``run.json``."""
     return {
         "run_id": run_id,
-        "label": opts.label,
+        "label": opts.label or "run",
         "target": redact_url(opts.target),
         "model": model,
         "protocol": opts.protocol,

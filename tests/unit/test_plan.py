@@ -86,3 +86,28 @@ def test_redaction_of_urls_and_argv() -> None:
     argv = ["run", "--header", "api-key: abc", "--target=http://h/?key=abc", "--users", "3"]
     assert "abc" not in " ".join(redact_argv(argv))
     assert redact_argv(argv)[-2:] == ["--users", "3"]
+
+
+def test_target_keeps_the_prefix_and_query_and_accepts_a_v1_base() -> None:
+    from loadtests.http import Target
+
+    for url in ("https://h.example/qwen", "https://h.example/qwen/v1/", "h.example/qwen"):
+        target = Target(url + "?api-version=2", {})
+        with target.client() as client:
+            req = client.build_request("POST", "/v1/chat/completions")
+        assert req.url.path == "/qwen/v1/chat/completions"
+        assert req.url.params["api-version"] == "2"
+
+
+def test_api_key_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loadtests.http import Target
+
+    monkeypatch.setenv("MY_KEY", "s3cret")
+    opts = RunOptions(target="http://h", api_key_env="MY_KEY", header=["X-A: 1"]).validate()
+    target = Target.from_options(opts)
+    assert target.headers == {"X-A": "1", "Authorization": "Bearer s3cret"}
+    explicit = RunOptions(target="http://h", api_key_env="MY_KEY", header=["authorization: x"])
+    assert Target.from_options(explicit.validate()).headers == {"authorization": "x"}
+    monkeypatch.delenv("MY_KEY")
+    with pytest.raises(ValueError, match="MY_KEY"):
+        Target.from_options(opts)
