@@ -13,18 +13,19 @@ only this one), ``disconnect`` (the body was cut short).
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import gevent
 import httpx
 
 from loadtests.adapters.base import HttpCall
-from loadtests.plan import RunOptions
+from loadtests.plan import RunOptions, redact_url
 from loadtests.timing import StreamTimer
 
 clock = time.perf_counter
@@ -42,10 +43,14 @@ class _RequestDeadline(Exception):
 
 @dataclass
 class Target:
-    """Where requests go: base URL (path prefix kept), headers, TLS, timeouts."""
+    """Where requests go: base URL (path prefix kept), headers, TLS, timeouts.
 
-    url: str
-    headers: dict[str, str]
+    ``base_url`` never holds credentials: ``user:pass@`` in ``url`` becomes the
+    clients' basic auth, so what is printed or logged about the target is clean.
+    """
+
+    url: str = field(repr=False)
+    headers: dict[str, str] = field(repr=False)
     request_timeout: float = 300.0
     stall_timeout: float = 60.0
     ca_bundle: str | None = None
@@ -58,11 +63,17 @@ class Target:
         path = parts.path.rstrip("/")
         if path.endswith("/v1"):  # OpenAI-style base URLs end in /v1; adapter paths carry it
             path = path[: -len("/v1")]
-        self.base_url = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+        self.auth: httpx.BasicAuth | None = None
+        if parts.username is not None or parts.password is not None:
+            user, password = unquote(parts.username or ""), unquote(parts.password or "")
+            self.auth = httpx.BasicAuth(user, password)
+        netloc = parts.netloc.rpartition("@")[2]
+        self.base_url = urlunsplit((parts.scheme, netloc, path, "", ""))
         self.params: list[tuple[str, str | int | float | bool | None]] = list(
             parse_qsl(parts.query, keep_blank_values=True)
         )
         self._ssl: ssl.SSLContext | None = None
+        _redact_httpx_log()
 
     @classmethod
     def from_options(cls, opts: RunOptions) -> Target:
@@ -102,6 +113,7 @@ class Target:
         """A client for one simulated user: its connection is kept alive between requests."""
         return httpx.Client(
             base_url=self.base_url,
+            auth=self.auth,
             params=self.params,
             headers=self.headers,
             verify=self.ssl_context(),
@@ -191,6 +203,24 @@ def perform(
         return "disconnect", _describe(exc)
     finally:
         deadline.close()
+
+
+class _RedactUrls(logging.Filter):
+    """httpx logs each request's full URL at INFO: secret query values come out redacted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_url(str(a)) if isinstance(a, httpx.URL) else a for a in record.args
+            )
+        return True
+
+
+def _redact_httpx_log() -> None:
+    """Install ``_RedactUrls`` on the ``httpx`` logger once per process."""
+    logger = logging.getLogger("httpx")
+    if not any(isinstance(f, _RedactUrls) for f in logger.filters):
+        logger.addFilter(_RedactUrls())
 
 
 def _describe(exc: BaseException) -> str:
