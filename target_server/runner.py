@@ -46,11 +46,6 @@ class DropInjectedDisconnectLogs(logging.Filter):
         return not isinstance(exc, InjectedDisconnect)
 
 
-async def _until_disconnect(receive: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        continue
-
-
 def _chunk(body: bytes, more: bool = True) -> dict[str, Any]:
     return {"type": "http.response.body", "body": body, "more_body": more}
 
@@ -74,20 +69,32 @@ class GenerationCall(Response):
             parsed.endpoint, ctx.request_id, parsed.model, parsed.include_usage
         )
         self.headers_sent = False
+        self.client_gone = False
+        self.finished = False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        work = asyncio.ensure_future(self._run(send))
-        watch = asyncio.ensure_future(_until_disconnect(receive))
+        # The generation runs in this task (no extra hop before admission); a watcher
+        # task cancels it the moment the client disconnects.
+        task = asyncio.current_task()
+        assert task is not None
+        watch = asyncio.ensure_future(self._watch(receive, task))
         try:
-            await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+            await self._run(send)  # InjectedDisconnect propagates: uvicorn drops the connection
+        except asyncio.CancelledError:
+            if not self.client_gone:
+                raise  # the server is shutting down
+            task.uncancel()  # our own cancellation: the client is gone, nothing to answer
         finally:
+            self.finished = True
             watch.cancel()
-            if not work.done():
-                self.ctx.status = self.ctx.status or "cancelled"
-                work.cancel()
-                await asyncio.gather(work, return_exceptions=True)
-        if not work.cancelled():
-            work.result()  # re-raises InjectedDisconnect: uvicorn then drops the connection
+
+    async def _watch(self, receive: Any, task: asyncio.Task[Any]) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            continue
+        if not self.finished:
+            self.client_gone = True
+            self.ctx.status = self.ctx.status or "cancelled"
+            task.cancel()
 
     async def _run(self, send: Any) -> None:
         ctx = self.ctx
