@@ -86,6 +86,8 @@ class Target:
                 raise ValueError(f"--api-key-env {env}: that environment variable is empty")
             if not any(k.lower() == "authorization" for k in headers):
                 headers["Authorization"] = f"Bearer {key}"
+        if opts.ca_bundle and not os.path.isfile(opts.ca_bundle):
+            raise ValueError(f"--ca-bundle {opts.ca_bundle}: no such file")
         return cls(
             url=opts.target,
             headers=headers,
