@@ -9,6 +9,7 @@ the gate tests and ``python -m bench gate`` all measure the same thing::
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -163,6 +164,11 @@ def main(argv: list[str]) -> int:
         with synthetic_server(args.ttft_ms) as url:
             print(f"ci-gate: {' '.join(load_command(out, url))}", flush=True)
             run_load(out, url)
+        if (out / "summary.json").exists():
+            from reports.markdown import render_terminal
+
+            print(render_terminal(json.loads((out / "summary.json").read_text())))
+            print(f"report: {out / 'report.html'}", flush=True)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         print(f"ci-gate: {exc}", file=sys.stderr)
         return 2

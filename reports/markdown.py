@@ -215,6 +215,8 @@ def render_terminal(summary: dict[str, Any]) -> str:
             f"{fmt_rate(g['output_tokens_per_s']):>8} {fmt_rate(g['goodput_per_s']):>9}"
         )
     inp = summary["input"]
+    if not summary["phases"]:
+        lines.append(f"  no measured requests ({inp['warmup_records']} warm-up records only)")
     if inp["corrupt_lines"]:
         lines.append(f"  ! {inp['corrupt_lines']} corrupt lines in requests.jsonl were skipped")
     for d in summary.get("diagnostics") or []:
