@@ -11,7 +11,7 @@ from reports.html import CSS
 from reports.loader import Run
 from reports.markdown import fmt_ms, fmt_rate, table
 
-#: (label, key path in a phase summary, "ms"|"rate"|"pct", lower is better; None: neutral)
+#: (label, key path in a phase summary, "ms"|"rate"|"pct"|"int", lower is better; None: neutral)
 ROWS: list[tuple[str, tuple[str, ...], str, bool | None]] = [
     ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ms", True),
     ("TTFT p95 (ms)", ("ttft_ms", "p95"), "ms", True),
@@ -25,7 +25,7 @@ ROWS: list[tuple[str, tuple[str, ...], str, bool | None]] = [
     ("requests/s", ("requests_per_s",), "rate", False),
     ("goodput/s", ("goodput_per_s",), "rate", False),
     ("error rate", ("error_rate",), "pct", True),
-    ("requests", ("count",), "rate", None),
+    ("requests", ("count",), "int", None),
 ]
 
 
@@ -39,6 +39,8 @@ def _get(g: dict[str, Any], path: tuple[str, ...]) -> float | None:
 def _fmt(v: float | None, kind: str) -> str:
     if v is None:
         return "–"
+    if kind == "int":
+        return f"{v:.0f}"
     return fmt_ms(v) if kind == "ms" else f"{v:.1%}" if kind == "pct" else fmt_rate(v)
 
 
@@ -102,7 +104,7 @@ def render_compare_html(run_a: Run, a: dict[str, Any], run_b: Run, b: dict[str, 
         "chart-compare-ttft",
         series[:12],
     )
-    parts.append(render(chart))
+    parts.append(f'<div style="max-width:760px">{render(chart)}</div>')
     for phase, r in compare_rows(a, b).items():
         head = "".join(f"<th>{h}</th>" for h in ("metric", "A", "B", "change (B vs A)"))
         body = "".join(
