@@ -60,6 +60,10 @@ class Target:
         parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"target must be an http(s) URL, got scheme {parts.scheme!r}")
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            raise ValueError("target URL: the port is not a number") from None
         path = parts.path.rstrip("/")
         if path.endswith("/v1"):  # OpenAI-style base URLs end in /v1; adapter paths carry it
             path = path[: -len("/v1")]

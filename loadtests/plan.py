@@ -135,7 +135,9 @@ class RunOptions:
             raise ValueError("--request-timeout and --stall-timeout must be positive")
         for h in self.header:
             if ":" not in h:
-                raise ValueError(f"--header expects NAME:VALUE, got {h.split(':')[0]!r}")
+                # never echo the rest: a header missing its colon still carries the secret
+                name = h.split(None, 1)[0] if h.strip() else h
+                raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
         if self.workers < 0:
             raise ValueError("--workers must be >= 0")
         return self
