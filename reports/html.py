@@ -176,6 +176,42 @@ def _charts(run: Run) -> str:
     return '<div class="grid2">' + "".join(render(c) for c in charts) + "</div>"
 
 
+DETAIL_ROWS = (
+    ("time to second token", "ttst_ms"),
+    ("ITL per token", "itl_per_token_ms"),
+    ("time to headers", "headers_ms"),
+    ("schedule delay (open loop)", "schedule_delay_ms"),
+    ("TTFT from intended send time", "ttft_from_intended_ms"),
+    ("E2E from intended send time", "e2e_from_intended_ms"),
+    ("server TTFT (target's own)", "server_ttft_ms"),
+    ("client − server TTFT", "client_minus_server_ttft_ms"),
+)
+
+
+def _details(summary: dict[str, Any]) -> str:
+    """Per phase: the secondary distributions, TTFT per turn, token-count agreement."""
+    out = []
+    for name, g in summary["phases"].items():
+        rows = [
+            [label, str(g[k]["n"]), fmt_ms(g[k]["p50"]), fmt_ms(g[k]["p95"]), fmt_ms(g[k]["p99"])]
+            for label, k in DETAIL_ROWS
+            if g.get(k, {}).get("n")
+        ]
+        rows += [
+            [f"TTFT, turn {t}", str(d["n"]), fmt_ms(d["p50"]), fmt_ms(d["p95"]), fmt_ms(d["p99"])]
+            for t, d in g.get("ttft_by_turn_ms", {}).items()
+        ]
+        if rows:
+            out.append(f"<h3>{escape(name)}</h3>" + _table(["ms", "n", "p50", "p95", "p99"], rows))
+        m = g.get("token_count_mismatch")
+        if m:
+            out.append(
+                f"<p>Server usage vs client token count differ in {m['mismatched']} of "
+                f"{m['compared']} requests ({m['rate']:.1%}).</p>"
+            )
+    return "".join(out)
+
+
 def _errors(summary: dict[str, Any]) -> str:
     totals: dict[str, int] = {}
     for p in summary["phases"].values():
@@ -245,6 +281,9 @@ def render_html(run: Run, summary: dict[str, Any]) -> str:
         prow.append(phase_row(name, g))
         prow += [phase_row(f"{name} / {s}", sg) for s, sg in g["scenarios"].items()]
     parts.append("<h2>Phases and scenarios</h2>" + _table(PHASE_HEADER, prow))
+    details = _details(summary)
+    if details:
+        parts.append("<h2>Details</h2>" + details)
     parts.append("<h2>Errors</h2>" + _errors(summary))
     inp = summary["input"]
     parts.append(

@@ -172,6 +172,11 @@ def _extras(summary: dict[str, Any]) -> list[str]:
                 f"- {name}: client − server TTFT p50 {fmt_ms(d['p50'])} ms, "
                 f"p95 {fmt_ms(d['p95'])} ms (network + proxy + client)"
             )
+        if g["ttst_ms"]["n"]:
+            quality.append(
+                f"- {name}: time to second token p50 {fmt_ms(g['ttst_ms']['p50'])} ms, "
+                f"p95 {fmt_ms(g['ttst_ms']['p95'])} ms"
+            )
         if g["itl_per_token_ms"]["n"] and g["itl_ms"]["n"]:
             quality.append(
                 f"- {name}: ITL per event p50 {fmt_ms(g['itl_ms']['p50'])} ms, "
