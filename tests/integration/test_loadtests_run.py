@@ -196,3 +196,44 @@ def test_plan_key_headers_warmup_and_turns(start_server_proc, tmp_path: Path) ->
     assert denied.rc == 0, denied.stderr
     assert {r["status"] for r in denied.records} == {"http_4xx"}
     assert all(r["http_status"] == 401 for r in denied.records)
+
+
+def test_steps_shape_and_the_web_ui(start_server_proc, tmp_path: Path) -> None:
+    import socket
+
+    import httpx
+
+    server = start_server_proc("--ttft-ms", "20", "--itl-ms", "5")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "steps"
+    args = ("--target", server.url, "--shape", "steps:start=1,step=2,every=1s", "--users", "9")
+    args += ("--pacing", "0.2s", "--duration", "3s", "--modes", "stream", "--max-tokens", "4")
+    proc = subprocess.Popen(
+        loadtests_cmd(
+            "run", "--out", str(out), "--no-report", *args, "--web", "--web-port", str(port)
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    names: set[str] = set()
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and time.monotonic() < deadline and len(names) < 2:
+        try:
+            stats = httpx.get(f"http://127.0.0.1:{port}/stats/requests", timeout=2).json()
+            names = {e["name"].split()[-1] for e in stats["stats"] if e["name"] != "Aggregated"}
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.3)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert names == {"TTFT", "E2E"}
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    first = min(r["started_at"] for r in records)
+    early = {r["user_id"] for r in records if r["started_at"] - first < 0.8}
+    assert early == {0}
+    assert {r["user_id"] for r in records} == set(range(5))
+    assert (out / "locust_stream.csv").exists()
