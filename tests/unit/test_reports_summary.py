@@ -210,3 +210,15 @@ def test_real_proxy_buffering_diagnostic_is_rendered(tmp_path: Path) -> None:
         load_run(write_run(tmp_path / "ok", make_records("stream", "stream", 20, t_start=T)))
     )
     assert all(d["code"] != "proxy_buffering" for d in clean["diagnostics"])
+
+
+def test_missing_run_json_still_reports(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "nometa", make_records("stream", "stream", 20, t_start=T))
+    (run / "run.json").unlink()
+    s = build_summary(load_run(run))
+    assert s["input"]["run_json"] == "missing or unreadable"
+    # phase wall time falls back to the records' span: first start to last end
+    recs = make_records("stream", "stream", 20, t_start=T)
+    span = max(r.started_at + (r.e2e_s or 0) for r in recs) - T
+    assert s["phases"]["stream"]["duration_s"] == pytest.approx(span)
+    assert "run.json: missing or unreadable" in render_markdown(s)
