@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reports.__main__ import main
-from reports.ci import SERVER_ARGS, run_load
+from reports.ci import SERVER_ARGS, run_load, synthetic_server
 from tests.fixtures.server_proc import ServerProcess
 
 #: shorter than `make ci-gate` (10 s) to keep the suite quick; still ~150 streamed requests
@@ -32,8 +32,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             report=False,
             extra=("--duration", "1s", "--warmup", "0s", "--users", "1"),
         )
-    with start_server_process("--ttft-ms", "240", *SERVER_ARGS) as server:
-        out["slow"] = run_load(tmp / "slow", server.url, report=False, extra=SHORT)
+    # the slower server through reports.ci's own launcher (what make ci-gate uses)
+    with synthetic_server(240) as url:
+        out["slow"] = run_load(tmp / "slow", url, report=False, extra=SHORT)
     return out
 
 
