@@ -89,3 +89,30 @@ def test_a_failing_sink_does_not_cost_the_others_their_records() -> None:
     hub.on_record(rec("a"))
     hub.on_record(rec("b"))
     assert sink.ids == ["a", "b"]
+
+
+def test_status_line_counts_the_current_phase() -> None:
+    import io
+
+    from loadtests.status import StatusLine, percentile
+
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0 and percentile([1.0, 2.0], 95) == 2.0
+    out = io.StringIO()
+    status = StatusLine(out, log_every=0)
+    status.begin("sync", "sync", 60)
+    status.on_request_start("sync", "short_qa", "/v1/chat/completions")
+    status.on_record(rec("a", "sync"))
+    status.begin("stream", "stream", 60)
+    status.on_request_start("stream", "short_qa", "/v1/chat/completions")
+    status.on_request_start("stream", "short_qa", "/v1/chat/completions")
+    status.on_record(rec("b"))
+    status.on_record(rec("c", status="stall"))
+    status.on_users(7)
+    status.tick()
+    line = out.getvalue()
+    assert line.startswith("[stream]") and "users 7/0" in line
+    assert "requests 2 errors 1 in flight 1" in line and "TTFT p50 100 ms" in line
+    rows = status.summary().splitlines()
+    assert rows[1].split()[:4] == ["sync", "sync", "1", "0"]
+    assert rows[2].split()[:4] == ["stream", "stream", "2", "1"]
