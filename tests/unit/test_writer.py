@@ -106,6 +106,7 @@ def test_status_line_counts_the_current_phase() -> None:
     status.begin("stream", "stream", 60)
     status.on_request_start("stream", "short_qa", "/v1/chat/completions")
     status.on_request_start("stream", "short_qa", "/v1/chat/completions")
+    status.on_request_start("stream", "short_qa", "/v1/chat/completions")
     status.on_record(rec("b"))
     status.on_record(rec("c", status="stall"))
     status.on_users(7)
