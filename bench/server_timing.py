@@ -54,6 +54,7 @@ class Level:
     itl_mean_server: float = float("nan")
     loop: str = "auto"
     server_cpu: float = float("nan")
+    server_wait: float = float("nan")
     client_cpu: float = float("nan")
     wall: float = 0.0
 
@@ -197,6 +198,15 @@ def _start_server(args: argparse.Namespace, loop: str) -> tuple[subprocess.Popen
     raise RuntimeError("server never became healthy")
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the process's threads spent runnable but waiting for a CPU (schedstat)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int(stat.read_text().split()[1])
+    return total / 1e9
+
+
 def _run_server(args: argparse.Namespace, loop: str, streams: list[int]) -> list[Level]:
     """Start one server with ``loop`` and measure each concurrency against it."""
     proc, url = _start_server(args, loop)
@@ -206,9 +216,11 @@ def _run_server(args: argparse.Namespace, loop: str, streams: list[int]) -> list
         for n in streams:
             s0, c0 = _itl_sum_count(url)
             cpu0, me0 = sum(server.cpu_times()[:2]), sum(os.times()[:2])
+            wait0 = runqueue_wait_s(proc.pid)
             lv = asyncio.run(run_level(url, n, args.tokens, args.window))
             lv.loop = loop
             lv.server_cpu = 100 * (sum(server.cpu_times()[:2]) - cpu0) / lv.wall
+            lv.server_wait = 100 * (runqueue_wait_s(proc.pid) - wait0) / lv.wall
             lv.client_cpu = 100 * (sum(os.times()[:2]) - me0) / lv.wall
             s1, c1 = _itl_sum_count(url)
             lv.itl_mean_server = (s1 - s0) / max(1.0, c1 - c0)
@@ -229,10 +241,11 @@ def render(args: argparse.Namespace, levels: list[Level], load: str, floor: list
     ttft, itl = args.ttft_ms, args.itl_ms
     fl = [v * 1000 for v in floor]
     rows = [
-        "| streams | requests | errors | events/s | CPU server / client | server CPU per event "
+        "| streams | requests | errors | events/s | CPU server / client | server waiting for a CPU "
+        "| server CPU per event "
         "| server TTFT err p50 / p99 / max | server mean ITL err | server max-gap err p50 / p99 "
         "| client TTFT p50 / p99 | client ITL p50 / p99 |",
-        "|---|---:|---:|---:|---|---:|---|---:|---|---|---|",
+        "|---|---:|---:|---:|---|---:|---:|---|---:|---|---|---|",
     ]
     for lv in levels:
         e = [(v * 1000 - ttft) for v in lv.ttft_server]
@@ -246,6 +259,7 @@ def render(args: argparse.Namespace, levels: list[Level], load: str, floor: list
             str(lv.errors),
             f"{rate:,.0f}",
             f"{lv.server_cpu:.0f}% / {lv.client_cpu:.0f}%",
+            f"{lv.server_wait:.1f}%",
             f"{lv.server_cpu / 100 / rate * 1e6:.0f} µs" if rate else "–",
             f"{pct(e, 50):+.2f} / {pct(e, 99):+.2f} / {max(e, default=0):+.2f} ms",
             f"{lv.itl_mean_server * 1000 - itl:+.3f} ms",
@@ -278,7 +292,9 @@ def render(args: argparse.Namespace, levels: list[Level], load: str, floor: list
             "gap (`llmserve_inter_token_latency_seconds` sum/count) minus the configured ITL. "
             "*Server max-gap err* = per request, the largest gap between content events written "
             "(`x_llmload.itl_max_s`) minus the configured ITL. Client columns are what the "
-            "client process saw (its TTFT includes the request write and loopback).",
+            "client process saw (its TTFT includes the request write and loopback). *Server "
+            "waiting for a CPU* = share of the wall time the server's threads were runnable but "
+            "not running (`/proc/PID/task/*/schedstat`): other work on the box taking its core.",
             "",
             *rows,
             "",
