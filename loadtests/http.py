@@ -25,7 +25,7 @@ import gevent
 import httpx
 
 from loadtests.adapters.base import HttpCall
-from loadtests.plan import RunOptions, redact_url
+from loadtests.plan import RunOptions, redact_url, redact_url
 from loadtests.timing import StreamTimer
 
 clock = time.perf_counter
@@ -59,7 +59,7 @@ class Target:
     def __post_init__(self) -> None:
         parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"target must be an http(s) URL, got scheme {parts.scheme!r}")
+            raise ValueError(f"target must be an http(s) URL with a host: {redact_url(self.url)!r}")
         try:
             parts.port  # noqa: B018 - raises on a port that is not a number
         except ValueError:

@@ -51,6 +51,8 @@ def default_out(label: str) -> Path:
 
 def connect_target(opts: RunOptions) -> Target:
     """The target, its reachability checked (and this process's client warmed up)."""
+    if not opts.target:
+        raise UsageError("--target URL is required (`loadtest` starts the bundled server)")
     try:
         target = Target.from_options(opts)
     except ValueError as exc:
