@@ -25,7 +25,7 @@ import gevent
 import httpx
 
 from loadtests.adapters.base import HttpCall
-from loadtests.plan import RunOptions, redact_url, redact_url
+from loadtests.plan import RunOptions, redact_url
 from loadtests.timing import StreamTimer
 
 clock = time.perf_counter
