@@ -64,6 +64,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from reports.gate_report import render_junit, render_markdown, render_text
     from reports.loader import load_run
 
+    if not 0 < args.percentile < 100:
+        raise ValueError(f"--percentile must be between 0 and 100, got {args.percentile:g}")
+    if not 0.5 <= args.confidence < 1:
+        raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence:g}")
+    if args.max_regression < 0:
+        raise ValueError("--max-regression must not be negative")
     baseline = read_baseline(args.baseline)
     run = load_run(args.run_dir)
     cfg = GateConfig(

@@ -135,3 +135,16 @@ def test_mode_missing_from_baseline_is_inconclusive(
     del doc["metrics"]["ttft"]["sync"]
     baseline.write_text(json.dumps(doc))
     assert gate(run_factory("m", n=300, seed=7), baseline, "--mode", "sync") == 2
+
+
+@pytest.mark.parametrize(
+    "bad", [["--percentile", "150"], ["--confidence", "1.5"], ["--max-regression", "-5%"]]
+)
+def test_bad_gate_settings_exit_2(
+    run_factory: Callable[..., Path],
+    baseline: Path,
+    bad: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert gate(run_factory("s", n=100), baseline, *bad) == 2
+    assert "must" in capsys.readouterr().err
