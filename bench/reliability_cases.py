@@ -1,0 +1,171 @@
+"""The cases behind RELIABILITY.md: each runs real processes and returns one ``Row``.
+
+The drivers are the ones the reliability tests assert on
+(``tests/fixtures/reliability.py``, ``tests/fixtures/server_abuse.py``); here
+they run bigger and are counted instead of asserted.  ``lost`` is what the
+harness or the server failed to account for: requests issued minus records
+written (harness rows), requests sent minus requests the server counted
+(server rows).  Target: 0 everywhere.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SRV = "python -m target_server --port 0"
+#: the same app in the bench process (uvicorn on a thread), so its engine and slots can be read
+SRV_INPROC = "target server in-process (uvicorn thread)"
+RUN = "python -m loadtests run --target URL"
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    case: str
+    tried: int  # faults injected / bad inputs sent / clients
+    requests: int  # requests issued in the case
+    survived: bool
+    lost: int
+    evidence: str
+    command: str
+
+
+def _tmp() -> Path:
+    return Path(tempfile.mkdtemp(prefix="llmload-rel-"))
+
+
+def synthetic_fault(knob: str, client_class: str, server_status: str, seconds: int) -> Row:
+    """One fault knob at 30 %: injected per the server, recorded per the harness."""
+    from tests.fixtures.reliability import as_client_classes, run_loadtests, server_statuses
+    from tests.fixtures.server_proc import start_server_process
+
+    server_args = ["--ttft-ms", "20", "--itl-ms", "10", knob, "0.3", "--stall-s", "3"]
+    run_args = ["--users", "10", "--spawn-rate", "50", "--pacing", "0.2s", "--duration",
+                f"{seconds}s", "--max-tokens", "16", "--ignore-eos", "--modes", "stream",
+                "--stall-timeout", "1s"]  # fmt: skip
+    with start_server_process(*server_args, "--log-level", "warning") as server:
+        run = run_loadtests(_tmp() / "run", "--target", server.url, *run_args)
+        time.sleep(0.5)
+        served = server_statuses(server.url)
+    mapped = as_client_classes(served)
+    issued = sum(served.values())
+    mismatch = sum(((mapped - run.classes) + (run.classes - mapped)).values())
+    drawn = client_class in run.report_error_classes()
+    summarised = run.summary_errors() == Counter(
+        {k: n for k, n in run.classes.items() if k != "ok"}
+    )
+    survived = run.rc == 0 and run.run_json.get("status") == "completed" and drawn and summarised
+    return Row(
+        f"target fault `{knob}` 0.3",
+        served[server_status],
+        issued,
+        survived and mismatch == 0,
+        abs(issued - len(run.records)),
+        f"{run.classes[client_class]} `{client_class}` records = {served[server_status]} server "
+        f"`{server_status}`; classes off by {mismatch}; report chart has it: {drawn}",
+        f"`{SRV} {' '.join(server_args)}` + `{RUN} {' '.join(run_args)}`",
+    )
+
+
+def kill_restart(rounds: int) -> Row:
+    """SIGKILL the target with every user mid-stream, restart it on the same port."""
+    from tests.fixtures.reliability import kill_and_restart
+
+    users, lost, requests, disconnects, connects, ok_after = 4, 0, 0, 0, 0, 0
+    survived = True
+    run_args = ("--spawn-rate", "50", "--pacing", "0.5s", "--duration", "9s",
+                "--max-tokens", "30", "--ignore-eos", "--modes", "stream")  # fmt: skip
+    for _ in range(rounds):
+        got = kill_and_restart(_tmp() / "kill", ("--ttft-ms", "50", "--itl-ms", "50"), run_args,
+                               users=users)  # fmt: skip
+        recs = got.run.records
+        classes = Counter(r["status"] for r in recs)
+        accounted = (
+            sum(got.before_kill.values())
+            + got.running_at_kill
+            + classes["connect"]
+            + sum(got.after_restart.values())
+        )
+        lost += abs(accounted - len(recs))
+        requests += len(recs)
+        disconnects += classes["disconnect"]
+        connects += classes["connect"]
+        ok_after += sum(1 for r in recs if r["status"] == "ok" and r["started_at"] > got.up_at)
+        survived &= got.run.rc == 0 and classes["disconnect"] == got.running_at_kill
+    return Row(
+        "target SIGKILLed mid-stream, restarted on the same port",
+        rounds,
+        requests,
+        survived,
+        lost,
+        f"{disconnects} `disconnect` (= streams in flight at the kill), {connects} `connect` "
+        f"while down, {ok_after} `ok` after the restart",
+        "`python -m target_server --port P --ttft-ms 50 --itl-ms 50`, `kill -9`, same again + "
+        f"`{RUN} --users {users} {' '.join(run_args)}`",
+    )
+
+
+def nginx_case(kind: str) -> Row:
+    """Real nginx: 502 with the upstream dead, 504/cut stream with a slow upstream."""
+    from tests.fixtures.nginx import start_nginx
+    from tests.fixtures.reliability import (
+        free_port,
+        nginx_read_timeout,
+        nginx_upstream_errors,
+        run_loadtests,
+        server_statuses,
+    )
+    from tests.fixtures.server_proc import start_server_process
+
+    tmp = _tmp()
+    args = ["--users", "4", "--spawn-rate", "50", "--pacing", "0.3s", "--duration", "3s",
+            "--max-tokens", "8"]  # fmt: skip
+    if kind == "502":
+        proxy = start_nginx(f"http://127.0.0.1:{free_port()}", buffering=False, gzip=False,
+                            workdir=tmp)  # fmt: skip
+        try:
+            run = run_loadtests(tmp / "run", "--target", proxy.url, "--model", "m", *args)
+            logged = sum(nginx_upstream_errors(proxy).values())
+        finally:
+            proxy.stop()
+        want = {("http_5xx", 502)}
+        server_count, case = logged, "nginx 502: upstream dead"
+        command = f"nginx → closed port + `{RUN} --model m {' '.join(args)}`"
+    else:
+        with start_server_process("--ttft-ms", "2500", "--log-level", "warning") as server:
+            with nginx_read_timeout(1):
+                proxy = start_nginx(server.url, buffering=False, gzip=False, workdir=tmp)
+            try:
+                run = run_loadtests(tmp / "run", "--target", proxy.url, *args)
+            finally:
+                proxy.stop()
+            time.sleep(0.3)
+            server_count = server_statuses(server.url)["cancelled"]
+        want = {("http_5xx", 504), ("disconnect", 200)}
+        case = "nginx 504: upstream slower than `proxy_read_timeout 1s`"
+        command = f"`{SRV} --ttft-ms 2500` behind nginx + `{RUN} {' '.join(args)}`"
+    got = {(r["status"], r["http_status"]) for r in run.records}
+    by = Counter(f"{r['mode']} {r['status']} {r['http_status']}" for r in run.records)
+    return Row(
+        case,
+        len(run.records),
+        len(run.records),
+        run.rc == 0 and got == want and server_count == len(run.records),
+        abs(server_count - len(run.records)),
+        ", ".join(f"{n} {k}" for k, n in sorted(by.items()))
+        + f"; counted upstream: {server_count}",
+        command,
+    )
+
+
+def server_started(**overrides: Any) -> Any:
+    """An in-process server (``start_server_thread``) with quiet logs."""
+    from tests.fixtures.server_thread import start_server_thread
+
+    return start_server_thread(log_level="warning", **overrides)

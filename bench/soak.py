@@ -1,0 +1,272 @@
+"""``make soak`` / ``python -m bench.soak``: a long run, watching both sides for leaks.
+
+The bundled server (default: the embedded model, ``--engine transformers``,
+continuous batching) runs in this process on a uvicorn thread, so its asyncio
+tasks can be counted; ``python -m loadtests run`` (20 users, streaming) runs
+as a subprocess.  Every ``--every`` seconds both processes are sampled: RSS,
+threads, open file descriptors (and the server's asyncio tasks and busy
+slots).  The first sample after ``--settle`` is "start", the last one before
+the load stops is "end"; a least-squares slope of RSS over that span says
+whether memory keeps growing.  The result rewrites the ``soak`` section of
+RELIABILITY.md, labelled with the duration that really ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.mdsection import ROOT, machine, write_section
+from bench.reliability import RELIABILITY, ensure_file
+from loadtests.plan import parse_duration
+
+
+@dataclass
+class Sample:
+    """One look at both processes, ``t`` seconds after the load started."""
+
+    t: float
+    server: dict[str, float]
+    loadgen: dict[str, float] | None
+
+
+@dataclass
+class InProcessServer:
+    """The bundled server on a uvicorn thread with its own event loop."""
+
+    url: str
+    app: Any
+    loop: asyncio.AbstractEventLoop
+    server: Any
+    thread: threading.Thread
+    started: float = field(default_factory=time.monotonic)
+
+    def tasks(self) -> int:
+        """asyncio tasks alive on the server's loop."""
+
+        async def count() -> int:
+            return len(asyncio.all_tasks())
+
+        return asyncio.run_coroutine_threadsafe(count(), self.loop).result(10)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def start_server(engine: str, extra: list[str]) -> InProcessServer:
+    """Build the engine and app from server flags, serve on 127.0.0.1:0, wait for /health."""
+    import uvicorn
+
+    from target_server.__main__ import bind, url_of
+    from target_server.app import build_app
+    from target_server.engine import build_engine
+    from target_server.settings import parse_settings
+
+    settings = parse_settings(
+        ["--engine", engine, "--host", "127.0.0.1", "--port", "0", "--log-level", "warning", *extra]
+    )
+    engine_obj = build_engine(settings)
+    app = build_app(engine_obj, settings)
+    sock = bind(settings.host, settings.port)
+    config = uvicorn.Config(app, log_config=None, access_log=False, timeout_keep_alive=30)
+    server = uvicorn.Server(config)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(server.serve(sockets=[sock]),), daemon=True
+    )
+    thread.start()
+    handle = InProcessServer(url_of(sock), app, loop, server, thread)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(handle.url + "/health", timeout=5).status_code == 200:
+                return handle
+        except httpx.HTTPError:
+            pass
+        if app.state.server.start_error:
+            raise RuntimeError(f"engine failed: {app.state.server.start_error}")
+        time.sleep(0.5)
+    raise TimeoutError("the server never became healthy")
+
+
+def process_stats(proc: psutil.Process) -> dict[str, float]:
+    """RSS (MiB), threads and open fds of one process."""
+    with proc.oneshot():
+        return {
+            "rss_mib": proc.memory_info().rss / 2**20,
+            "threads": float(proc.num_threads()),
+            "fds": float(proc.num_fds()),
+        }
+
+
+def slope_per_min(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of ``(seconds, value)`` points, per minute (0 with < 2 points)."""
+    if len(points) < 2:
+        return 0.0
+    n = len(points)
+    mx = sum(t for t, _ in points) / n
+    my = sum(v for _, v in points) / n
+    var = sum((t - mx) ** 2 for t, _ in points)
+    if var == 0:
+        return 0.0
+    return 60.0 * sum((t - mx) * (v - my) for t, v in points) / var
+
+
+def soak(args: argparse.Namespace) -> dict[str, Any]:
+    """Run it; everything the section needs."""
+    me = psutil.Process()
+    server = start_server(args.engine, args.server_arg or [])
+    state = server.app.state.server
+    before = {**process_stats(me), "tasks": float(server.tasks())}
+    out = Path(args.run_dir)
+    cmd = [sys.executable, "-m", "loadtests", "run", "--target", server.url, "--out", str(out),
+           "--users", str(args.users), "--spawn-rate", str(args.users), "--pacing", args.pacing,
+           "--duration", f"{args.duration_s:g}s", "--modes", "stream", "--max-tokens",
+           str(args.max_tokens), "--no-report"]  # fmt: skip
+    samples: list[Sample] = []
+    gen = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    gen_ps = psutil.Process(gen.pid)
+    try:
+        while gen.poll() is None and state.admission.running == 0:  # the CLI is starting up
+            time.sleep(0.05)
+        began = time.monotonic()  # the first request is in: the load has begun
+        while gen.poll() is None:
+            time.sleep(args.every)
+            srv = {**process_stats(me), "tasks": float(server.tasks()),
+                   "running": float(state.admission.running)}  # fmt: skip
+            try:
+                lg: dict[str, float] | None = process_stats(gen_ps)
+            except psutil.Error:
+                lg = None
+            samples.append(Sample(time.monotonic() - began, srv, lg))
+        stdout, stderr = gen.communicate(timeout=60)
+        time.sleep(2.0)  # let the last connections close
+        after = {**process_stats(me), "tasks": float(server.tasks()),
+                 "running": float(state.admission.running)}  # fmt: skip
+        counted: Counter[str] = Counter()
+        for m in state.metrics.registry.collect():
+            for s in m.samples:
+                if s.name == "llmserve_requests_total":
+                    counted[s.labels["status"]] += int(s.value)
+    finally:
+        if gen.poll() is None:
+            gen.kill()
+        server.stop()
+    wall = time.monotonic() - began
+    loaded = [s for s in samples if args.settle <= s.t <= args.duration_s - args.every / 2]
+    records = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x]
+    return {
+        "engine": " ".join(["--engine", args.engine, *(args.server_arg or [])]),
+        "users": args.users, "pacing": args.pacing,
+        "duration_s": args.duration_s, "wall_s": wall, "rc": gen.returncode,
+        "before": before, "after": after, "samples": samples, "loaded": loaded,
+        "records": len(records), "classes": Counter(r["status"] for r in records),
+        "counted": counted, "stderr_tail": stderr[-400:], "stdout_tail": stdout[-400:],
+        "command": args.command,
+    }  # fmt: skip
+
+
+def _fmt(value: float, key: str) -> str:
+    return f"{value:.1f}" if key == "rss_mib" else f"{value:.0f}"
+
+
+def _human(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s} s" if s else f"{m} min"
+
+
+def render(res: dict[str, Any], where: str) -> str:
+    """The soak section: start/end/growth per process and resource, requests, records lost."""
+    loaded = res["loaded"]
+    start, end = loaded[0], loaded[-1]
+    lines = [
+        f"**{_human(res['duration_s'])} at {res['users']} users** (streaming, pacing "
+        f"{res['pacing']}) against the bundled server with `{res['engine']}`, "
+        f"produced by `{res['command']}` on {where}.",
+        "",
+        "Start = first sample after the warm-up, end = last sample under load "
+        f"({start.t:.0f} s → {end.t:.0f} s after the load began; {len(loaded)} samples).",
+        "",
+        "| process | resource | idle before | under load: start | end | growth | trend "
+        "| idle after |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    b, a = res["before"], res["after"]
+    for side in ("server", "loadgen"):
+        first, last = getattr(start, side), getattr(end, side)
+        if first is None or last is None:
+            continue
+        for key, label in (("rss_mib", "RSS MiB"), ("threads", "threads"), ("fds", "open fds"),
+                           ("tasks", "asyncio tasks")):  # fmt: skip
+            if key not in first:
+                continue
+            pts = [(s.t, getattr(s, side)[key]) for s in loaded if getattr(s, side)]
+            idle = (_fmt(b[key], key), _fmt(a[key], key)) if side == "server" else ("—", "—")
+            lines.append(
+                f"| {'server' if side == 'server' else 'load generator'} | {label} | {idle[0]} | "
+                f"{_fmt(first[key], key)} | {_fmt(last[key], key)} | "
+                f"{last[key] - first[key]:+.1f} | {slope_per_min(pts):+.2f} / min | {idle[1]} |"
+            )
+    lost = abs(sum(res["counted"].values()) - res["records"])
+    classes = ", ".join(f"{n} {k}" for k, n in res["classes"].most_common())
+    lines += [
+        "",
+        "Idle before = the server loaded, before any request; idle after = 2 s after the load "
+        f"generator exited ({a['running']:.0f} slots still busy).  Trend = least-squares slope "
+        "over the samples under load; asyncio tasks under load follow the requests in flight.",
+        f"Requests: {res['records']} records ({classes}); the server counted "
+        f"{sum(res['counted'].values())}; **records lost: {lost}**; load generator exit code "
+        f"{res['rc']}.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
+    parser.add_argument("--duration", default="10m", help="how long the load runs (10m)")
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--pacing", default="3s", help="start-to-start per user (3s)")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--engine", default="transformers")
+    parser.add_argument("--server-arg", action="append", help="extra server flag (repeatable)")
+    parser.add_argument("--every", type=float, default=5.0, help="seconds between samples")
+    parser.add_argument("--settle", type=float, default=None, help="warm-up seconds (10%%)")
+    parser.add_argument("--run-dir", default=None, help="run directory (runs/<UTC>-soak)")
+    parser.add_argument("--out", type=Path, default=RELIABILITY)
+    args = parser.parse_args(argv)
+    args.duration_s = parse_duration(args.duration)
+    args.server_arg = list(args.server_arg or [])
+    if args.engine == "transformers" and "--batching" not in args.server_arg:
+        args.server_arg += ["--batching", "continuous"]
+    if args.settle is None:
+        args.settle = max(args.every, 0.1 * args.duration_s)
+    if args.run_dir is None:
+        args.run_dir = str(ROOT / "runs" / time.strftime("%Y%m%dT%H%M%SZ-soak", time.gmtime()))
+    args.command = "python -m bench.soak " + " ".join(argv if argv is not None else sys.argv[1:])
+    res = soak(args)
+    if len(res["loaded"]) < 2:
+        print("soak: too few samples under load; run longer", file=sys.stderr)
+        return 1
+    text = render(res, machine())
+    print(text)
+    ensure_file(args.out)
+    write_section("soak", text, path=args.out)
+    print(f"wrote {args.out}")
+    return 0 if res["rc"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
