@@ -22,7 +22,7 @@ ARGS ?=
 PORT ?= 8000
 
 .PHONY: help install system-deps serve loadtest test test-unit test-integration test-gpu lint \
-        bench bench-gpu gate ci-gate soak up down dashboards clean
+        bench bench-gpu gate ci-gate soak reliability up down dashboards clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -63,6 +63,15 @@ lint: install ## ruff + mypy
 
 bench: install system-deps ## run the benchmarks and rewrite BENCHMARKS.md sections
 	$(PY) -m bench $(ARGS)
+
+# --- reliability (RELIABILITY.md): every fault and bad input for real; the soak is not part of `make test`
+reliability: install system-deps ## every fault, bad input and overload case for real; rewrites RELIABILITY.md (~4 min)
+	$(PY) -m bench reliability $(ARGS)
+
+# `make soak` runs 10 minutes unless DURATION is given here (make soak DURATION=2m)
+SOAK_DURATION := $(if $(filter command line environment,$(origin DURATION)),$(DURATION),10m)
+soak: install ## 10 min at USERS=20 on the embedded model: RSS, threads, tasks, fds of server and load generator -> RELIABILITY.md
+	$(PY) -m bench.soak --duration $(SOAK_DURATION) --users $(USERS) $(ARGS)
 
 # --- compose stack and dashboards (see README "Dashboards and the compose stack") ---
 COMPOSE := docker compose -f compose/docker-compose.yml

@@ -14,6 +14,7 @@ BENCHES: dict[str, str] = {
     "harness": "bench.harness",
     "server": "bench.server_timing",
     "exporter": "bench.exporter",
+    "reliability": "bench.reliability",
 }
 
 
