@@ -138,7 +138,7 @@ def test_mode_missing_from_baseline_is_inconclusive(
 
 
 @pytest.mark.parametrize(
-    "bad", [["--percentile", "150"], ["--confidence", "1.5"], ["--max-regression", "-5%"]]
+    "bad", [["--percentile", "150"], ["--confidence", "1.5"], ["--max-regression=-5%"]]
 )
 def test_bad_gate_settings_exit_2(
     run_factory: Callable[..., Path],
