@@ -34,7 +34,7 @@ STREAMS = (20, 200, 1000)
 CAPACITY_ITL_MS = (20, 10, 5, 2)
 CAPACITY_STREAMS = 200
 TTFT_MS, ITL_MS, TOKENS = 100, 100, 16
-WINDOW_S, WARM_S = 4.0, 1.5
+WINDOW_S, WARM_S = 4.0, 2.0
 P99_LIMIT_MS = 5.0
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +47,7 @@ def _pct(values: list[float], q: float) -> float:
 # -- child: one client, one concurrency level (a gevent-patched process) ---------------------
 
 
-def _child(client: str, url: str, streams: int) -> dict[str, Any]:
+def _child(client: str, url: str, streams: int, itl_ms: int) -> dict[str, Any]:
     from gevent import monkey
 
     monkey.patch_all()
@@ -103,7 +103,12 @@ def _child(client: str, url: str, streams: int) -> dict[str, Any]:
     start = clock()
     measure_from, end = start + WARM_S, start + WARM_S + WINDOW_S
 
-    def worker() -> None:
+    # staggered starts: streams that began together would stay in lock-step, every event
+    # of every stream arriving in one burst; spread them over one request's duration
+    spread = (TTFT_MS + TOKENS * itl_ms) / 1000
+
+    def worker(i: int) -> None:
+        gevent.sleep(spread * i / streams)
         sess = session()
         one(sess)  # warm: connection and first-request costs are not the target's
         while clock() < end:
@@ -114,7 +119,7 @@ def _child(client: str, url: str, streams: int) -> dict[str, Any]:
                 events[0] += len(rec.itl_s) + 1
 
     cpu0 = time.process_time()
-    gevent.joinall([gevent.spawn(worker) for _ in range(streams)])
+    gevent.joinall([gevent.spawn(worker, i) for i in range(streams)])
     wall = clock() - start
     return {
         "client": client,
@@ -153,12 +158,15 @@ def _reference(itl_ms: int) -> tuple[subprocess.Popen[str], str]:
     return _start([sys.executable, "-m", "bench.harness_server", str(TTFT_MS), str(itl_ms)])
 
 
-def _measure(client: str, server: subprocess.Popen[str], url: str, streams: int) -> dict:
+def _measure(
+    client: str, server: subprocess.Popen[str], url: str, streams: int, itl_ms: int
+) -> dict:
     import psutil
 
     proc = psutil.Process(server.pid)
     cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
     cmd = [sys.executable, "-m", "bench.harness", "--child", client, url, str(streams)]
+    cmd.append(str(itl_ms))
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     server_cpu = 100 * (sum(proc.cpu_times()[:2]) - cpu0) / (time.monotonic() - t0)
     if out.returncode != 0:
@@ -187,7 +195,7 @@ def _row(r: dict[str, Any], itl: int | None = None) -> str:
 def _sweep(start: Any, itl: int) -> list[dict]:
     server, url = start(itl)
     try:
-        return [_measure(c, server, url, n) for c in CLIENTS for n in STREAMS]
+        return [_measure(c, server, url, n, itl) for c in CLIENTS for n in STREAMS]
     finally:
         server.terminate()
         server.wait(10)
@@ -201,7 +209,7 @@ def _capacity() -> tuple[list[tuple[int, dict]], dict[str, float]]:
         server, url = _reference(itl)
         try:
             for client in list(live):
-                r = _measure(client, server, url, CAPACITY_STREAMS)
+                r = _measure(client, server, url, CAPACITY_STREAMS, itl)
                 rows.append((itl, r))
                 if r.get("p99_ms", float("inf")) < P99_LIMIT_MS:
                     best[client] = max(best[client], r["events_per_s"])
@@ -224,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the comparison and write BENCHMARKS.md's ``harness`` section."""
     argv = list(argv or [])
     if argv[:1] == ["--child"]:
-        print(json.dumps(_child(argv[1], argv[2], int(argv[3]))))
+        print(json.dumps(_child(argv[1], argv[2], int(argv[3]), int(argv[4]))))
         return 0
     from bench.mdsection import machine, write_section
 
@@ -242,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{load:.1f} — the machine is shared by other jobs, so these were measured under load.",
         f"Client: one process pinned to CPU 0 (gevent); server pinned to CPU 1. Each stream sends "
         f"back-to-back requests of {TOKENS} tokens (server TTFT {TTFT_MS} ms); {WINDOW_S:g} s "
-        f"measured after {WARM_S:g} s of warm-up. Errors in ms; CPU = share of one core.",
+        f"measured after {WARM_S:g} s of warm-up, stream starts spread over one request's "
+        "duration (streams started together stay in lock-step and their events arrive in "
+        "bursts). Errors in ms; CPU = share of one core.",
         "",
         f"### 1. Client TTFT − the bundled server's recorded TTFT (ITL {ITL_MS} ms)",
         "",
