@@ -1,11 +1,13 @@
 """``python -m bench exporter``: what the live exporter costs the load generator.
 
-Side by side, alternating off/on: a gevent client process pinned to CPU 0 runs
-N streams with the harness's own request path (``loadtests.http.perform`` +
-the timing core, the same loop as ``bench harness``) against the bundled
+Side by side: two gevent client processes at once, both pinned to CPU 0, each
+running N streams with the harness's own request path (``loadtests.http.perform``
++ the timing core, the same loop as ``bench harness``) against the bundled
 synthetic server pinned to CPU 1.  *Off*: records go nowhere.  *On*: every
 request start and record goes into ``LiveMetrics``, a ``HealthSampler`` ticks,
-and the parent scrapes ``/metrics`` every second, as Prometheus would.
+and the parent scrapes ``/metrics`` every second, as Prometheus would.  Running
+the pair at the same moment on the same core is what makes the comparison
+fair on a shared machine: whatever else runs there slows both alike.
 
 The server paces the streams (same event rate in both modes, below what
 either process saturates at), so the comparison is of CPU per event: capacity
@@ -26,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-STREAMS, TOKENS, TTFT_MS, ITL_MS = 100, 32, 20, 10
-WINDOW_S, WARM_S, REPEATS = 5.0, 1.5, 5
+STREAMS, TOKENS, TTFT_MS, ITL_MS = 50, 32, 20, 10
+WINDOW_S, WARM_S, REPEATS = 5.0, 1.5, 7
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -56,11 +58,13 @@ def _child(mode: str, url: str) -> dict[str, Any]:
     sink: Any = NullSink()
     sampler = None
     inflight = [0]
+    port = None
     if mode == "on":
         sink = LiveMetrics(grace_s=0.0)
-        print(json.dumps({"port": sink.start()}), flush=True)
+        port = sink.start()
         sampler = HealthSampler(lambda s: sink.on_health("local", s), inflight=lambda: inflight[0])
         sampler.start()
+    print(json.dumps({"port": port}), flush=True)
     n_req = [0]
     events = [0]
     cpu: dict[str, float] = {}
@@ -109,30 +113,41 @@ def _child(mode: str, url: str) -> dict[str, Any]:
 # -- parent ------------------------------------------------------------------------------------
 
 
-def _measure(mode: str, url: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.exporter", "--child", mode, url]
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    scraper = None
+def _measure_pair(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Exporter off and on in two client processes at once, sharing CPU 0: same conditions."""
+    procs = {
+        mode: subprocess.Popen(
+            [sys.executable, "-m", "bench.exporter", "--child", mode, url],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for mode in ("off", "on")
+    }
     stop = threading.Event()
-    first = proc.stdout.readline()
-    if mode == "on" and first:
-        port = json.loads(first)["port"]
-        scraper = threading.Thread(target=_scrape_every_second, args=(port, stop), daemon=True)
-        scraper.start()
-    else:
-        lines.append(first)
-    out, err = proc.communicate(timeout=120)
-    stop.set()
-    if scraper is not None:
-        scraper.join(5)
-    lines += out.splitlines()
-    if proc.returncode != 0 or not lines or not lines[-1].strip():
-        raise RuntimeError(f"bench child ({mode}) failed: {err.strip()[-500:]}")
-    return dict(json.loads(lines[-1]))
+    scraper = None
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for proc in procs.values():
+            assert proc.stdout is not None
+            port = json.loads(proc.stdout.readline() or "{}").get("port")
+            if port:
+                scraper = threading.Thread(target=_scrape_every_second, args=(port, stop))
+                scraper.start()
+        for mode, proc in procs.items():
+            out, err = proc.communicate(timeout=120)
+            if proc.returncode != 0 or not out.strip():
+                raise RuntimeError(f"bench child ({mode}) failed: {err.strip()[-500:]}")
+            results[mode] = dict(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        stop.set()
+        if scraper is not None:
+            scraper.join(5)
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    return results["off"], results["on"]
 
 
 def _scrape_every_second(port: int, stop: threading.Event) -> None:
@@ -178,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         print(json.dumps(_child(argv[1], argv[2])), flush=True)
         return 0
+    if argv[:1] == ["--alone"]:
+        from gevent import monkey
+
+        monkey.patch_all()  # locust's world: prometheus_client's locks become gevent's
+        print(json.dumps(_exporter_alone()), flush=True)
+        return 0
     from bench.mdsection import machine, write_section
 
     sys.path.insert(0, str(ROOT))
@@ -187,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         print("exporter bench needs 2 CPUs (client and server pinned apart)", file=sys.stderr)
         return 1
     load = os.getloadavg()[0]
-    alone = _exporter_alone()
+    cmd = [sys.executable, "-m", "bench.exporter", "--alone"]
+    alone = json.loads(subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).stdout)
     server = start_server_process(
         "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--log-level", "warning"
     )
@@ -195,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     try:
         for _ in range(REPEATS):
-            for mode in ("off", "on"):
-                runs.append(_measure(mode, server.url))
-                print(json.dumps(runs[-1]), flush=True)
+            off, on = _measure_pair(server.url)
+            runs += [off, on]
+            print(json.dumps(off), json.dumps(on), sep="\n", flush=True)
     finally:
         server.stop()
     med = {
@@ -209,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         for off, on in zip(runs[0::2], runs[1::2], strict=True)
     ]
     ratio = statistics.median(pairs)
+    per_request_us = TOKENS / med["off"] * 1e6
+    scrape_share = statistics.median(
+        r["scrapes"] * alone["ms_per_scrape"] / 1000 / r["cpu_s"] for r in runs if r["mode"] == "on"
+    )
     rows = [
         f"| {i // 2 + 1} | {r['mode']} | {r['events']:,} | {r['cpu_s']:.2f} | "
         f"{r['events_per_cpu_s']:,.0f} | {r['events_per_s']:,.0f} | {r['scrapes']} |"
@@ -219,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`python -m bench exporter` on {machine()}; 1-minute load average before the run "
         f"{load:.1f} (the machine is shared: measured under that load).",
-        f"One gevent client process pinned to CPU 0 runs {STREAMS} streams with the harness's "
-        f"request path (httpx + timing core) against the bundled synthetic server pinned to "
-        f"CPU 1 (TTFT {TTFT_MS} ms, ITL {ITL_MS} ms, {TOKENS} tokens); {WINDOW_S:g} s measured "
-        f"after {WARM_S:g} s warm-up, exporter off and on alternating, {REPEATS} times. *On*: "
+        f"Two gevent client processes at once, both pinned to CPU 0 (one with the exporter "
+        f"off, one on), each run {STREAMS} streams with the harness's request path (httpx + "
+        f"timing core) against the bundled synthetic server pinned to CPU 1 (TTFT {TTFT_MS} ms, "
+        f"ITL {ITL_MS} ms, {TOKENS} tokens); {WINDOW_S:g} s measured after {WARM_S:g} s "
+        f"warm-up, {REPEATS} pairs. *On*: "
         "every start and record into `LiveMetrics`, `HealthSampler` running, `/metrics` "
         "scraped every second. The server paces the streams (same event rate both ways); "
         "capacity = SSE events per CPU-second of the client process (the events/s one "
@@ -235,20 +262,21 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"**Median capacity: off {med['off']:,.0f}, on {med['on']:,.0f} events per CPU-second "
         f"— median of the pairs' on/off ratios {ratio:.3f}** (the exporter costs "
-        f"{(1 - ratio) * 100:.1f} % of the client's capacity; pairs run back to back, so "
-        "load drift on the shared machine hits both sides; pair ratios "
+        f"{(1 - ratio) * 100:.1f} % of the client's capacity; both sides of a "
+        "pair run at once, so whatever else runs on the machine hits them alike; pair ratios "
         + ", ".join(f"{p:.2f}" for p in pairs)
         + ").",
         "",
-        f"The exporter alone (no network, one core): {alone['us_per_record']:.1f} µs per "
+        f"The exporter alone (gevent-patched, no network): {alone['us_per_record']:.1f} µs per "
         f"request (start + a {TOKENS}-token record: {TOKENS - 1} ITL observations, 5 histograms, "
         f"2 counters); one scrape of 8 label sets ({alone['bytes'] / 1024:.0f} KiB) "
         f"{alone['ms_per_scrape']:.2f} ms. Against the client's own "
-        f"{TOKENS / med['off'] * 1e6:,.0f} µs of CPU per {TOKENS}-event request (off), that "
-        f"predicts a {alone['us_per_record'] / (TOKENS / med['off'] * 1e6) * 100:.1f} % cost; "
-        "the rest of the measured difference is the sampler, the scrapes and the noise of a "
-        "shared machine. In a distributed run the per-record figure is the master's cost per "
-        "forwarded record.",
+        f"{per_request_us:,.0f} µs of CPU per {TOKENS}-event request (off), the per-request "
+        f"part is {alone['us_per_record'] / per_request_us * 100:.1f} %; the scrapes, a fixed "
+        f"~{alone['ms_per_scrape']:.0f} ms each per second, are {scrape_share * 100:.1f} % of "
+        "the client CPU these runs used (a fixed cost: a smaller share the busier the client); "
+        "the sampler and the noise make up the rest. In a distributed run the per-request "
+        "figure is the master's cost per forwarded record.",
     ]
     write_section("exporter", "\n".join(lines))
     return 0

@@ -32,9 +32,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, push_to_gateway
+from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
 from exporter.buckets import E2E_BUCKETS, ITL_BUCKETS, SCHEDULE_DELAY_BUCKETS, TTFT_BUCKETS
+from exporter.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
 from exporter.server import MetricsServer
 from loadtests.record import RequestRecord
 from loadtests.sinks import HarnessHealth
@@ -60,13 +61,14 @@ Key = tuple[str, str, str]
 class _Series:
     """The per-(mode, scenario, endpoint) children, looked up once."""
 
-    ttft: Histogram
-    itl: Histogram
-    tpot: Histogram
-    e2e: Histogram
-    schedule_delay: Histogram
-    output_tokens: Counter
-    in_flight: Gauge
+    ttft: HistogramChild
+    itl: HistogramChild
+    tpot: HistogramChild
+    e2e: HistogramChild
+    schedule_delay: HistogramChild
+    output_tokens: Cell
+    in_flight: Cell
+    ok: Cell
 
 
 class LiveMetrics:
@@ -99,42 +101,42 @@ class LiveMetrics:
 
     def _define(self, reg: CollectorRegistry) -> None:
         lat = LATENCY_LABELS
-        self._ttft = Histogram(
+        self._ttft = LabelledHistogram(
             "llmload_time_to_first_token_seconds",
             "Client-side time to first content token (sync: full response), ok requests.",
             lat, registry=reg, buckets=TTFT_BUCKETS,
         )  # fmt: skip
-        self._itl = Histogram(
+        self._itl = LabelledHistogram(
             "llmload_inter_token_latency_seconds",
             "Client-side gaps between consecutive content events, ok requests.",
             lat, registry=reg, buckets=ITL_BUCKETS,
         )  # fmt: skip
-        self._tpot = Histogram(
+        self._tpot = LabelledHistogram(
             "llmload_time_per_output_token_seconds",
             "Client-side time per output token after the first, ok requests.",
             lat, registry=reg, buckets=ITL_BUCKETS,
         )  # fmt: skip
-        self._e2e = Histogram(
+        self._e2e = LabelledHistogram(
             "llmload_e2e_request_latency_seconds",
             "Client-side request start to end of body, ok requests.",
             lat, registry=reg, buckets=E2E_BUCKETS,
         )  # fmt: skip
-        self._schedule_delay = Histogram(
+        self._schedule_delay = LabelledHistogram(
             "llmload_schedule_delay_seconds",
             "Open-loop shapes: actual minus intended send time, all statuses.",
             lat, registry=reg, buckets=SCHEDULE_DELAY_BUCKETS,
         )  # fmt: skip
-        self._requests = Counter(
+        self._requests = LabelledValue(
             "llmload_requests", "Requests the harness finished, by status (warm-up included).",
             REQUEST_LABELS, registry=reg,
         )  # fmt: skip
-        self._output_tokens = Counter(
+        self._output_tokens = LabelledValue(
             "llmload_output_tokens", "Output tokens the harness received (warm-up included).",
             lat, registry=reg,
         )  # fmt: skip
-        self._in_flight = Gauge(
+        self._in_flight = LabelledValue(
             "llmload_requests_in_flight", "Requests handed to the HTTP client and not yet ended.",
-            lat, registry=reg,
+            lat, kind="gauge", registry=reg,
         )  # fmt: skip
         self._users = Gauge("llmload_active_users", "Simulated users running now.", registry=reg)
         cpu = Gauge(
@@ -216,8 +218,8 @@ class LiveMetrics:
                 schedule_delay=self._schedule_delay.labels(*key),
                 output_tokens=self._output_tokens.labels(*key),
                 in_flight=self._in_flight.labels(*key),
+                ok=self._requests.labels(*key, "ok"),
             )
-            self._requests.labels(*key, "ok")
             self._series[key] = series
         return series
 
@@ -228,7 +230,7 @@ class LiveMetrics:
         key = (record.mode, record.scenario, record.endpoint)
         series = self._children(key)
         series.in_flight.dec()
-        self._requests.labels(*key, record.status).inc()
+        (series.ok if record.ok else self._requests.labels(*key, record.status)).inc()
         if record.output_tokens:
             series.output_tokens.inc(record.output_tokens)
         if record.warmup:
@@ -243,9 +245,8 @@ class LiveMetrics:
             series.e2e.observe(record.e2e_s)
         if record.tpot_s is not None:
             series.tpot.observe(record.tpot_s)
-        observe_itl = series.itl.observe
-        for gap in record.itl_s:
-            observe_itl(gap)
+        if record.itl_s:
+            series.itl.observe_many(record.itl_s)
 
     def on_users(self, n: int) -> None:
         self._users.set(n)
