@@ -1,9 +1,11 @@
 """The synthetic engine: exact, configurable latencies and injected faults, no model.
 
 Timing (from the moment ``generate`` is called, i.e. after admission):
-first token at ``ttft_ms + prefill_ms_per_token * prompt_tokens``, then one
-token every ``itl_ms`` (+ ``itl_growth_ms`` per other running request).  Every
-token has an absolute deadline, so sleeping late once does not delay the rest;
+first token at ``ttft_ms + prefill_ms_per_token * prompt_tokens`` (never
+earlier), then one token every ``itl_ms`` (+ ``itl_growth_ms`` per other
+running request) counted from when the first token really went out (a late
+prefill delays the decode, as in a real server).  From there every token has
+an absolute deadline, so sleeping late once does not delay the rest;
 ``jitter_ms`` moves each deadline by a seeded uniform offset in
 ``[-jitter, +jitter]`` around its nominal time (it never accumulates).
 
@@ -140,6 +142,12 @@ class SyntheticEngine:
                 delay = deadline - perf_counter()
                 if delay > 0:
                     await sleep(delay)
+                    # uvloop's 1 ms timers can fire up to ~0.5 ms early: the first token
+                    # is never early (TTFT >= configured); later ones keep the mean exact
+                    while i == 0 and (delay := deadline - perf_counter()) > 0:
+                        await sleep(delay)
+                if i == 0:  # decode starts when the first token really went out, as after a
+                    nominal += max(0.0, perf_counter() - deadline)  # real (late) prefill
                 piece = _PIECES[(offset + i) % len(_PIECES)]
                 if stop:
                     tail = (tail + piece.text)[-64:]
