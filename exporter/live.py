@@ -3,7 +3,9 @@
 One instance owns one ``CollectorRegistry``.  The runner adds it to the run's
 sinks in the process that sees every record (the local process, or the locust
 master in a distributed run), calls ``start`` to serve ``/metrics``, and
-``close`` at the end of the run.
+``close`` at the end of the run.  Call the sink methods from one thread — the
+load generator's event loop, as the record hub does: the per-request metrics
+are lock-free (``exporter.families``); ``on_health`` may come from any thread.
 
 What feeds what:
 
