@@ -23,6 +23,7 @@ from tests.fixtures.reliability import (
     run_loadtests,
     server_statuses,
 )
+from tests.fixtures.server_abuse import wait_until
 
 FAULTS = ("--fail-rate", "0.15", "--disconnect-rate", "0.15", "--stall-rate", "0.15",
           "--malformed-rate", "0.15", "--stall-s", "3", "--seed", "11")  # fmt: skip
@@ -54,6 +55,7 @@ def test_synthetic_faults_each_get_their_class(start_server_proc, tmp_path: Path
     classes = run.classes
     assert {"ok", "http_5xx", "disconnect", "stall", "protocol"} <= set(classes), classes
     # the server counted the same requests, fault by fault (a stalled client leaves: cancelled)
+    wait_until(lambda: as_client_classes(server_statuses(server.url)) == classes, timeout=5)
     assert as_client_classes(server_statuses(server.url)) == classes
     for r in run.records:
         if r["status"] == "http_5xx":
@@ -140,6 +142,7 @@ def test_nginx_504_when_the_upstream_is_slow(
     assert all(0.9 < r["e2e_s"] < 2.4 for r in sync)
     assert nginx_upstream_errors(proxy)["timed_out"] == len(run.records), proxy.error_log()
     # the server saw each of them and counted it once, as abandoned by its client
+    wait_until(lambda: server.state.admission.running == 0, timeout=5)
     assert server.metric("llmserve_requests_total", endpoint="/v1/chat/completions",
                          stream="false", status="cancelled") == len(sync)  # fmt: skip
     assert server.metric("llmserve_requests_total", endpoint="/v1/chat/completions",
