@@ -106,3 +106,17 @@ def test_prometheus_sees_exact_totals_and_the_records_p95_bucket(prometheus_fact
         )
         lo, hi = bucket_of(float(mode_p95))
         assert lo < float(series["value"][1]) <= hi
+
+
+def test_fixture_reload_swaps_scrape_targets(prometheus_factory) -> None:
+    first, second = LiveMetrics(grace_s=0.0), LiveMetrics(grace_s=0.0)
+    try:
+        prom = prometheus_factory({"one": [f"127.0.0.1:{first.start()}"]})
+        # (target discovery applies updates every 5 s: reload at once, wait once)
+        prom.reload({"two": [f"127.0.0.1:{second.start()}"]})
+        prom.wait_scraped("two")
+        assert {t["labels"]["job"] for t in prom.targets()} == {"two"}
+        assert prom.scalar('count(up{job="two"} == 1)') == 1
+    finally:
+        first.stop()
+        second.stop()
