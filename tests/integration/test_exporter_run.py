@@ -111,6 +111,9 @@ def test_runs_seen_by_prometheus_match_the_records(
     assert final(prom, 'sum(llmload_requests_total{job="llmload",status!="ok"})', run) == errors
     tokens = sum(r.output_tokens or 0 for r in records)
     assert final(prom, f"sum(llmload_output_tokens_total{job})", run) == tokens
+    gaps = sum(len(r.itl_s) for r in records if r.ok and not r.warmup)
+    assert final(prom, f"sum(llmload_inter_token_latency_seconds_count{job})", run) == gaps
+    assert final(prom, f"sum(llmload_requests_in_flight{job})", run) == 0
 
     window = int(run.ended - run.began) + 5
     q = prom.scalar(
