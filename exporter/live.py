@@ -164,6 +164,8 @@ class LiveMetrics:
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve ``/metrics`` on ``host:port`` in the background; returns the bound port."""
+        if self._server.running or self._closed:
+            raise RuntimeError("exporter: start() once per run, before stop()")
         self.port = self._server.start(host, port)
         log.info("exporter: serving /metrics on %s:%d", host, self.port)
         return self.port

@@ -76,6 +76,16 @@ def test_serves_on_ipv6_loopback_when_asked() -> None:
         m.stop()
 
 
+def test_one_start_per_run() -> None:
+    m = LiveMetrics(grace_s=0.0)
+    m.start()
+    with pytest.raises(RuntimeError):
+        m.start()
+    m.stop()
+    with pytest.raises(RuntimeError):
+        m.start()
+
+
 def test_promtool_finds_nothing_to_lint_in_the_exposition(live: LiveMetrics) -> None:
     port = live.start()
     empty = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
