@@ -217,7 +217,7 @@ def test_serves_and_samples_under_gevent_monkey_patching() -> None:
     assert f'status="ok"}} {float(result["issued"])}' in final
     assert result["stop_s"] < 10  # returned on our scrape, not at the 20 s grace
     assert result["calm"] < 0.15
-    assert result["blocked"] > 0.2, result  # the 0.3 s hog shows up as hub lag
+    assert result["blocked"] > 0.25, result  # the 0.3 s hog shows up as hub lag
     assert result["health_running"] is False
 
 

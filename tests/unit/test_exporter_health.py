@@ -59,7 +59,7 @@ def test_on_snapshot_called_every_interval_and_stop_is_clean() -> None:
     sampler.stop()
     assert not sampler.running
     n = len(got)
-    assert 3 <= n <= 7, n
+    assert 2 <= n <= 7, n  # ~5 at 0.1 s; a loaded machine may deschedule the ticker
     time.sleep(0.2)
     assert len(got) == n  # nothing after stop
     assert threading.active_count() == before
