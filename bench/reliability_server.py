@@ -98,7 +98,7 @@ def slow_readers(n: int) -> Row:
     from tests.fixtures.server_abuse import dechunk, open_streams, read_to_eof, wait_until
 
     tokens = 400_000
-    server = server_started(ttft_ms=0, itl_ms=0, request_timeout=1.0, max_output_tokens=tokens,
+    server = server_started(ttft_ms=0, itl_ms=0, request_timeout=2.0, max_output_tokens=tokens,
                             max_context=2 * tokens)  # fmt: skip
     sizes: list[int] = []
     try:
@@ -116,14 +116,14 @@ def slow_readers(n: int) -> Row:
     finally:
         server.stop()
     return Row(
-        f"{n} clients that never read a {tokens:,}-token stream (`--request-timeout 1`)",
+        f"{n} clients that never read a {tokens:,}-token stream (`--request-timeout 2`)",
         n,
         n,
         held == n and freed and stopped and timed_out == n,
         0,
         f"slots freed: {freed}, generations stopped: {stopped}; buffered per client before the "
         f"timeout event: max {max(sizes) / 2**20:.1f} MiB of {tokens * 150 / 2**20:.0f} MiB",
-        f"{SRV_INPROC}: `--ttft-ms 0 --itl-ms 0 --request-timeout 1` + raw sockets, SO_RCVBUF 4096",
+        f"{SRV_INPROC}: `--ttft-ms 0 --itl-ms 0 --request-timeout 2` + raw sockets, SO_RCVBUF 4096",
     )
 
 

@@ -94,7 +94,7 @@ def test_clients_that_never_read_are_bounded_and_timed_out(
     start_server: Callable[..., Any],
 ) -> None:
     tokens, n = 400_000, 3
-    server = start_server(ttft_ms=0, itl_ms=0, request_timeout=1.0, max_output_tokens=tokens,
+    server = start_server(ttft_ms=0, itl_ms=0, request_timeout=2.0, max_output_tokens=tokens,
                           max_context=2 * tokens)  # fmt: skip
     streams = open_streams(server.url, n, tokens, rcvbuf=4096)
     try:
