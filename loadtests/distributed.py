@@ -112,17 +112,23 @@ class MasterDriver:
             self.procs.append(subprocess.Popen(cmd, start_new_session=True))
         if opts.master:
             print(f"master: waiting for {self.expect} worker(s) on port {self.port}", flush=True)
-        self._wait(lambda: len(self.runner.clients.ready) >= self.expect, "workers to connect")
-        setup = {"options": asdict(opts), "model": model, "shards": self.expect}
-        for shard, client in enumerate(sorted(self.runner.clients.ready, key=lambda c: c.id)):
-            self.runner.send_message("llmload_setup", {**setup, "shard": shard}, client.id)
-        self._wait(lambda: len(self.ready) >= self.expect or bool(self.failed), "worker setup")
-        if self.failed:
-            raise UsageError(f"worker failed: {self.failed[0]}")
+        try:
+            self._wait(lambda: len(self.runner.clients.ready) >= self.expect, "workers to connect")
+            setup = {"options": asdict(opts), "model": model, "shards": self.expect}
+            for shard, client in enumerate(sorted(self.runner.clients.ready, key=lambda c: c.id)):
+                self.runner.send_message("llmload_setup", {**setup, "shard": shard}, client.id)
+            self._wait(lambda: len(self.ready) >= self.expect or bool(self.failed), "worker setup")
+            if self.failed:
+                raise UsageError(f"worker failed: {self.failed[0]}")
+        except BaseException:
+            self.close()  # no worker process outlives a master that could not start
+            raise
 
     def _wait(self, done: Any, what: str) -> None:
         deadline = time.monotonic() + WORKER_TIMEOUT_S
         while not done():
+            if self.session.interrupted:
+                raise RuntimeError(f"interrupted while waiting for {what}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"timed out after {WORKER_TIMEOUT_S:g}s waiting for {what}")
             if any(p.poll() is not None for p in self.procs):
@@ -189,7 +195,11 @@ class MasterDriver:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.terminate()
-                proc.wait(5)
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 class WorkerState:

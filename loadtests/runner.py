@@ -249,7 +249,10 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
     except Exception:
-        log.exception("run failed")
+        if session.interrupted:
+            outcome = "interrupted"
+        else:
+            log.exception("run failed")
     finally:
         if sampler is not None:
             sampler.stop()
