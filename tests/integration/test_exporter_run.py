@@ -151,3 +151,25 @@ def test_runs_seen_by_prometheus_match_the_records(
     assert count == ok_ttft
     assert final(prom, f"max_over_time(llmload_harness_processes{workers}[10s])", dist) == 2
     assert json.loads((tmp_path / "dist/run.json").read_text())["config"]["workers"] == 2
+
+
+@pytest.mark.timeout(90)
+def test_pushgateway_gets_the_final_state_of_a_run(
+    start_server: Any, pushgateway: Any, tmp_path: Path
+) -> None:
+    server = start_server(ttft_ms=20, itl_ms=5)
+    cmd = [
+        sys.executable, "-m", "loadtests", "run", "--target", server.url, "--users", "5",
+        "--spawn-rate", "5", "--pacing", "0.2s", "--duration", "2s", "--modes", "stream",
+        "--max-tokens", "8", "--pushgateway", pushgateway.url, "--out", str(tmp_path / "run"),
+        "--no-report",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=80)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    n = len((tmp_path / "run/requests.jsonl").read_text().splitlines())
+    pushed = [
+        float(line.rsplit(" ", 1)[1])
+        for line in pushgateway.metrics().splitlines()
+        if line.startswith("llmload_requests_total{")
+    ]
+    assert sum(pushed) == n > 0
