@@ -20,7 +20,7 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -31,7 +31,7 @@ from target_server.engine import EngineFault, EngineInputError, PreparedRequest,
 from target_server.model import genconfig
 from target_server.model.base import ModelEngine, PieceMaker, Plan
 from target_server.model.kvbatch import PaddedBatch
-from target_server.model.sampling import Sampler, penalty_processors
+from target_server.model.sampling import Sampler, choose_rows, penalty_processors
 
 log = logging.getLogger(__name__)
 
@@ -156,39 +156,32 @@ class BatchedEngine(ModelEngine):
 
     def _turn(self, batch: PaddedBatch) -> None:
         new = self._drain(block=not self._rows)
-        gone = [i for i, r in enumerate(self._rows) if r.cancelled]
-        if gone:
-            for i in gone:
-                self._finish(self._rows[i])
-            keep = [i for i, r in enumerate(self._rows) if not r.cancelled]
-            self._rows = [self._rows[i] for i in keep]
-            batch.select(keep)
         for row in new:
             if row.cancelled:
                 self._finish(row)
         new = [r for r in new if not r.cancelled]
-        out: list[tuple[_Row, Any]] = []
-        if self._rows:  # one decode step for the running requests ...
-            ids = [r.tokens[-1] for r in self._rows]
-            logits = batch.decode(ids, [len(r.tokens) - 1 for r in self._rows])
-            for i, row in enumerate(self._rows):
-                out.append((row, self._next(row, logits[i : i + 1])))
-        if new:  # ... then the newcomers' prefill, which appends them to the batch
+        self._retire(batch, lambda r: r.cancelled)
+        if new:  # newcomers first: their first token goes out before anyone's next one
             self._admit(new)
             logits = batch.prefill([r.plan.ids for r in new])
-            for i, row in enumerate(new):
-                out.append((row, self._next(row, logits[i : i + 1])))
             self._rows += new
-        if not out:
+            self._send(self._step(new, logits))
+            self._retire(batch, _finished)
+        if self._rows:  # then one decode step for every running request
+            ids = [r.tokens[-1] for r in self._rows]
+            logits = batch.decode(ids, [len(r.tokens) - 1 for r in self._rows])
+            self._send(self._step(self._rows, logits))
+            self._retire(batch, _finished)
+
+    def _retire(self, batch: PaddedBatch, gone: Callable[[_Row], bool]) -> None:
+        """Drop the rows for which ``gone`` holds from the list and the cache."""
+        keep = [i for i, r in enumerate(self._rows) if not gone(r)]
+        if len(keep) == len(self._rows):
             return
-        self._send(out)
-        keep = [i for i, r in enumerate(self._rows) if not (r.maker and r.maker.finished)]
-        if len(keep) < len(self._rows):
-            for i, r in enumerate(self._rows):
-                if i not in keep:
-                    self._finish(r)
-            self._rows = [self._rows[i] for i in keep]
-            batch.select(keep)
+        for i in set(range(len(self._rows))) - set(keep):
+            self._finish(self._rows[i])
+        self._rows = [self._rows[i] for i in keep]
+        batch.select(keep)
 
     def _admit(self, rows: list[_Row]) -> None:
         tok = self._loaded().tokenizer
@@ -198,18 +191,30 @@ class BatchedEngine(ModelEngine):
             row.maker = PieceMaker(plan, tok)
             row.sampler = Sampler(plan.gc, plan.seed)
             row.procs = penalty_processors(
-                plan.gc, plan.penalties, len(plan.ids), sorted(plan.eos_ids)
+                plan.gc, plan.penalties, len(plan.ids), sorted(plan.eos_ids), min_tokens=False
             )
 
-    def _next(self, row: _Row, logits: torch.Tensor) -> TokenPiece:
-        assert row.maker is not None and row.sampler is not None
-        history = torch.tensor([row.tokens], device=logits.device)
+    def _step(self, rows: list[_Row], logits: torch.Tensor) -> list[tuple[_Row, TokenPiece]]:
+        """Choose each row's next token from its logits row; return the pieces to send."""
         scores = logits.float()
-        if row.procs:
-            scores = row.procs(cast(torch.LongTensor, history), scores)
-        token = row.sampler.choose(history, scores)
-        row.tokens.append(token)
-        return row.maker.token(token)
+        eos = sorted({t for r in rows for t in r.plan.eos_ids if t < scores.shape[-1]})
+        early = [i for i, r in enumerate(rows) if len(r.tokens) - len(r.plan.ids) < _min_new(r)]
+        if early and eos:  # min_tokens / ignore_eos: no EOS yet, all such rows at once
+            scores[torch.tensor(early).unsqueeze(1), torch.tensor(eos).unsqueeze(0)] = float("-inf")
+        histories: list[torch.Tensor | None] = []
+        for i, row in enumerate(rows):
+            needs = bool(row.procs) or (row.sampler is not None and row.sampler.adjusts)
+            history = torch.tensor([row.tokens], device=scores.device) if needs else None
+            if row.procs:
+                scores[i : i + 1] = row.procs(cast(torch.LongTensor, history), scores[i : i + 1])
+            histories.append(history)
+        tokens = choose_rows([cast(Sampler, r.sampler) for r in rows], histories, scores)
+        out = []
+        for row, token in zip(rows, tokens, strict=True):
+            assert row.maker is not None
+            row.tokens.append(token)
+            out.append((row, row.maker.token(token)))
+        return out
 
     def _send(self, items: list[tuple[_Row, Any]]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Row, Any]]] = {}
@@ -220,6 +225,14 @@ class BatchedEngine(ModelEngine):
 
     def _finish(self, row: _Row) -> None:
         row.loop.call_soon_threadsafe(_resolve, row.done)
+
+
+def _min_new(row: _Row) -> int:
+    return int(row.plan.gc.min_new_tokens or 0)
+
+
+def _finished(row: _Row) -> bool:
+    return row.maker is not None and row.maker.finished
 
 
 def _deliver(group: list[tuple[_Row, Any]]) -> None:

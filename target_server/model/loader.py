@@ -6,6 +6,7 @@ import importlib.util
 import inspect
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ class LoadedModel:
     load_s: float
     #: ``"cache"`` (transformers >= 5.24) or ``"past_key_values"``
     cache_kwarg: str
+    #: torch intra-op threads (CPU)
+    threads: int = 0
 
     def describe(self) -> str:
         """One line for the startup log."""
@@ -50,6 +53,7 @@ class LoadedModel:
             f"{self.name} [{kind}] from {self.source}: {self.params / 1e6:.1f} M params, "
             f"device {self.device}, dtype {str(self.dtype).removeprefix('torch.')}, "
             f"quantization {self.quantization}, context {self.max_context}, "
+            f"torch threads {self.threads}, "
             f"loaded in {self.load_s:.2f}s"
         )
 
@@ -70,6 +74,20 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32
+
+
+def configure_threads(device: torch.device) -> int:
+    """Torch intra-op threads: ``$LLMLOAD_TORCH_THREADS``, else 1 on a CPU with <= 4 cores.
+
+    On a small shared CPU, two OpenMP threads spin-waiting for each other made a
+    decode step 3-8x slower whenever another process was busy (see README).
+    """
+    env = os.environ.get("LLMLOAD_TORCH_THREADS")
+    if env:
+        torch.set_num_threads(int(env))
+    elif device.type == "cpu" and (os.cpu_count() or 1) <= 4:
+        torch.set_num_threads(1)
+    return int(torch.get_num_threads())
 
 
 def load(settings: Any) -> LoadedModel:
@@ -117,6 +135,7 @@ def load(settings: Any) -> LoadedModel:
         eos_ids=eos_ids,
         load_s=time.perf_counter() - t0,
         cache_kwarg="cache" if "cache" in forward_params else "past_key_values",
+        threads=configure_threads(device),
     )
 
 

@@ -46,16 +46,23 @@ class OpenAIPenalties(LogitsProcessor):
 
 
 def penalty_processors(
-    gc: GenerationConfig, penalties: dict[str, float], prompt_len: int, eos_ids: list[int]
+    gc: GenerationConfig,
+    penalties: dict[str, float],
+    prompt_len: int,
+    eos_ids: list[int],
+    min_tokens: bool = True,
 ) -> LogitsProcessorList:
-    """Processors that look at the history (what ``generate`` would add, plus OpenAI's)."""
+    """Processors that look at the history (what ``generate`` would add, plus OpenAI's).
+
+    ``min_tokens=False`` leaves EOS masking to the caller (the batched engine masks rows at once).
+    """
     procs = LogitsProcessorList()
     try:
         if gc.repetition_penalty is not None and gc.repetition_penalty != 1.0:
             procs.append(RepetitionPenaltyLogitsProcessor(float(gc.repetition_penalty)))
         if gc.no_repeat_ngram_size:
             procs.append(NoRepeatNGramLogitsProcessor(int(gc.no_repeat_ngram_size)))
-        if gc.min_new_tokens and eos_ids:
+        if min_tokens and gc.min_new_tokens and eos_ids:
             procs.append(MinNewTokensLengthLogitsProcessor(prompt_len, gc.min_new_tokens, eos_ids))
     except ValueError as exc:
         raise EngineInputError(str(exc)) from None
@@ -67,17 +74,23 @@ def penalty_processors(
 
 
 class Sampler:
-    """Warpers + a draw from the request's own generator (or argmax when greedy)."""
+    """Temperature + warpers + an inverse-CDF draw from the request's own generator.
+
+    ``choose`` (one row) and ``choose_rows`` (a batch) give the same token for the
+    same scores and generator state, so both engines sample alike.
+    """
 
     def __init__(self, gc: GenerationConfig, seed: int):
         self.greedy = not gc.do_sample
+        self.temperature: float | None = None
         self.warpers = LogitsProcessorList()
         self.generator = torch.Generator().manual_seed(seed)
         if self.greedy:
             return
         try:
             if gc.temperature is not None and gc.temperature != 1.0:
-                self.warpers.append(TemperatureLogitsWarper(float(gc.temperature)))
+                TemperatureLogitsWarper(float(gc.temperature))  # validates
+                self.temperature = float(gc.temperature)
             if gc.top_k:
                 self.warpers.append(TopKLogitsWarper(int(gc.top_k)))
             if gc.top_p is not None and gc.top_p < 1.0:
@@ -89,13 +102,49 @@ class Sampler:
         except ValueError as exc:
             raise EngineInputError(str(exc)) from None
 
+    @property
+    def adjusts(self) -> bool:
+        """Whether ``adjust`` changes the scores."""
+        return self.temperature is not None or bool(self.warpers)
+
+    def adjust(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """Temperature, then top-k / top-p / min-p / typical-p, on one row ([1, vocab])."""
+        if self.temperature is not None:
+            scores = scores / self.temperature
+        if self.warpers:
+            scores = self.warpers(cast(torch.LongTensor, input_ids), scores)
+        return scores
+
+    def uniform(self) -> float:
+        """The next number in (0, 1] from this request's generator."""
+        return 1.0 - float(torch.rand((), generator=self.generator))
+
     def choose(self, input_ids: torch.Tensor, scores: torch.Tensor) -> int:
         """The next token for one row (``scores`` of shape [1, vocab])."""
-        if self.greedy:
-            return int(scores[0].argmax())
-        scores = self.warpers(cast(torch.LongTensor, input_ids), scores.float())
-        probs = torch.softmax(scores[0], dim=-1)
-        return int(torch.multinomial(probs.cpu(), 1, generator=self.generator))
+        return choose_rows([self], [input_ids], scores)[0]
+
+
+def choose_rows(
+    samplers: list[Sampler], histories: list[torch.Tensor | None], scores: torch.Tensor
+) -> list[int]:
+    """Next tokens for a batch ([rows, vocab]): argmax for greedy rows, a seeded draw for others."""
+    scores = scores.float()
+    out = scores.argmax(dim=-1).tolist()
+    sampled = [i for i, s in enumerate(samplers) if not s.greedy]
+    if not sampled:
+        return [int(t) for t in out]
+    rows = scores[sampled]
+    for k, i in enumerate(sampled):
+        if samplers[i].adjusts:
+            history = histories[i]
+            ids = history if history is not None else torch.empty((1, 0), dtype=torch.long)
+            rows[k : k + 1] = samplers[i].adjust(ids, rows[k : k + 1])
+    cdf = torch.softmax(rows, dim=-1).cumsum(dim=-1)
+    u = torch.tensor([samplers[i].uniform() for i in sampled], dtype=cdf.dtype, device=cdf.device)
+    picks = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).squeeze(-1)
+    for i, token in zip(sampled, picks.clamp(max=cdf.shape[-1] - 1).tolist(), strict=True):
+        out[i] = token
+    return [int(t) for t in out]
 
 
 class SamplingProcessor(LogitsProcessor):
