@@ -98,6 +98,7 @@ class MasterDriver:
         self.ready: set[str] = set()
         self.failed: list[str] = []
         self.acks: dict[str, dict[str, int]] = {}
+        self.names: dict[str, str] = {}  # locust client id -> our worker name
         for name, handler in (
             ("llmload_batch", self._on_batch),
             ("llmload_health", self._on_health),
@@ -116,6 +117,7 @@ class MasterDriver:
             self._wait(lambda: len(self.runner.clients.ready) >= self.expect, "workers to connect")
             setup = {"options": asdict(opts), "model": model, "shards": self.expect}
             for shard, client in enumerate(sorted(self.runner.clients.ready, key=lambda c: c.id)):
+                self.names[client.id] = f"worker-{shard}"
                 self.runner.send_message("llmload_setup", {**setup, "shard": shard}, client.id)
             self._wait(lambda: len(self.ready) >= self.expect or bool(self.failed), "worker setup")
             if self.failed:
@@ -180,10 +182,25 @@ class MasterDriver:
             self.abort()
         self.runner.stop()
 
+    def _flushed(self, acks: dict[str, int]) -> bool:
+        """Every worker still there has acknowledged (one that went missing never will).
+
+        A worker's ack precedes its ``client_stopped``, so one that locust has
+        already dropped from its clients after stopping has acknowledged.
+        """
+        from locust.runners import STATE_MISSING
+
+        clients = self.runner.clients
+        return all(
+            name in acks
+            for cid, name in self.names.items()
+            if cid in clients and clients[cid].state != STATE_MISSING
+        )
+
     def finish(self, phase: Phase) -> int:
         acks = self.acks.setdefault(phase.name, {})
         try:
-            self._wait(lambda: len(acks) >= self.expect, f"workers to flush phase {phase.name}")
+            self._wait(lambda: self._flushed(acks), f"workers to flush phase {phase.name}")
         except RuntimeError as exc:
             log.error("%s; records of phase %s may be missing", exc, phase.name)
         return sum(acks.values())
