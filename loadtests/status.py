@@ -111,6 +111,8 @@ class StatusLine(NullSink):
             f" | users {self.users}/{self.target_users}"
             f" | requests {phase.requests} errors {errors} in flight {self.started - self.recorded}"
             f" | TTFT p50 {p50} ms p95 {p95} ms"
+        ) + (
+            f" | schedule delay p95 {_ms(percentile(phase.delays, 95))} ms" if phase.delays else ""
         )
 
     def tick(self, force: bool = False) -> None:
