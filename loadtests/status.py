@@ -9,6 +9,7 @@ On a terminal it rewrites itself in place; otherwise it prints a line every
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,29 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[rank]
 
 
+class Reservoir(list[float]):
+    """A uniform random sample of at most ``size`` values (algorithm R).
+
+    The status line sorts its samples every second on the load generator's event
+    loop; a bounded sample keeps that cost fixed however long the run.
+    """
+
+    def __init__(self, size: int = 4096, seed: int = 0) -> None:
+        super().__init__()
+        self.size = size
+        self.seen = 0
+        self._rng = random.Random(seed)
+
+    def append(self, value: float) -> None:
+        self.seen += 1
+        if len(self) < self.size:
+            super().append(value)
+            return
+        j = self._rng.randrange(self.seen)
+        if j < self.size:
+            self[j] = value
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f}"
 
@@ -41,9 +65,9 @@ class PhaseStats:
     started: float = field(default_factory=time.monotonic)
     requests: int = 0
     errors: dict[str, int] = field(default_factory=dict)
-    ttft: list[float] = field(default_factory=list)
-    e2e: list[float] = field(default_factory=list)
-    delays: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=Reservoir)
+    e2e: list[float] = field(default_factory=Reservoir)
+    delays: list[float] = field(default_factory=Reservoir)
     tokens: int = 0
 
     def add(self, record: RequestRecord) -> None:

@@ -117,3 +117,14 @@ def test_status_line_counts_the_current_phase() -> None:
     rows = status.summary().splitlines()
     assert rows[1].split()[:4] == ["sync", "sync", "1", "0"]
     assert rows[2].split()[:4] == ["stream", "stream", "2", "1"]
+
+
+def test_reservoir_stays_bounded_and_representative() -> None:
+    from loadtests.status import Reservoir, percentile
+
+    sample = Reservoir(size=500, seed=1)
+    for i in range(100_000):
+        sample.append(i / 100_000)
+    assert len(sample) == 500 and sample.seen == 100_000
+    assert abs((percentile(sample, 50) or 0) - 0.5) < 0.08
+    assert abs((percentile(sample, 95) or 0) - 0.95) < 0.04
