@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import subprocess
 import sys
 import threading
@@ -112,6 +113,12 @@ def process_stats(proc: psutil.Process) -> dict[str, float]:
         }
 
 
+def halves(values: list[float]) -> tuple[float, float]:
+    """Medians of the first and the second half of a series (robust to allocator swings)."""
+    mid = len(values) // 2
+    return statistics.median(values[: max(1, mid)]), statistics.median(values[mid:])
+
+
 def slope_per_min(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of ``(seconds, value)`` points, per minute (0 with < 2 points)."""
     if len(points) < 2:
@@ -200,9 +207,9 @@ def render(res: dict[str, Any], where: str) -> str:
         "Start = first sample after the warm-up, end = last sample under load "
         f"({start.t:.0f} s → {end.t:.0f} s after the load began; {len(loaded)} samples).",
         "",
-        "| process | resource | idle before | under load: start | end | growth | trend "
-        "| idle after |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| process | resource | idle before | under load: start | end | growth | median 1st → "
+        "2nd half | trend | idle after |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     b, a = res["before"], res["after"]
     for side in ("server", "loadgen"):
@@ -215,18 +222,22 @@ def render(res: dict[str, Any], where: str) -> str:
                 continue
             pts = [(s.t, getattr(s, side)[key]) for s in loaded if getattr(s, side)]
             idle = (_fmt(b[key], key), _fmt(a[key], key)) if side == "server" else ("—", "—")
+            h1, h2 = halves([v for _, v in pts])
             lines.append(
                 f"| {'server' if side == 'server' else 'load generator'} | {label} | {idle[0]} | "
                 f"{_fmt(first[key], key)} | {_fmt(last[key], key)} | "
-                f"{last[key] - first[key]:+.1f} | {slope_per_min(pts):+.2f} / min | {idle[1]} |"
+                f"{last[key] - first[key]:+.1f} | {_fmt(h1, key)} → {_fmt(h2, key)} | "
+                f"{slope_per_min(pts):+.2f} / min | {idle[1]} |"
             )
     lost = abs(sum(res["counted"].values()) - res["records"])
     classes = ", ".join(f"{n} {k}" for k, n in res["classes"].most_common())
     lines += [
         "",
         "Idle before = the server loaded, before any request; idle after = 2 s after the load "
-        f"generator exited ({a['running']:.0f} slots still busy).  Trend = least-squares slope "
-        "over the samples under load; asyncio tasks under load follow the requests in flight.",
+        f"generator exited ({a['running']:.0f} slots still busy).  The allocator makes single "
+        "RSS samples swing; the medians of the first and second half of the samples under "
+        "load, and the least-squares trend over all of them, are what show a leak.  asyncio "
+        "tasks under load follow the requests in flight.",
         f"Requests: {res['records']} records ({classes}); the server counted "
         f"{sum(res['counted'].values())}; **records lost: {lost}**; load generator exit code "
         f"{res['rc']}.",

@@ -12,7 +12,7 @@ import pytest
 from bench.mdsection import write_section
 from bench.reliability import INTRO, ensure_file, render
 from bench.reliability_cases import Row
-from bench.soak import Sample, slope_per_min
+from bench.soak import Sample, halves, slope_per_min
 from bench.soak import render as render_soak
 from tests.fixtures.reliability import as_client_classes
 from tests.fixtures.server_abuse import dechunk, error_problems, percentile, stream_problems
@@ -72,6 +72,8 @@ def test_percentile_and_slope() -> None:
     assert slope_per_min([(0.0, 10.0), (60.0, 12.0), (120.0, 14.0)]) == pytest.approx(2.0)
     assert slope_per_min([(0.0, 5.0), (30.0, 5.0)]) == 0.0
     assert slope_per_min([(1.0, 5.0)]) == 0.0
+    assert halves([5.0, 1.0, 3.0, 10.0, 12.0]) == (3.0, 10.0)
+    assert halves([4.0]) == (4.0, 4.0)
 
 
 def rows() -> list[Row]:
@@ -120,6 +122,7 @@ def test_soak_section_reports_growth_and_lost_records() -> None:
     }  # fmt: skip
     text = render_soak(res, "m")
     assert text.startswith("**2 min at 20 users**")
-    assert "| server | RSS MiB | 90.0 | 100.5 | 102.0 | +1.5 | +1.00 / min | 102.0 |" in text
-    assert "| load generator | open fds | — | 20 | 20 | +0.0 | +0.00 / min | — |" in text
+    row = "| server | RSS MiB | 90.0 | 100.5 | 102.0 | +1.5 | 100.8 → 101.8 | +1.00 / min | 102.0 |"
+    assert row in text
+    assert "| load generator | open fds | — | 20 | 20 | +0.0 | 20 → 20 | +0.00 / min | — |" in text
     assert "**records lost: 0**" in text and "49 ok, 1 timeout" in text
