@@ -90,12 +90,12 @@ def cases(quick: bool) -> list[Callable[[], Row]]:
     from bench import reliability_cases as h
     from bench import reliability_server as s
 
-    secs = 3 if quick else 6
+    secs = 2 if quick else 4
     return [
-        lambda: h.synthetic_fault("--fail-rate", "http_5xx", "error", secs),
-        lambda: h.synthetic_fault("--disconnect-rate", "disconnect", "disconnect", secs),
-        lambda: h.synthetic_fault("--stall-rate", "stall", "cancelled", secs),
-        lambda: h.synthetic_fault("--malformed-rate", "protocol", "malformed", secs),
+        lambda: h.synthetic_fault("--fail-rate", "http_5xx", secs),
+        lambda: h.synthetic_fault("--disconnect-rate", "disconnect", secs),
+        lambda: h.synthetic_fault("--stall-rate", "stall", secs),
+        lambda: h.synthetic_fault("--malformed-rate", "protocol", secs),
         lambda: h.kill_restart(1 if quick else 3),
         lambda: h.nginx_case("502"),
         lambda: h.nginx_case("504"),

@@ -40,35 +40,43 @@ def _tmp() -> Path:
     return Path(tempfile.mkdtemp(prefix="llmload-rel-"))
 
 
-def synthetic_fault(knob: str, client_class: str, server_status: str, seconds: int) -> Row:
-    """One fault knob at 30 %: injected per the server, recorded per the harness."""
+def synthetic_fault(knob: str, client_class: str, seconds: int) -> Row:
+    """One fault knob at 30 %, a sync then a stream phase: injected per the server,
+    recorded per the harness, mode by mode."""
     from tests.fixtures.reliability import as_client_classes, run_loadtests, server_statuses
     from tests.fixtures.server_proc import start_server_process
 
     server_args = ["--ttft-ms", "20", "--itl-ms", "10", knob, "0.3", "--stall-s", "3"]
     run_args = ["--users", "10", "--spawn-rate", "50", "--pacing", "0.2s", "--duration",
-                f"{seconds}s", "--max-tokens", "16", "--ignore-eos", "--modes", "stream",
+                f"{seconds}s", "--max-tokens", "16", "--ignore-eos", "--modes", "sync,stream",
                 "--stall-timeout", "1s"]  # fmt: skip
+    served: dict[str, Counter[str]] = {}
     with start_server_process(*server_args, "--log-level", "warning") as server:
         run = run_loadtests(_tmp() / "run", "--target", server.url, *run_args)
         time.sleep(0.5)
-        served = server_statuses(server.url)
-    mapped = as_client_classes(served)
-    issued = sum(served.values())
-    mismatch = sum(((mapped - run.classes) + (run.classes - mapped)).values())
+        for mode in ("sync", "stream"):
+            served[mode] = server_statuses(server.url, stream=mode == "stream")
+    mismatch, parts = 0, []
+    for mode in ("sync", "stream"):
+        got = Counter(r["status"] for r in run.records if r["mode"] == mode)
+        mapped = as_client_classes(served[mode], mode)
+        mismatch += sum(((mapped - got) + (got - mapped)).values())
+        faults = ", ".join(f"{n} `{k}`" for k, n in sorted(got.items()) if k != "ok") or "all `ok`"
+        server_side = ", ".join(f"{n} `{k}`" for k, n in sorted(served[mode].items()) if k != "ok")
+        parts.append(f"{mode}: {faults} (server: {server_side or 'none'})")
+    injected = sum(n for c in served.values() for k, n in c.items() if k != "ok")
+    issued = sum(sum(c.values()) for c in served.values())
     drawn = client_class in run.report_error_classes()
-    summarised = run.summary_errors() == Counter(
-        {k: n for k, n in run.classes.items() if k != "ok"}
-    )
+    errors = Counter({k: n for k, n in run.classes.items() if k != "ok"})
+    summarised = run.summary_errors() == errors
     survived = run.rc == 0 and run.run_json.get("status") == "completed" and drawn and summarised
     return Row(
         f"target fault `{knob}` 0.3",
-        served[server_status],
+        injected,
         issued,
         survived and mismatch == 0,
         abs(issued - len(run.records)),
-        f"{run.classes[client_class]} `{client_class}` records = {served[server_status]} server "
-        f"`{server_status}`; classes off by {mismatch}; report chart has it: {drawn}",
+        "; ".join(parts) + f"; classes off by {mismatch}; in the report's chart: {drawn}",
         f"`{SRV} {' '.join(server_args)}` + `{RUN} {' '.join(run_args)}`",
     )
 
