@@ -31,7 +31,7 @@ def random_bodies(examples: int) -> Row:
     """Hypothesis-generated bodies on both endpoints: never a 5xx, always an OpenAI error."""
     from hypothesis import HealthCheck, given, settings
 
-    from tests.fixtures.server_abuse import request_bodies, send_checked
+    from tests.fixtures.bad_bodies import request_bodies, send_checked
 
     server = server_started(ttft_ms=0, itl_ms=0)
     statuses: Counter[int] = Counter()

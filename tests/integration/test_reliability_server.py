@@ -12,19 +12,21 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 
 from target_server.settings import MAX_BODY_BYTES
-from tests.fixtures.server_abuse import (
+from tests.fixtures.bad_bodies import (
     CHAT,
     COMPLETIONS,
+    error_problems,
+    request_bodies,
+    send_checked,
+)
+from tests.fixtures.server_abuse import (
     close_abruptly,
     connect,
     dechunk,
-    error_problems,
     open_streams,
     oversized,
     raw_request,
     read_to_eof,
-    request_bodies,
-    send_checked,
     stream_body,
     wait_until,
 )
