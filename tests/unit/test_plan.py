@@ -111,3 +111,18 @@ def test_api_key_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("MY_KEY")
     with pytest.raises(ValueError, match="MY_KEY"):
         Target.from_options(opts)
+
+
+def test_command_line_flags_reach_the_options() -> None:
+    from loadtests.cli import parser
+
+    ns = parser().parse_args(
+        ["run", "--target", "http://h", "--modes", "stream", "--header", "A: b"]
+        + ["--header", "C: d", "--no-report", "--pacing", "0s", "--workers", "2"]
+    )
+    given = vars(ns)
+    assert given.pop("command") == "run" and given.pop("log_level") == "WARNING"
+    assert "users" not in given  # unset flags stay unset, so a plan's value survives
+    opts = build_options({"users": 7}, given)
+    assert opts.modes == ["stream"] and opts.header == ["A: b", "C: d"]
+    assert opts.report is False and opts.pacing == 0 and opts.workers == 2 and opts.users == 7
