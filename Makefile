@@ -64,6 +64,9 @@ lint: install ## ruff + mypy
 bench: install system-deps ## run the benchmarks and rewrite BENCHMARKS.md sections
 	$(PY) -m bench $(ARGS)
 
+bench-gpu: install ## transformers engines at Qwen2.5-7B scale on a CUDA GPU (random bf16 weights); writes BENCHMARKS.md section gpu
+	$(PY) -m bench.gpu $(ARGS)
+
 # --- reliability (RELIABILITY.md): every fault and bad input for real; the soak is not part of `make test`
 reliability: install system-deps ## every fault, bad input and overload case for real; rewrites RELIABILITY.md (~4 min)
 	$(PY) -m bench reliability $(ARGS)

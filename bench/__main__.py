@@ -15,6 +15,7 @@ BENCHES: dict[str, str] = {
     "server": "bench.server_timing",
     "exporter": "bench.exporter",
     "reliability": "bench.reliability",
+    "model": "bench.model",
 }
 
 

@@ -85,9 +85,12 @@ class ModelEngine:
     def ready(self) -> bool:
         return self._ready
 
-    async def start(self) -> None:
-        """Load (off the event loop), start the backend, warm up, then report ready."""
-        self.lm = await asyncio.to_thread(load, self.settings)
+    async def start(self, loaded: LoadedModel | None = None) -> None:
+        """Load (off the event loop), start the backend, warm up, then report ready.
+
+        ``loaded``: run this already-loaded model instead (``bench/gpu.py``).
+        """
+        self.lm = loaded if loaded is not None else await asyncio.to_thread(load, self.settings)
         self.max_context = self.lm.max_context
         if not self.settings.model_name:
             self.model_name = self.lm.name
@@ -133,8 +136,11 @@ class ModelEngine:
 
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
         """Apply the chat template, count tokens, resolve generation settings."""
+        return self.prepare_ids(request, self._encode(request))
+
+    def prepare_ids(self, request: GenerationRequest, ids: list[int]) -> PreparedRequest:
+        """``prepare`` for a prompt that is already token ids (benchmarks)."""
         lm = self._loaded()
-        ids = self._encode(request)
         param = "messages" if request.messages is not None else "prompt"
         if not ids:
             raise EngineInputError("the prompt is empty", param=param)

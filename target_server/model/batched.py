@@ -200,7 +200,9 @@ class BatchedEngine(ModelEngine):
         eos = sorted({t for r in rows for t in r.plan.eos_ids if t < scores.shape[-1]})
         early = [i for i, r in enumerate(rows) if len(r.tokens) - len(r.plan.ids) < _min_new(r)]
         if early and eos:  # min_tokens / ignore_eos: no EOS yet, all such rows at once
-            scores[torch.tensor(early).unsqueeze(1), torch.tensor(eos).unsqueeze(0)] = float("-inf")
+            dev = scores.device
+            rows_idx = torch.tensor(early, device=dev).unsqueeze(1)
+            scores[rows_idx, torch.tensor(eos, device=dev).unsqueeze(0)] = float("-inf")
         histories: list[torch.Tensor | None] = []
         for i, row in enumerate(rows):
             needs = bool(row.procs) or (row.sampler is not None and row.sampler.adjusts)
