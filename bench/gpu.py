@@ -69,15 +69,27 @@ def decode_bound_tps(weight_bytes: float, bandwidth_gbs: float) -> float:
     return bandwidth_gbs * 1e9 / weight_bytes
 
 
-def build_model() -> Any:
-    """A random-weight bf16 Qwen2 of 7B dimensions, built directly on the GPU."""
+#: ``--cpu-smoke``: the same pipeline on a toy model, to check the script without a GPU
+SMOKE_DIMS: dict[str, Any] = {
+    **QWEN25_7B,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
+
+
+def build_model(device: str = "cuda", dims: dict[str, Any] = QWEN25_7B) -> Any:
+    """A random-weight bf16 Qwen2 (7B dimensions by default), built directly on ``device``."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(**QWEN25_7B, dtype="bfloat16")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    config = Qwen2Config(**dims, dtype=dtype)
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = Qwen2ForCausalLM._from_config(config, dtype=torch.bfloat16)
+    with torch.device(device):
+        model = Qwen2ForCausalLM._from_config(config, dtype=dtype)
     return model.eval()
 
 
@@ -121,7 +133,7 @@ async def measure(batching: str, lm: Any, args: argparse.Namespace) -> dict[str,
             "tps": statistics.median(s[1] for s in singles),
             "agg": sum(m[2] for m in many) / wall,
             "ttft_p50_many": statistics.median(m[0] for m in many),
-            "mem": float(torch.cuda.max_memory_allocated()),
+            "mem": float(torch.cuda.max_memory_allocated()) if lm.device.type == "cuda" else 0.0,
         }
     finally:
         await engine.stop()
@@ -136,9 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=20)
     parser.add_argument("--engines", default="continuous,none")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--cpu-smoke", action="store_true", help="toy model on the CPU (tests)")
     args = parser.parse_args(argv)
     import torch
 
+    if args.cpu_smoke:
+        lm = loaded_model(build_model("cpu", SMOKE_DIMS))
+        results = {b: asyncio.run(measure(b, lm, args)) for b in args.engines.split(",")}
+        print(render("cpu smoke", 1.0, 1.0, lm.params, 1.0, 0.0, results, args))
+        return 0
     if not torch.cuda.is_available():
         print(
             "bench gpu: no CUDA device here (torch.cuda.is_available() is False), nothing "
@@ -153,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench gpu: unknown bandwidth for {name!r}; pass --bandwidth-gbs", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    lm = loaded_model(build_model())
+    lm = loaded_model(build_model("cuda"))
     build_s = time.perf_counter() - t0
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     bound = decode_bound_tps(weight_bytes, bandwidth)
@@ -185,11 +203,11 @@ def loaded_model(model: Any) -> Any:
         name="qwen2.5-7b-dims-random",
         source="random bf16 weights, Qwen2.5-7B-Instruct dimensions",
         embedded=False,
-        device=torch.device("cuda"),
-        dtype=torch.bfloat16,
+        device=next(model.parameters()).device,
+        dtype=next(model.parameters()).dtype,
         quantization="none",
         params=sum(p.numel() for p in model.parameters()),
-        max_context=QWEN25_7B["max_position_embeddings"],
+        max_context=int(model.config.max_position_embeddings),
         eos_ids=[tokenizer.eos_token_id],
         load_s=0.0,
         cache_kwarg="cache",

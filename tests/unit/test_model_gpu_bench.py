@@ -36,3 +36,13 @@ def test_dimensions_are_qwen25_7b() -> None:
     per_layer = h * h * 2 + h * kv * 2 + 3 * h * i + (h + 2 * kv)  # q,o + k,v + mlp + biases
     params = layers * per_layer + 2 * v * h  # + embeddings and untied lm_head
     assert params / 1e9 == pytest.approx(7.6, abs=0.05)  # "7.61B" on the model card
+
+
+def test_the_whole_script_runs_on_a_toy_model(
+    embedded_model: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # no GPU here: the same pipeline (model build, both engines, render) on a 2-layer model
+    assert gpu.main(["--cpu-smoke", "--prompt", "64", "--tokens", "6", "--streams", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "| continuous |" in out and "| none |" in out
+    assert "Continuous / none aggregate at 3 streams" in out
