@@ -45,10 +45,15 @@ def url_of(sock: socket.socket) -> str:
 
 
 async def serve(settings: Settings) -> int:
-    """Run until interrupted; 1 if the engine failed to start."""
-    engine = build_engine(settings)
-    app = build_app(engine, settings)
-    sock = bind(settings.host, settings.port)
+    """Run until interrupted; 1 if the engine failed to build or start, or the port is taken."""
+    try:
+        engine = build_engine(settings)
+        app = build_app(engine, settings)
+        sock = bind(settings.host, settings.port)
+    except Exception as exc:
+        log.debug("startup failed", exc_info=True)
+        print(f"target_server: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     config = uvicorn.Config(
         app,
         loop=settings.loop,

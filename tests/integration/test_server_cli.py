@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+
 import httpx
 
 
@@ -20,3 +24,16 @@ def test_cli_env_settings_and_single_listening_line(start_server_proc):
     assert sum("listening on http://" in line for line in proc.log) == 1
     assert all(key not in line for line in proc.log)
     assert proc.stop() is not None and proc.proc.poll() is not None
+
+
+def test_cli_startup_error_is_one_line_and_exit_1():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        res = subprocess.run(
+            [sys.executable, "-m", "target_server", "--port", str(port)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert res.returncode == 1
+    assert "target_server: error: " in res.stderr and "Traceback" not in res.stderr
