@@ -1,11 +1,11 @@
 """Running one generation as an ASGI response: admission, SSE or JSON body, cancellation.
 
 ``GenerationCall`` is returned by the chat/completions handlers once the
-request is parsed and validated.  It runs the generation in a child task while
-a watcher task waits for ``http.disconnect``; when the client goes away first
-the child is cancelled at once (its slot is freed, the engine iterator is
-``aclose``d, the request counts as ``cancelled``).  Per token the only work is
-two byte concatenations, one ``send`` and one histogram observation.
+request is parsed and validated.  It runs the generation in the request's own
+task while a watcher task waits for ``http.disconnect``; when the client goes
+away first the request task is cancelled at once (its slot is freed, the engine
+iterator is ``aclose``d, the request counts as ``cancelled``).  Per token the
+only work is two byte concatenations, one ``send`` and one histogram observation.
 """
 
 from __future__ import annotations
