@@ -102,3 +102,16 @@ def test_prompt_token_count():
                              prompt=None, max_tokens=1)  # fmt: skip
     assert eng.prepare(chat).prompt_tokens == 4 + 3
     assert eng.prepare(req()).prompt_tokens == 2
+
+
+def test_itl_grows_with_running_requests():
+    async def go():
+        eng = engine(ttft_ms=5, itl_ms=10, itl_growth_ms=10)
+        alone = await collect(eng, req(6, ignore_eos=True))
+        pair = await asyncio.gather(*(collect(eng, req(6, ignore_eos=True)) for _ in range(2)))
+        return alone[0], pair[0][0]
+
+    alone, crowded = asyncio.run(go())
+    span_alone, span_crowded = alone[-1] - alone[0], crowded[-1] - crowded[0]
+    assert 5 * 0.010 - 0.001 <= span_alone < 5 * 0.010 + 0.010
+    assert 5 * 0.020 - 0.001 <= span_crowded < 5 * 0.020 + 0.010  # one other running: +10 ms
