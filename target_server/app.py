@@ -9,6 +9,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from time import perf_counter
 from typing import Any
 
@@ -19,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
-from target_server.engine import Engine, EngineInputError
+from target_server.engine import Engine, EngineInputError, GenerationRequest, PreparedRequest
 from target_server.errors import ApiError
 from target_server.protocol import CHAT, COMPLETIONS, decode_json, parse_request, validation_error
 from target_server.runner import DropInjectedDisconnectLogs, GenerationCall
@@ -58,6 +59,17 @@ def _check_key(request: Request, key: str | None) -> None:
         raise ApiError(401, "missing or invalid API key", code="invalid_api_key")
 
 
+def _prepare(state: ServerState, gen: GenerationRequest) -> PreparedRequest:
+    """``engine.prepare`` with its failures as OpenAI errors (400 for input, 500 for bugs)."""
+    try:
+        return state.engine.prepare(gen)
+    except EngineInputError as exc:
+        raise ApiError(400, str(exc), param=exc.param, code=exc.code) from None
+    except Exception as exc:
+        log.exception("request %s: engine.prepare failed", gen.request_id)
+        raise ApiError(500, f"engine failure: {exc}", code="engine_error") from None
+
+
 async def _generation(state: ServerState, request: Request, endpoint: str) -> Response:
     """Validate a chat/completions request; the returned response runs the generation."""
     prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
@@ -71,25 +83,27 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
         parsed = parse_request(
             endpoint, obj, ctx.request_id, state.model_name, state.engine.max_output_tokens
         )
-        try:
-            prepared = state.engine.prepare(parsed.generation)
-        except EngineInputError as exc:
-            raise ApiError(400, str(exc), param=exc.param, code=exc.code) from None
-        except Exception as exc:
-            log.exception("request %s: engine.prepare failed", ctx.request_id)
-            raise ApiError(500, f"engine failure: {exc}", code="engine_error") from None
+        prepared = _prepare(state, parsed.generation)
         ctx.prompt_tokens = prepared.prompt_tokens
-        limit = state.engine.max_context
-        if prepared.prompt_tokens > limit:
-            msg = f"the prompt has {prepared.prompt_tokens} tokens; the context holds {limit}"
+        room = state.engine.max_context - prepared.prompt_tokens
+        if room < 1:
+            msg = (
+                f"the prompt has {prepared.prompt_tokens} tokens; "
+                f"the context holds {state.engine.max_context}"
+            )
             raise ApiError(400, msg, param="messages" if endpoint == CHAT else "prompt",
                            code="context_length_exceeded")  # fmt: skip
-        if prepared.prompt_tokens + parsed.generation.max_tokens > limit:
-            msg = (
-                f"prompt ({prepared.prompt_tokens}) + max_tokens "
-                f"({parsed.generation.max_tokens}) exceeds the context ({limit} tokens)"
-            )
-            raise ApiError(400, msg, param="max_tokens", code="context_length_exceeded")
+        gen = parsed.generation
+        if gen.max_tokens > room:
+            if not parsed.max_tokens_defaulted or gen.min_tokens > room:
+                msg = (
+                    f"prompt ({prepared.prompt_tokens}) + max_tokens ({gen.max_tokens}) "
+                    f"exceeds the context ({state.engine.max_context} tokens)"
+                )
+                raise ApiError(400, msg, param="max_tokens", code="context_length_exceeded")
+            # max_tokens was not asked for: generate what still fits (as vLLM does)
+            parsed = replace(parsed, generation=replace(gen, max_tokens=room))
+            prepared = _prepare(state, parsed.generation)
     except ApiError as err:
         ctx.status, ctx.http_status = err.label, err.status
         state.finish(ctx)

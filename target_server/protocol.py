@@ -78,6 +78,8 @@ class ParsedRequest:
     include_usage: bool
     model: str
     generation: GenerationRequest
+    # max_tokens was not in the body: the server may shorten it to fit the context
+    max_tokens_defaulted: bool = False
 
 
 def _content_text(content: str | list[TextPart] | None) -> str:
@@ -127,6 +129,7 @@ def parse_request(
     if req.n not in (None, 1):
         raise ApiError(400, "only n=1 is supported", param="n")
     max_tokens, param = req.max_tokens, "max_tokens"
+    defaulted = max_tokens is None and getattr(req, "max_completion_tokens", None) is None
     if isinstance(req, ChatRequest) and req.max_completion_tokens is not None:
         max_tokens, param = req.max_completion_tokens, "max_completion_tokens"
     if max_tokens is None:
@@ -173,4 +176,5 @@ def parse_request(
         include_usage=bool(req.stream and opts and opts.include_usage),
         model=served_model,
         generation=generation,
+        max_tokens_defaulted=defaulted,
     )

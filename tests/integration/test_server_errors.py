@@ -68,6 +68,12 @@ def test_prompt_longer_than_context(server):
     # fits alone, but not with the tokens asked for
     r = httpx.post(server.url + COMP, json={"prompt": "x" * 4 * 40, "max_tokens": 30})
     assert_error(r, 400, "invalid_request_error", "max_tokens")
+    # the same prompt without max_tokens: the default shrinks to what fits (64 - 40)
+    r = httpx.post(server.url + COMP, json={"prompt": "x" * 4 * 40, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 24
+    # a prompt that fills the whole context leaves no room for any output
+    r = httpx.post(server.url + COMP, json={"prompt": "x" * 4 * 64})
+    assert_error(r, 400, "invalid_request_error", "prompt")
 
 
 def test_unknown_model_404(server):
