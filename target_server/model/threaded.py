@@ -76,14 +76,15 @@ class ThreadedEngine(ModelEngine):
     def __init__(self, settings: Any):
         super().__init__(settings)
         self._running = 0
-        self._threads: set[threading.Thread] = set()
+        self._threads: dict[threading.Thread, threading.Event] = {}
 
     def running(self) -> int:
         """Requests whose generate thread is alive."""
         return self._running
 
     def _stop_backend(self) -> None:
-        for thread in list(self._threads):
+        for thread, cancel in list(self._threads.items()):
+            cancel.set()
             thread.join(timeout=30)
 
     async def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
@@ -108,7 +109,7 @@ class ThreadedEngine(ModelEngine):
             daemon=True,
         )
         self._running += 1
-        self._threads.add(thread)
+        self._threads[thread] = cancel
         thread.start()
         try:
             while True:
@@ -122,7 +123,7 @@ class ThreadedEngine(ModelEngine):
             cancel.set()
             await asyncio.shield(done)
             thread.join()  # it has returned from its work; this only reaps it
-            self._threads.discard(thread)
+            self._threads.pop(thread, None)
             self._running -= 1
 
     def _run(
