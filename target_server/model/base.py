@@ -120,16 +120,16 @@ class ModelEngine:
 
     async def _warmup(self) -> None:
         """Run a few short requests through ``generate`` so first-call costs are paid now."""
-        reqs = [
-            GenerationRequest(f"warmup-{i}", None, WARMUP_PROMPT * (i + 1), 8, seed=i)
-            for i in range(self._warmup_requests())
-        ]
+        tok = self._loaded().tokenizer
+        room = max(1, min(self.max_context // 2, 256))
 
-        async def one(req: GenerationRequest) -> None:
-            async for _piece in self.generate(self.prepare(req)):  # type: ignore[attr-defined]
+        async def one(i: int) -> None:
+            req = GenerationRequest(f"warmup-{i}", None, WARMUP_PROMPT, 8, seed=i)
+            ids = list(tok.encode(WARMUP_PROMPT * (i + 1)))[:room]
+            async for _piece in self.generate(self.prepare_ids(req, ids)):  # type: ignore[attr-defined]
                 pass
 
-        await asyncio.gather(*(one(r) for r in reqs))
+        await asyncio.gather(*(one(i) for i in range(self._warmup_requests())))
 
     def _warmup_requests(self) -> int:
         return 1

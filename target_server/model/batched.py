@@ -163,9 +163,10 @@ class BatchedEngine(ModelEngine):
         self._retire(batch, lambda r: r.cancelled)
         if new:  # newcomers first: their first token goes out before anyone's next one
             self._admit(new)
-            logits = batch.prefill([r.plan.ids for r in new])
-            self._rows += new
-            self._send(self._step(new, logits))
+            for group in prefill_groups(new):
+                logits = batch.prefill([r.plan.ids for r in group])
+                self._rows += group
+                self._send(self._step(group, logits))
             self._retire(batch, _finished)
         if self._rows:  # then one decode step for every running request
             ids = [r.tokens[-1] for r in self._rows]
@@ -227,6 +228,26 @@ class BatchedEngine(ModelEngine):
 
     def _finish(self, row: _Row) -> None:
         row.loop.call_soon_threadsafe(_resolve, row.done)
+
+
+def prefill_groups(rows: list[Any], waste: float = 2.0) -> list[list[Any]]:
+    """Split newcomers (shortest first) so no group pads to more than ``waste`` x its tokens.
+
+    A 3,000-token prompt prefilled together with short ones would pad every one of
+    them to 3,000 tokens; grouping keeps the padded work near the real work.
+    """
+    ordered = sorted(rows, key=lambda r: len(r.plan.ids))
+    groups: list[list[Any]] = []
+    real = 0
+    for row in ordered:
+        n = len(row.plan.ids)
+        if groups and n * (len(groups[-1]) + 1) <= waste * (real + n):
+            groups[-1].append(row)
+            real += n
+        else:
+            groups.append([row])
+            real = n
+    return groups
 
 
 def _min_new(row: _Row) -> int:

@@ -48,3 +48,14 @@ def test_min_tokens_masks_eos_until_reached() -> None:
         ids = torch.ones((1, 3 + generated), dtype=torch.long)
         out = procs(ids, scores.clone())
         assert bool(out[0, 2] == float("-inf")) is masked
+
+
+def test_prefill_groups_keep_padding_bounded() -> None:
+    from target_server.model.batched import prefill_groups
+
+    rows = [SimpleNamespace(plan=SimpleNamespace(ids=[0] * n)) for n in (3000, 20, 25, 30, 2900)]
+    groups = [[len(r.plan.ids) for r in g] for g in prefill_groups(rows)]
+    assert groups == [[20, 25, 30], [2900, 3000]]
+    for g in groups:
+        assert max(g) * len(g) <= 2 * sum(g)
+    assert prefill_groups([]) == []
