@@ -120,8 +120,9 @@ class GenerationCall(Response):
         deadline = None
         if timeout > 0:
             deadline = asyncio.get_running_loop().time() + timeout - (perf_counter() - ctx.arrival)
+        limit = asyncio.timeout_at(deadline)
         try:
-            async with asyncio.timeout_at(deadline):
+            async with limit:
                 try:
                     await st.admission.acquire()
                 except Rejected:
@@ -150,6 +151,8 @@ class GenerationCall(Response):
                 finally:
                     st.admission.release()
         except TimeoutError:
+            if not limit.expired():
+                raise  # an engine's own TimeoutError: an error, not our --request-timeout
             ctx.status = "timeout"
             await self._fail(
                 send, ApiError(504, f"request timed out after {timeout:g} s", code="timeout")

@@ -63,6 +63,8 @@ class ScriptedEngine:
                 await asyncio.sleep(0.01)
                 if prepared.payload == "boom" and i == 2:
                     raise RuntimeError("device fell over")
+                if prepared.payload == "slow" and i == 1:
+                    raise TimeoutError("the engine's own queue timed out")
                 last = i == prepared.request.max_tokens - 1
                 yield TokenPiece(f" t{i}", finish_reason="length" if last else None)
         finally:
@@ -169,3 +171,10 @@ def test_failed_engine_start_is_reported_by_health(start_server):
         time.sleep(0.01)
     assert r.status_code == 503
     assert r.json() == {"status": "failed", "error": "RuntimeError: no weights here"}
+
+
+def test_engine_timeout_error_is_an_error_not_a_request_timeout(start_server):
+    srv = start_server(engine=ready_engine())
+    r = httpx.post(srv.url + CHAT, json={**BODY, "messages": [{"role": "user", "content": "slow"}]})
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+    assert srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false", status="error") == 1
