@@ -80,7 +80,8 @@ def render(rows: list[Row], where: str, command: str, seconds: float, load: floa
         "mid-body), `stall` (no byte for `--stall-timeout`), `protocol` (unparseable SSE), "
         "`connect` (nothing listening).  Each harness run also checked that the run "
         "completed, `summary.json` counts the same errors, and `report.html`'s "
-        "errors-over-time chart draws each class.",
+        "errors-over-time chart draws each class; the synthetic-fault runs also compare "
+        "the live exporter's final `llmload_requests_total` with the records.",
     ]
     return "\n".join(lines)
 

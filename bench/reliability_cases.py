@@ -43,7 +43,12 @@ def _tmp() -> Path:
 def synthetic_fault(knob: str, client_class: str, seconds: int) -> Row:
     """One fault knob at 30 %, a sync then a stream phase: injected per the server,
     recorded per the harness, mode by mode."""
-    from tests.fixtures.reliability import as_client_classes, run_loadtests, server_statuses
+    from tests.fixtures.reliability import (
+        as_client_classes,
+        free_port,
+        run_loadtests,
+        server_statuses,
+    )
     from tests.fixtures.server_proc import start_server_process
 
     server_args = ["--ttft-ms", "20", "--itl-ms", "10", knob, "0.3", "--stall-s", "3"]
@@ -52,7 +57,9 @@ def synthetic_fault(knob: str, client_class: str, seconds: int) -> Row:
                 "--stall-timeout", "1s"]  # fmt: skip
     served: dict[str, Counter[str]] = {}
     with start_server_process(*server_args, "--log-level", "warning") as server:
-        run = run_loadtests(_tmp() / "run", "--target", server.url, *run_args)
+        run = run_loadtests(
+            _tmp() / "run", "--target", server.url, *run_args, metrics_port=free_port()
+        )
         time.sleep(0.5)
         for mode in ("sync", "stream"):
             served[mode] = server_statuses(server.url, stream=mode == "stream")
@@ -69,15 +76,18 @@ def synthetic_fault(knob: str, client_class: str, seconds: int) -> Row:
     drawn = client_class in run.report_error_classes()
     errors = Counter({k: n for k, n in run.classes.items() if k != "ok"})
     summarised = run.summary_errors() == errors
+    exported = run.exporter_counts() == Counter((r["mode"], r["status"]) for r in run.records)
     survived = run.rc == 0 and run.run_json.get("status") == "completed" and drawn and summarised
+    survived = survived and exported
     return Row(
         f"target fault `{knob}` 0.3",
         injected,
         issued,
         survived and mismatch == 0,
         abs(issued - len(run.records)),
-        "; ".join(parts) + f"; classes off by {mismatch}; in the report's chart: {drawn}",
-        f"`{SRV} {' '.join(server_args)}` + `{RUN} {' '.join(run_args)}`",
+        "; ".join(parts) + f"; classes off by {mismatch}; in the report's chart: {drawn}; "
+        f"exporter's `llmload_requests_total` agrees: {exported}",
+        f"`{SRV} {' '.join(server_args)}` + `{RUN} {' '.join(run_args)} --metrics-port P`",
     )
 
 

@@ -49,9 +49,11 @@ def test_synthetic_faults_each_get_their_class(start_server_proc, tmp_path: Path
         tmp_path / "faults",
         *("--target", server.url, "--users", "10", "--spawn-rate", "50", "--pacing", "0.2s"),
         *("--duration", "2s", "--max-tokens", "16", "--ignore-eos", "--modes", "sync,stream"),
-        "--stall-timeout", "1s",
+        "--stall-timeout", "1s", metrics_port=free_port(),
     )  # fmt: skip
     assert_complete_run(run)
+    # the live client metrics (exporter) counted the same, class by class
+    assert run.exporter_counts() == Counter((r["mode"], r["status"]) for r in run.records)
     by_mode = {m: Counter(r["status"] for r in run.records if r["mode"] == m)
                for m in ("sync", "stream")}  # fmt: skip
     assert {"ok", "http_5xx", "disconnect", "stall", "protocol"} <= set(by_mode["stream"])
