@@ -30,13 +30,17 @@ from transformers.generation.logits_process import LogitsProcessorList
 from target_server.engine import EngineFault, EngineInputError, PreparedRequest, TokenPiece
 from target_server.model import genconfig
 from target_server.model.base import ModelEngine, PieceMaker, Plan
-from target_server.model.kvbatch import PaddedBatch
+from target_server.model.kvbatch import PaddedBatch, Prefill
 from target_server.model.sampling import Sampler, choose_rows, penalty_processors
 
 log = logging.getLogger(__name__)
 
 #: batch size when --max-concurrency is 0 (unlimited at the server)
 DEFAULT_MAX_BATCH = 64
+#: prompt tokens prefilled per turn: a long prompt is spread over several decode
+#: steps instead of stalling every running stream for its whole prefill
+PREFILL_BUDGET_CPU = 256
+PREFILL_BUDGET_CUDA = 4096
 
 
 @dataclass(eq=False)
@@ -66,6 +70,9 @@ class BatchedEngine(ModelEngine):
         self.max_batch = settings.max_concurrency or DEFAULT_MAX_BATCH
         self._inbox: queue.SimpleQueue[_Row | None] = queue.SimpleQueue()
         self._rows: list[_Row] = []
+        #: prompts being prefilled in chunks, with the rows they belong to
+        self._prefills: list[tuple[list[_Row], Prefill]] = []
+        self.prefill_budget = PREFILL_BUDGET_CPU
         self._active = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -83,6 +90,8 @@ class BatchedEngine(ModelEngine):
 
     def _start_backend(self) -> None:
         self._stopping = False
+        cuda = self._loaded().device.type == "cuda"
+        self.prefill_budget = PREFILL_BUDGET_CUDA if cuda else PREFILL_BUDGET_CPU
         self._thread = threading.Thread(target=self._loop, name="decode-loop", daemon=True)
         self._thread.start()
 
@@ -128,19 +137,19 @@ class BatchedEngine(ModelEngine):
                     log.exception(
                         "decode step failed; failing the %d running requests", len(self._rows)
                     )
-                    for row in self._rows:
+                    for row in self._rows + [r for g, _ in self._prefills for r in g]:
                         self._send([(row, exc)])
                         self._finish(row)
-                    self._rows = []
+                    self._rows, self._prefills = [], []
                     batch.clear()
-        for row in self._rows + self._drain():
+        for row in self._rows + [r for g, _ in self._prefills for r in g] + self._drain():
             self._send([(row, RuntimeError("the engine stopped"))])
             self._finish(row)
-        self._rows = []
+        self._rows, self._prefills = [], []
 
     def _drain(self, block: bool = False) -> list[_Row]:
         rows: list[_Row] = []
-        free = self.max_batch - len(self._rows)
+        free = self.max_batch - len(self._rows) - sum(len(g) for g, _ in self._prefills)
         try:
             if block:
                 item = self._inbox.get(timeout=0.1)
@@ -155,24 +164,45 @@ class BatchedEngine(ModelEngine):
         return rows
 
     def _turn(self, batch: PaddedBatch) -> None:
-        new = self._drain(block=not self._rows)
+        new = self._drain(block=not self._rows and not self._prefills)
         for row in new:
             if row.cancelled:
                 self._finish(row)
         new = [r for r in new if not r.cancelled]
         self._retire(batch, lambda r: r.cancelled)
-        if new:  # newcomers first: their first token goes out before anyone's next one
+        if new:
             self._admit(new)
             for group in prefill_groups(new):
-                logits = batch.prefill([r.plan.ids for r in group])
-                self._rows += group
-                self._send(self._step(group, logits))
-            self._retire(batch, _finished)
+                self._prefills.append((group, batch.start_prefill([r.plan.ids for r in group])))
+        if self._prefills:  # newcomers first: their first token goes out before the next step
+            self._prefill(batch)
         if self._rows:  # then one decode step for every running request
             ids = [r.tokens[-1] for r in self._rows]
             logits = batch.decode(ids, [len(r.tokens) - 1 for r in self._rows])
             self._send(self._step(self._rows, logits))
             self._retire(batch, _finished)
+
+    def _prefill(self, batch: PaddedBatch) -> None:
+        """Spend this turn's prefill budget, shortest job first; finished jobs join the batch."""
+        budget = self.prefill_budget
+        self._prefills.sort(key=lambda job: job[1].remaining)
+        while self._prefills and budget > 0:
+            group, job = self._prefills[0]
+            if all(r.cancelled for r in group):
+                for row in group:
+                    self._finish(row)
+                self._prefills.pop(0)
+                continue
+            columns = max(1, budget // len(group))
+            budget -= columns * len(group)
+            logits = job.step(columns)
+            if logits is None:
+                break
+            self._prefills.pop(0)
+            batch.merge(job)
+            self._rows += group
+            self._send(self._step(group, logits))
+        self._retire(batch, lambda r: _finished(r) or r.cancelled)
 
     def _retire(self, batch: PaddedBatch, gone: Callable[[_Row], bool]) -> None:
         """Drop the rows for which ``gone`` holds from the list and the cache."""

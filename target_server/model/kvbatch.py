@@ -24,6 +24,48 @@ def _pad_left(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
+class Prefill:
+    """Prompts being prefilled in column chunks into their own cache, before they join.
+
+    Chunking lets the decode loop interleave a long prompt's prefill with decode
+    steps for the running rows, instead of stalling them for the whole prompt.
+    """
+
+    def __init__(self, batch: PaddedBatch, prompts: list[list[int]]):
+        self.batch = batch
+        self.width = max(len(p) for p in prompts)
+        ids = torch.zeros((len(prompts), self.width), dtype=torch.long)
+        mask = torch.zeros((len(prompts), self.width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, self.width - len(p) :] = torch.tensor(p)
+            mask[i, self.width - len(p) :] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        dev = batch.device
+        self.ids, self.mask, self.pos = ids.to(dev), mask.to(dev), pos.to(dev)
+        self.cache = DynamicCache(config=batch.model.config)
+        self.done = 0  # columns already run
+
+    @property
+    def remaining(self) -> int:
+        """Prompt tokens (padding included) still to run."""
+        return (self.width - self.done) * int(self.ids.shape[0])
+
+    def step(self, columns: int) -> torch.Tensor | None:
+        """Run up to ``columns`` more columns; the last-position logits once complete."""
+        end = min(self.width, self.done + max(1, columns))
+        sl = slice(self.done, end)
+        logits = self.batch._forward(
+            self.ids[:, sl], self.mask[:, :end], self.pos[:, sl], self.cache
+        )
+        if self.done == 0 and any(type(layer) is not DynamicLayer for layer in self.cache.layers):
+            raise RuntimeError(
+                "this model's cache has sliding-window or other non-full-attention layers: "
+                "--batching continuous supports full-attention models only; use --batching none"
+            )
+        self.done = end
+        return logits if end == self.width else None
+
+
 def _layers(cache: DynamicCache) -> list[Any]:
     """The cache's per-layer key/value holders (``DynamicLayer``: ``.keys``, ``.values``)."""
     return list(cache.layers)
@@ -58,23 +100,20 @@ class PaddedBatch:
 
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Run the prompts (left-padded together), append them as rows; last-position logits."""
-        width = max(len(p) for p in prompts)
-        ids = torch.zeros((len(prompts), width), dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p)
-            mask[i, width - len(p) :] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        ids, mask, pos = ids.to(self.device), mask.to(self.device), pos.to(self.device)
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward(ids, mask, pos, cache)
-        if any(type(layer) is not DynamicLayer for layer in cache.layers):
-            raise RuntimeError(
-                "this model's cache has sliding-window or other non-full-attention layers: "
-                "--batching continuous supports full-attention models only; use --batching none"
-            )
-        self._merge(cache, mask)
+        job = self.start_prefill(prompts)
+        logits = job.step(job.width)
+        assert logits is not None
+        self.merge(job)
         return logits
+
+    def start_prefill(self, prompts: list[list[int]]) -> Prefill:
+        """A prefill of ``prompts`` to run in chunks (``Prefill.step``), then ``merge``."""
+        return Prefill(self, prompts)
+
+    def merge(self, job: Prefill) -> None:
+        """Append a finished prefill's rows to the batch."""
+        assert job.done == job.width
+        self._merge(job.cache, job.mask)
 
     def decode(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
         """One step for every row: ``tokens[i]`` at ``positions[i]``; next-token logits."""

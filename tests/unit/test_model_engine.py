@@ -59,3 +59,45 @@ def test_prefill_groups_keep_padding_bounded() -> None:
     for g in groups:
         assert max(g) * len(g) <= 2 * sum(g)
     assert prefill_groups([]) == []
+
+
+def test_chunked_prefill_gives_the_same_tokens_and_can_be_cancelled(embedded_model: object) -> None:
+    import asyncio
+
+    from target_server.model.batched import BatchedEngine
+
+    engine = BatchedEngine(Settings(engine="transformers", batching="continuous"))
+    prompts = ["short", "a longer prompt about time to first token " * 6, "mid " * 20]
+
+    async def texts() -> list[str]:
+        async def one(i: int, prompt: str) -> str:
+            req = GenerationRequest(f"c{i}", None, prompt, 12, ignore_eos=True, seed=i)
+            return "".join([p.text async for p in engine.generate(engine.prepare(req))])
+
+        return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+
+    async def scenario() -> tuple[list[str], list[str], int]:
+        await engine.start()
+        try:
+            whole = await texts()
+            engine.prefill_budget = 8  # a few tokens per turn: every prompt takes several turns
+            chunked = await texts()
+            long_req = GenerationRequest("long", None, "token " * 400, 4, seed=1)
+            task = asyncio.create_task(_drain(engine.generate(engine.prepare(long_req))))
+            while not engine._prefills:
+                await asyncio.sleep(0.001)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return whole, chunked, engine.running()
+        finally:
+            await engine.stop()
+
+    whole, chunked, running = asyncio.run(scenario())
+    assert chunked == whole
+    assert running == 0 and engine._prefills == []
+
+
+async def _drain(gen: object) -> None:
+    async for _ in gen:  # type: ignore[attr-defined]
+        pass

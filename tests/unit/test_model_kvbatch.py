@@ -50,3 +50,34 @@ def test_rows_joining_and_leaving_decode_like_single_sequences(embedded_model: P
             assert len(batch) == len(rows)
             step += 1
     assert batch.cache is None and batch.mask is None
+
+
+def test_chunked_prefill_matches_one_pass(embedded_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(embedded_model).eval()
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, 1000, (n,), generator=g).tolist() for n in (5, 23, 40)]
+    with torch.inference_mode():
+        whole = PaddedBatch(model, "cache", torch.device("cpu"))
+        first = whole.prefill(prompts).argmax(-1).tolist()
+        chunked = PaddedBatch(model, "cache", torch.device("cpu"))
+        chunked.prefill([[7, 8, 9]])  # a running row the prefill joins later
+        job = chunked.start_prefill(prompts)
+        steps = 0
+        while (logits := job.step(7)) is None:
+            steps += 1
+        assert steps == 5 and job.remaining == 0  # 40 columns in chunks of 7
+        chunked.merge(job)
+        assert logits.argmax(-1).tolist() == first
+        chunked.select([1, 2, 3])  # the helper row leaves; padding columns are cut
+        tokens = [p + [t] for p, t in zip(prompts, first, strict=True)]
+        for batch in (whole, chunked):
+            rows = [list(t) for t in tokens]
+            for _ in range(4):
+                out = batch.decode([r[-1] for r in rows], [len(r) - 1 for r in rows])
+                for r, lg in zip(rows, out, strict=True):
+                    r.append(int(lg.argmax()))
+            if batch is whole:
+                expected = rows
+        assert rows == expected
