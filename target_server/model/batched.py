@@ -260,7 +260,7 @@ class BatchedEngine(ModelEngine):
         row.loop.call_soon_threadsafe(_resolve, row.done)
 
 
-def prefill_groups(rows: list[Any], waste: float = 2.0) -> list[list[Any]]:
+def prefill_groups(rows: list[Any], waste: float = 1.25) -> list[list[Any]]:
     """Split newcomers (shortest first) so no group pads to more than ``waste`` x its tokens.
 
     A 3,000-token prompt prefilled together with short ones would pad every one of
