@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import reliability_cases
 from bench.mdsection import ROOT, machine, write_section
 from bench.reliability_cases import Row
 
@@ -116,10 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     began = time.monotonic()
     rows = []
-    for case in cases(args.quick):
-        row = case()
-        print(f"{'ok  ' if row.survived else 'FAIL'} lost={row.lost} {row.case}: {row.evidence}")
-        rows.append(row)
+    with tempfile.TemporaryDirectory(prefix="llmload-reliability-") as tmp:
+        reliability_cases.TMP_ROOT = Path(tmp)
+        for case in cases(args.quick):
+            row = case()
+            ok = "ok  " if row.survived else "FAIL"
+            print(f"{ok} lost={row.lost} {row.case}: {row.evidence}", flush=True)
+            rows.append(row)
     command = "python -m bench reliability" + (" --quick" if args.quick else "")
     ensure_file(args.out)
     body = render(rows, machine(), command, time.monotonic() - began, load)

@@ -36,8 +36,12 @@ class Row:
     command: str
 
 
+#: where the cases' run directories go (``bench.reliability.main`` sets and removes it)
+TMP_ROOT: Path | None = None
+
+
 def _tmp() -> Path:
-    return Path(tempfile.mkdtemp(prefix="llmload-rel-"))
+    return Path(tempfile.mkdtemp(prefix="llmload-rel-", dir=TMP_ROOT))
 
 
 def synthetic_fault(knob: str, client_class: str, seconds: int) -> Row:
