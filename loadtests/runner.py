@@ -205,6 +205,8 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
         return EXIT_USAGE
     label = opts.label or "run"
     out_dir = Path(opts.out) if opts.out else default_out(label)
+    if (out_dir / "run.json").exists():
+        print(f"warning: replacing the previous run in {out_dir}", file=sys.stderr, flush=True)
     info = {**run_info(opts, argv, out_dir.name, model, ctx.workload), **(extra_info or {})}
     writer = RunWriter(out_dir, info)
     status = StatusLine()

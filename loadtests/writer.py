@@ -61,7 +61,8 @@ class RunWriter(NullSink):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.requests_path = out_dir / "requests.jsonl"
         self.run_path = out_dir / "run.json"
-        self._file = self.requests_path.open("a", encoding="utf-8")
+        # a directory reused for a new run starts over: records of two runs never mix
+        self._file = self.requests_path.open("w", encoding="utf-8")
         self.records = 0
         self.status = "running"
         self.phases: list[dict[str, Any]] = []

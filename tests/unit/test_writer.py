@@ -128,3 +128,15 @@ def test_reservoir_stays_bounded_and_representative() -> None:
     assert len(sample) == 500 and sample.seen == 100_000
     assert abs((percentile(sample, 50) or 0) - 0.5) < 0.08
     assert abs((percentile(sample, 95) or 0) - 0.95) < 0.04
+
+
+def test_a_reused_directory_starts_over(tmp_path: Path) -> None:
+    from loadtests.writer import RunWriter
+
+    for ids in (["a", "b"], ["c"]):
+        writer = RunWriter(tmp_path, {"run_id": "x"})
+        for i in ids:
+            writer.on_record(rec(i))
+        writer.close()
+    lines = (tmp_path / "requests.jsonl").read_text().splitlines()
+    assert [RequestRecord.from_json(line).request_id for line in lines] == ["c"]
