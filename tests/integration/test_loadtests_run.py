@@ -119,7 +119,7 @@ def test_unreachable_target_exits_2_fast(tmp_path: Path) -> None:
 def test_faults_get_one_record_each_with_its_class(start_server_proc, tmp_path: Path) -> None:
     server = start_server_proc(
         *("--ttft-ms", "20", "--itl-ms", "10", "--fail-rate", "0.2", "--disconnect-rate", "0.2"),
-        *("--stall-rate", "0.2", "--stall-s", "3", "--seed", "3"),
+        *("--stall-rate", "0.2", "--stall-s", "3", "--malformed-rate", "0.15", "--seed", "3"),
     )
     run = run_cli(
         tmp_path / "faults",
@@ -129,7 +129,7 @@ def test_faults_get_one_record_each_with_its_class(start_server_proc, tmp_path: 
     assert run.rc == 0, run.stderr
     records = run.records
     classes = Counter(r["status"] for r in records)
-    assert {"ok", "http_5xx", "disconnect", "stall"} <= set(classes), classes
+    assert {"ok", "http_5xx", "disconnect", "stall", "protocol"} <= set(classes), classes
     assert len({r["request_id"] for r in records}) == len(records)
     deadline = time.monotonic() + 8  # the server notices a stalled client left at its next write
     while server_requests(server.url) < len(records) and time.monotonic() < deadline:
