@@ -246,3 +246,19 @@ def test_steps_shape_and_the_web_ui(start_server_proc, tmp_path: Path) -> None:
     assert early == {0}
     assert {r["user_id"] for r in records} == set(range(5))
     assert (out / "locust_stream.csv").exists()
+
+
+def test_request_timeout_is_one_timeout_record(start_server_proc, tmp_path: Path) -> None:
+    server = start_server_proc("--ttft-ms", "2000", "--itl-ms", "5")
+    began = time.monotonic()
+    run = run_cli(
+        tmp_path / "slow",
+        *("--target", server.url, "--users", "2", "--pacing", "0.2s", "--duration", "1s"),
+        *("--modes", "sync", "--max-tokens", "4", "--request-timeout", "0.5s"),
+    )
+    assert run.rc == 0, run.stderr
+    assert time.monotonic() - began < 30
+    records = run.records
+    assert records and {r["status"] for r in records} == {"timeout"}
+    assert all(r["error"] == "no complete response within 0.5s" for r in records)
+    assert all(r["e2e_s"] is None and r["ttft_s"] is None for r in records)
