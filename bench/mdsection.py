@@ -25,9 +25,10 @@ def machine() -> str:
     except OSError:
         pass
     mem = psutil.virtual_memory().total / 2**30
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return (
         f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}; measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        f"{platform.system()} {platform.release()}; measured {when}"
     )
 
 
