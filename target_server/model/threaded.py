@@ -34,7 +34,8 @@ class _Cancelled(StoppingCriteria):
         self.flag = flag
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kw: Any) -> Any:
-        return torch.full((input_ids.shape[0],), self.flag.is_set(), dtype=torch.bool)
+        flag = self.flag.is_set()
+        return torch.full((input_ids.shape[0],), flag, dtype=torch.bool, device=input_ids.device)
 
 
 class _Pieces(BaseStreamer):
