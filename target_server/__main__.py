@@ -22,6 +22,7 @@ import uvicorn
 
 from target_server.app import build_app
 from target_server.engine import build_engine
+from target_server.http_protocol import http_protocol
 from target_server.settings import Settings, parse_settings
 
 log = logging.getLogger("target_server")
@@ -57,6 +58,7 @@ async def serve(settings: Settings) -> int:
     config = uvicorn.Config(
         app,
         loop=settings.loop,
+        http=http_protocol(settings.send_timeout),
         log_config=None,
         access_log=False,
         timeout_keep_alive=30,

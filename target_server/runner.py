@@ -4,7 +4,9 @@
 request is parsed and validated.  It runs the generation in the request's own
 task while a watcher task waits for ``http.disconnect``; when the client goes
 away first the request task is cancelled at once (its slot is freed, the engine
-iterator is ``aclose``d, the request counts as ``cancelled``).  Per token the
+iterator is ``aclose``d, the request counts as ``cancelled``).  A client that
+stops reading is dropped by the connection's write deadline
+(``target_server.http_protocol``, ``--send-timeout``), which ends the same way.  Per token the
 only work is two byte concatenations, one ``send`` and one histogram observation.
 """
 
@@ -159,10 +161,16 @@ class GenerationCall(Response):
             )
 
     async def _fail(self, send: Any, err: ApiError) -> None:
+        # Counted before the answer goes out: a client that reads nothing may keep
+        # that send waiting until the connection's write deadline drops it.
+        ctx = self.ctx
+        if not self.headers_sent:
+            ctx.http_status = err.status
+        ctx.end = perf_counter()
+        self.state.finish(ctx)
         if self.headers_sent:  # mid-stream: an error event, then end without [DONE]
             await send(_chunk(error_event(err.message, err.type, err.code), more=False))
             return
-        self.ctx.http_status = err.status
         self.headers_sent = True
         body = err.payload()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]

@@ -45,6 +45,11 @@ class Settings:
     request_timeout: float = _flag(
         "seconds from arrival until a request is abandoned (0 = none)", default=0.0
     )
+    send_timeout: float = _flag(
+        "seconds a client may read nothing while a response waits on it; then the "
+        "connection is dropped (0 = never)",
+        default=30.0,
+    )
     api_key: str | None = _flag(
         "require 'Authorization: Bearer KEY' on /v1/* (prefer env LLMLOAD_API_KEY)",
         default=None,

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -95,36 +96,51 @@ def test_oversized_bodies_are_refused_and_the_server_lives(
 def test_clients_that_never_read_are_bounded_and_timed_out(
     start_server: Callable[..., Any],
 ) -> None:
-    tokens, n = 400_000, 3
-    server = start_server(ttft_ms=0, itl_ms=0, request_timeout=2.0, max_output_tokens=tokens,
-                          max_context=2 * tokens)  # fmt: skip
-    streams = open_streams(server.url, n, tokens, rcvbuf=4096)
+    tokens, n, deaf = 400_000, 3, 2
+    server = start_server(ttft_ms=0, itl_ms=0, request_timeout=1.0, send_timeout=4.0,
+                          max_output_tokens=tokens, max_context=2 * tokens)  # fmt: skip
+    uvicorn_state = server.server.server_state
+    # n clients read once the request has timed out; `deaf` clients never read at all
+    streams = open_streams(server.url, n + deaf, tokens, rcvbuf=4096)
+    readers, deafs = streams[:n], streams[n:]
     try:
         # nobody reads: the generations wait on the full socket buffers instead of racing ahead
-        assert server.state.admission.running == n
+        assert server.state.admission.running == n + deaf
         # the request timeout frees every slot and stops every generation while they still hang
         assert wait_until(lambda: server.metric("llmserve_requests_running") == 0, timeout=8)
         assert wait_until(lambda: server.engine.running() == 0, timeout=2)
+        # ... and counts them at once, though their error events still wait on the clients
+        assert wait_until(lambda: timeouts(server) == n + deaf, timeout=1), timeouts(server)
         assert server.metric("llmserve_requests_total", endpoint=CHAT, stream="true",
                              status="ok") == 0  # fmt: skip
-        for sock, first in streams:
+        for sock, first in readers:
             _head, body = dechunk(first + read_to_eof(sock, already=first))
             events = [e for e in body.split(b"\n\n") if e.strip()]
             # what had been buffered, then the timeout as an error event, and no [DONE]
             assert len(body) < 16 * 2**20 and len(events) < tokens // 4
             last = json.loads(events[-1][len(b"data: ") :])
             assert last["error"]["code"] == "timeout", events[-1]
+        # the deaf clients are dropped by the write deadline (--send-timeout): their tasks
+        # and connections end although they never read nor close (the readers' stay open)
+        assert wait_until(
+            lambda: not uvicorn_state.tasks and len(uvicorn_state.connections) == n, timeout=8
+        ), (len(uvicorn_state.tasks), len(uvicorn_state.connections))
+        for sock, _ in deafs:  # the server's side of the connection is gone: the read ends
+            t0 = time.monotonic()
+            read_to_eof(sock, timeout=5)
+            assert time.monotonic() - t0 < 4
     finally:
         for sock, _ in streams:
             sock.close()
-    assert wait_until(
-        lambda: (
-            server.metric("llmserve_requests_total", endpoint=CHAT, stream="true", status="timeout")
-            == n
-        ),  # fmt: skip
-        timeout=5,
-    )
+    assert timeouts(server) == n + deaf
     assert httpx.get(server.url + "/health").status_code == 200
+
+
+def timeouts(server: Any) -> int:
+    """Streaming chat requests the server counted as timed out."""
+    return int(
+        server.metric("llmserve_requests_total", endpoint=CHAT, stream="true", status="timeout")
+    )
 
 
 def test_hundred_clients_leave_mid_stream_at_once(start_server: Callable[..., Any]) -> None:

@@ -1,0 +1,54 @@
+"""uvicorn's httptools protocol with a write deadline: a client that stops reading is dropped.
+
+A send blocks only while the connection's write buffer is over its high-water
+mark (the transport has paused writing).  If it stays paused for
+``send_timeout`` seconds the client has read nothing for that long: the
+connection is aborted (no graceful close, which would wait for the buffer to
+drain forever), so the request's task sees ``http.disconnect`` and its slot,
+its generation and its socket are freed.  No per-token cost: only the pause and
+resume callbacks of the transport are involved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class ServerProtocol(HttpToolsProtocol):
+    """HTTP/1.1 (httptools) that aborts a connection whose writes stay paused too long."""
+
+    send_timeout = 30.0
+    _write_deadline: asyncio.TimerHandle | None = None
+
+    def pause_writing(self) -> None:
+        """The client is not keeping up: start the clock."""
+        super().pause_writing()
+        if self.send_timeout > 0 and self._write_deadline is None:
+            self._write_deadline = self.loop.call_later(self.send_timeout, self._drop)
+
+    def resume_writing(self) -> None:
+        """The client read something: stop the clock."""
+        super().resume_writing()
+        self._stop_clock()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Forget the clock with the connection."""
+        self._stop_clock()
+        super().connection_lost(exc)
+
+    def _stop_clock(self) -> None:
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+            self._write_deadline = None
+
+    def _drop(self) -> None:
+        self._write_deadline = None
+        self.logger.info("client read nothing for %g s: connection dropped", self.send_timeout)
+        self.transport.abort()
+
+
+def http_protocol(send_timeout: float) -> type[ServerProtocol]:
+    """The protocol class for ``uvicorn.Config(http=...)`` with this write deadline (0: none)."""
+    return type("ServerProtocol", (ServerProtocol,), {"send_timeout": float(send_timeout)})
