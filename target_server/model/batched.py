@@ -123,8 +123,15 @@ class BatchedEngine(ModelEngine):
         finally:
             row.cancelled = True
             self._inbox.put(None)  # wake an idle loop so it notices
-            await asyncio.wait({row.done}, timeout=30)
-            self._active -= 1
+            try:
+                await asyncio.wait({row.done}, timeout=30)
+            except asyncio.CancelledError:  # cancelled again while waiting: count it out later
+                row.done.add_done_callback(self._left)
+                raise
+            self._left()
+
+    def _left(self, _done: object = None) -> None:
+        self._active -= 1
 
     # ------------------------------------------------------------ loop thread
 

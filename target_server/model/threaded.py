@@ -122,10 +122,18 @@ class ThreadedEngine(ModelEngine):
                     break
         finally:
             cancel.set()
-            await asyncio.shield(done)
-            thread.join()  # it has returned from its work; this only reaps it
-            self._threads.pop(thread, None)
-            self._running -= 1
+
+            def reap(_done: object = None) -> None:
+                thread.join()  # it has returned from its work; this only reaps it
+                self._threads.pop(thread, None)
+                self._running -= 1
+
+            try:
+                await asyncio.shield(done)
+            except asyncio.CancelledError:  # cancelled again while waiting: reap it later
+                done.add_done_callback(reap)
+                raise
+            reap()
 
     def _run(
         self,

@@ -104,3 +104,41 @@ def test_chunked_prefill_gives_the_same_tokens_and_can_be_cancelled(embedded_mod
 async def _drain(gen: object) -> None:
     async for _ in gen:  # type: ignore[attr-defined]
         pass
+
+
+@pytest.mark.parametrize("batching", ["none", "continuous"])
+def test_cancelled_twice_still_counts_the_request_out(
+    embedded_model: object, batching: str
+) -> None:
+    import asyncio
+
+    from target_server.model import build
+
+    engine = build(Settings(engine="transformers", batching=batching))
+
+    async def scenario() -> int:
+        await engine.start()
+        try:
+            first = asyncio.Event()
+
+            async def consume() -> None:
+                req = GenerationRequest("twice", None, "hello", 500, ignore_eos=True)
+                async for _ in engine.generate(engine.prepare(req)):  # type: ignore[attr-defined]
+                    first.set()
+
+            task = asyncio.create_task(consume())
+            await first.wait()
+            task.cancel()
+            await asyncio.sleep(0)  # the generator is now in its cleanup, waiting for the engine
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for _ in range(500):
+                if engine.running() == 0:
+                    break
+                await asyncio.sleep(0.01)
+            return engine.running()
+        finally:
+            await engine.stop()
+
+    assert asyncio.run(scenario()) == 0
