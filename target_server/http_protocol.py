@@ -7,13 +7,20 @@ connection is aborted (no graceful close, which would wait for the buffer to
 drain forever), so the request's task sees ``http.disconnect`` and its slot,
 its generation and its socket are freed.  No per-token cost: only the pause and
 resume callbacks of the transport are involved.
+
+It also answers a request httptools cannot parse (a 31-digit Content-Length, a
+broken request line) with an OpenAI error object instead of uvicorn's plain text.
+Such a request never reaches the app, so it is not counted in
+``llmserve_requests_total``.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from target_server.errors import ApiError
 
 
 class ServerProtocol(HttpToolsProtocol):
@@ -37,6 +44,16 @@ class ServerProtocol(HttpToolsProtocol):
         """Forget the clock with the connection."""
         self._stop_clock()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """An unparseable request: a 400 with an OpenAI error object, then close."""
+        body = ApiError(400, msg, code="invalid_http_request").payload()
+        head = [STATUS_LINE[400]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body))
+        self.transport.write(b"".join([*head, b"connection: close\r\n\r\n", body]))
+        self.transport.close()
 
     def _stop_clock(self) -> None:
         if self._write_deadline is not None:

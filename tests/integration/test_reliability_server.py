@@ -79,9 +79,11 @@ def test_oversized_bodies_are_refused_and_the_server_lives(
     server = start_server(ttft_ms=0, itl_ms=0)
     answers = oversized(server.url, MAX_BODY_BYTES)
     assert set(answers) == {"declared", "declared absurd", "streamed, no Content-Length"}
-    # a Content-Length of 31 digits never reaches the app: uvicorn's HTTP parser answers
-    # a plain-text 400 itself (not an OpenAI error object; the connection is closed)
-    assert answers.pop("declared absurd") == (400, b"Invalid HTTP request received.")
+    # a Content-Length of 31 digits never reaches the app: the HTTP parser refuses it, and
+    # the server's protocol class still answers with an OpenAI error object
+    status, body = answers.pop("declared absurd")
+    assert status == 400 and not error_problems(400, "application/json", body), body[:200]
+    assert json.loads(body)["error"]["code"] == "invalid_http_request"
     for case, (status, body) in answers.items():
         assert status == 413, (case, status, body[:200])
         assert not error_problems(status, "application/json", body), (case, body[:200])
@@ -91,6 +93,24 @@ def test_oversized_bodies_are_refused_and_the_server_lives(
     too_large = [server.metric("llmserve_requests_total", endpoint=ep, stream="false",
                                status="too_large") for ep in (CHAT, COMPLETIONS)]  # fmt: skip
     assert too_large == [1, 1]
+
+
+def test_unparseable_http_gets_an_openai_error_object(
+    start_server: Callable[..., Any],
+) -> None:
+    server = start_server(ttft_ms=0, itl_ms=0)
+    for raw in (
+        b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+        b"POST " + CHAT.encode() + b" HTTP/1.1\r\nHost: x\r\nBad Header Name: 1\r\n\r\n",
+        b"\x00\x01 not http at all\r\n\r\n",
+    ):
+        with connect(server.url) as sock:
+            sock.sendall(raw)
+            head, body = dechunk(read_to_eof(sock))
+        assert head.startswith(b"HTTP/1.1 400 "), (raw, head)
+        assert b"content-type: application/json" in head.lower(), head
+        assert not error_problems(400, "application/json", body), (raw, body[:200])
+    assert httpx.get(server.url + "/health").status_code == 200
 
 
 def test_clients_that_never_read_are_bounded_and_timed_out(
