@@ -88,7 +88,7 @@ def oversized(rounds: int) -> Row:
         alive and set(answers) == expected,
         0,
         "; ".join(f"{n}× {k}" for k, n in sorted(answers.items()))
-        + " (the absurd Content-Length is refused by the HTTP parser, still an OpenAI error object)",
+        + " (the absurd Content-Length is refused by the HTTP parser: an OpenAI error object)",
         f"{SRV_INPROC} + raw sockets / chunked upload",
     )
 
