@@ -174,14 +174,18 @@ class LocalDriver:
         self.runner.quit()
 
 
-def _health(hub: RecordHub, ctx: LoadContext | None) -> Any:
-    """Start this process's harness-health sampler feeding the hub (None if unavailable)."""
+def _health(hub: RecordHub, ctx: LoadContext | None, source: str = "local") -> Any:
+    """Start this process's harness-health sampler feeding the hub (None if unavailable).
+
+    A distributed master has no users (``ctx`` None) but does all the exporting,
+    so it samples itself too, as ``source`` "master" beside its workers.
+    """
     try:
         from exporter import HealthSampler
     except ImportError:
         return None
     sampler = HealthSampler(
-        lambda snap: hub.on_health("local", snap),
+        lambda snap: hub.on_health(source, snap),
         inflight=(lambda: ctx.inflight) if ctx is not None else (lambda: 0),
     )
     sampler.start()
@@ -227,6 +231,7 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
             from loadtests.distributed import MasterDriver
 
             driver = MasterDriver(env, opts, hub, model, session)
+            sampler = _health(hub, None, "master")
         else:
             ctx.watch(env)
             driver = LocalDriver(env, ctx)
