@@ -39,6 +39,8 @@ CONTINUOUS_FIELDS = frozenset(
         "num_beams",
     }
 )
+#: fields that only matter when sampling
+SAMPLING_ONLY = ("temperature", "top_p", "top_k", "min_p", "typical_p")
 _KNOWN = frozenset(GenerationConfig().to_dict()) | {"stop_strings"}
 
 
@@ -103,9 +105,10 @@ def resolve(
 
 def _build(base: GenerationConfig, fields: dict[str, Any], error: type[Exception]) -> Any:
     """``base`` updated with ``fields``, validated; ``error`` on a bad value."""
-    gc = GenerationConfig.from_dict({**base.to_dict(), **fields})
-    if not gc.do_sample:
-        gc.temperature, gc.top_p, gc.top_k = None, None, None
+    merged = {**base.to_dict(), **fields}
+    if not merged.get("do_sample"):  # greedy: sampling-only fields would only draw warnings
+        merged.update(dict.fromkeys(SAMPLING_ONLY))
+    gc = GenerationConfig.from_dict(merged)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
