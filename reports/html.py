@@ -56,7 +56,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _cards(summary: dict[str, Any]) -> str:
-    """Headline numbers: TTFT p50/p95 per mode, stream tokens/s, errors, goodput."""
+    """Headline numbers: TTFT (and TTST) p50/p95 per mode, stream tokens/s, errors, goodput."""
     cards = []
     phases = summary["phases"]
     for mode in ("sync", "stream"):
@@ -66,6 +66,10 @@ def _cards(summary: dict[str, Any]) -> str:
             cards.append(
                 (f"{fmt_ms(t['p50'])} / {fmt_ms(t['p95'])} ms", f"TTFT p50 / p95 · {mode}", False)
             )
+            tt = g.get("ttst_ms") or {}
+            if mode == "stream" and tt.get("n"):
+                value = f"{fmt_ms(tt['p50'])} / {fmt_ms(tt['p95'])} ms"
+                cards.append((value, "TTST p50 / p95 · stream", False))
     comp = summary.get("comparison")
     if comp:
         imp = comp["scenarios"]["all"]["ttft_ms_p50_improvement_pct"]

@@ -58,18 +58,32 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _pair(d: dict[str, Any] | None) -> str:
+    """``p50 / p95`` of one distribution, ``– / –`` when it has no values."""
+    if not d or not d.get("n"):
+        return "– / –"
+    return f"{fmt_ms(d['p50'])} / {fmt_ms(d['p95'])}"
+
+
+def ttst_pair(g: dict[str, Any]) -> str:
+    """TTST p50 / p95 of a streaming group; ``–`` for sync (its first byte is the whole body)."""
+    return _pair(g.get("ttst_ms")) if g["mode"] != "sync" else "–"
+
+
 def phase_row(name: str, g: dict[str, Any]) -> list[str]:
+    """One row of the phases table (``PHASE_HEADER``)."""
     errors = ", ".join(f"{k} {v}" for k, v in g["errors"].items()) or "0"
-    t, e = g["ttft_ms"], g["e2e_ms"]
+    t = g["ttft_ms"]
     return [
         name,
         g["mode"],
         str(g["count"]),
         errors,
         f"{fmt_ms(t['p50'])} / {fmt_ms(t['p95'])} / {fmt_ms(t['p99'])}",
-        f"{fmt_ms(g['itl_ms']['p50'])} / {fmt_ms(g['itl_ms']['p95'])}",
+        ttst_pair(g),
+        _pair(g["itl_ms"]),
         fmt_ms(g["tpot_ms"]["p50"]),
-        f"{fmt_ms(e['p50'])} / {fmt_ms(e['p95'])}",
+        _pair(g["e2e_ms"]),
         fmt_rate(g["output_tokens_per_s"]),
         fmt_rate(g["requests_per_s"]),
         fmt_rate(g["goodput_per_s"]),
@@ -82,6 +96,7 @@ PHASE_HEADER = [
     "requests",
     "errors",
     "TTFT p50 / p95 / p99 (ms)",
+    "TTST p50 / p95 (ms)",
     "ITL p50 / p95 (ms)",
     "TPOT p50 (ms)",
     "E2E p50 / p95 (ms)",
@@ -89,6 +104,12 @@ PHASE_HEADER = [
     "req/s",
     "goodput/s",
 ]
+
+
+PHASE_NOTE = (
+    "TTST: time to the second token (second content event) — how soon the stream keeps "
+    "going after the first; `–` for sync, whose first byte is the whole answer."
+)
 
 
 INTENDED = ("schedule_delay_ms", "ttft_from_intended_ms", "e2e_from_intended_ms")
@@ -131,6 +152,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
             prow += [phase_row(f"{name} / {s}", sg) for s, sg in g["scenarios"].items()]
     out.append("## Phases and scenarios")
     out.append(table(PHASE_HEADER, prow) if prow else "_No measured requests._")
+    if prow:
+        out.append(PHASE_NOTE)
     out += _extras(summary)
     return "\n\n".join(out) + "\n"
 
@@ -172,11 +195,6 @@ def _extras(summary: dict[str, Any]) -> list[str]:
                 f"- {name}: client − server TTFT p50 {fmt_ms(d['p50'])} ms, "
                 f"p95 {fmt_ms(d['p95'])} ms (network + proxy + client)"
             )
-        if g["ttst_ms"]["n"]:
-            quality.append(
-                f"- {name}: time to second token p50 {fmt_ms(g['ttst_ms']['p50'])} ms, "
-                f"p95 {fmt_ms(g['ttst_ms']['p95'])} ms"
-            )
         if g["itl_per_token_ms"]["n"] and g["itl_ms"]["n"]:
             quality.append(
                 f"- {name}: ITL per event p50 {fmt_ms(g['itl_ms']['p50'])} ms, "
@@ -208,14 +226,19 @@ def render_terminal(summary: dict[str, Any]) -> str:
             lines.append(f"  {r[0]:<{width}}  sync {r[1]:<28} stream {r[2]:<28} {r[3]}")
     header = (
         f"  {'phase':<10} {'mode':<6} {'reqs':>6} {'err':>5} {'TTFT p50':>9} {'p95':>7} "
-        f"{'ITL p50':>8} {'E2E p50':>8} {'tok/s':>8} {'goodput/s':>9}"
+        f"{'TTST p50':>9} {'p95':>7} {'ITL p50':>8} {'E2E p50':>8} {'tok/s':>8} "
+        f"{'goodput/s':>9}"
     )
-    lines.append(header)
+    lines += ["per phase (ms; TTST is time to second token):", header]
     for name, g in summary["phases"].items():
         errs = g["count"] - g["ok"]
+        tt = g.get("ttst_ms") or {}
+        sync = g["mode"] == "sync"
         lines.append(
             f"  {name:<10} {g['mode']:<6} {g['count']:>6} {errs:>5} "
             f"{fmt_ms(g['ttft_ms']['p50']):>9} {fmt_ms(g['ttft_ms']['p95']):>7} "
+            f"{'–' if sync else fmt_ms(tt.get('p50')):>9} "
+            f"{'–' if sync else fmt_ms(tt.get('p95')):>7} "
             f"{fmt_ms(g['itl_ms']['p50']):>8} {fmt_ms(g['e2e_ms']['p50']):>8} "
             f"{fmt_rate(g['output_tokens_per_s']):>8} {fmt_rate(g['goodput_per_s']):>9}"
         )

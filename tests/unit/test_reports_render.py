@@ -13,6 +13,7 @@ from reports.__main__ import main
 from reports.compare import render_compare_html, render_compare_markdown
 from reports.html import render_html
 from reports.loader import load_run
+from reports.markdown import fmt_ms
 from reports.redact import redact_text, redact_url, redact_value
 from reports.summary import build_summary
 from tests.fixtures.reports import make_records, write_run
@@ -91,3 +92,17 @@ def test_redaction() -> None:
         "token_source": "usage",
         "n": 3,
     }
+
+
+def card_labels(html: str) -> list[str]:
+    return re.findall(r'<div class="card[^"]*"><b>[^<]*</b><span>([^<]*)</span>', html)
+
+
+def test_headline_cards_put_ttst_next_to_ttft(run_factory: Callable[..., Path]) -> None:
+    run = load_run(run_factory("c", n=40))
+    summary = build_summary(run)
+    labels = card_labels(render_html(run, summary))
+    i = labels.index("TTFT p50 / p95 · stream")
+    assert labels[i - 1] == "TTFT p50 / p95 · sync" and labels[i + 1] == "TTST p50 / p95 · stream"
+    tt = summary["phases"]["stream"]["ttst_ms"]
+    assert f"<b>{fmt_ms(tt['p50'])} / {fmt_ms(tt['p95'])} ms</b>" in render_html(run, summary)

@@ -222,3 +222,35 @@ def test_missing_run_json_still_reports(tmp_path: Path) -> None:
     span = max(r.started_at + (r.e2e_s or 0) for r in recs) - T
     assert s["phases"]["stream"]["duration_s"] == pytest.approx(span)
     assert "run.json: missing or unreadable" in render_markdown(s)
+
+
+def md_row(md: str, first_cell: str) -> list[str]:
+    """The cells of the Markdown table row that starts with ``first_cell``."""
+    line = next(ln for ln in md.splitlines() if ln.startswith(f"| {first_cell} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def known_run(tmp_path: Path, n: int = 30) -> dict:
+    """sync + stream, no jitter: stream TTFT 200 ms, TTST 220 ms; sync TTFT 500 ms."""
+    recs = make_records("sync", "sync", n, t_start=T, jitter=0.0, scenarios=("a",))
+    recs += make_records("stream", "stream", n, t_start=T + 10, jitter=0.0, scenarios=("a",))
+    return build_summary(load_run(write_run(tmp_path / "known", recs)))
+
+
+def test_ttst_sits_next_to_ttft(tmp_path: Path) -> None:
+    s = known_run(tmp_path)
+    assert s["phases"]["stream"]["ttst_ms"]["p50"] == pytest.approx(220.0)
+    md = render_markdown(s)
+    header = md_row(md, "phase / scenario")
+    i = header.index("TTFT p50 / p95 / p99 (ms)")
+    assert header[i + 1] == "TTST p50 / p95 (ms)"
+    assert md_row(md, "**stream**")[i : i + 2] == ["200 / 200 / 200", "220 / 220"]
+    assert md_row(md, "**sync**")[i : i + 2] == ["500 / 500 / 500", "–"]
+    term = render_terminal(s).splitlines()
+    head = next(ln for ln in term if "TTFT p50" in ln).split()
+    assert head[head.index("TTFT") : head.index("TTFT") + 6] == [
+        "TTFT", "p50", "p95", "TTST", "p50", "p95"
+    ]  # fmt: skip
+    stream = next(ln for ln in term if ln.split()[:2] == ["stream", "stream"]).split()
+    sync = next(ln for ln in term if ln.split()[:2] == ["sync", "sync"]).split()
+    assert stream[4:8] == ["200", "200", "220", "220"] and sync[4:8] == ["500", "500", "–", "–"]
