@@ -54,6 +54,9 @@ test: install system-deps ## the full test suite (unit + integration)
 test-unit: install ## unit tests only (no sockets)
 	$(PY) -m pytest -q tests/unit $(ARGS)
 
+test-integration: install system-deps ## integration tests only (real servers on loopback)
+	$(PY) -m pytest -q tests/integration $(ARGS)
+
 test-gpu: install ## opt-in GPU tests (needs CUDA)
 	$(PY) -m pytest -q tests/gpu $(ARGS)
 
