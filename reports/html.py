@@ -107,6 +107,8 @@ def _charts(run: Run) -> str:
     ok = [r for r in recs if r.ok]
     itl = [g * 1000 for r in ok for g in r.itl_s]
     per_tok = [g * 1000 for r in ok for g in ts.per_token_gaps(r)]
+    token_dist = ts.distribution(per_tok, "per token")
+    token_dist.dashed = True
     charts = [
         Axes(
             "TTFT distribution (CDF) per mode and scenario",
@@ -144,12 +146,9 @@ def _charts(run: Run) -> str:
             "ms",
             "gaps",
             "chart-itl",
-            [
-                s
-                for s in (ts.distribution(itl, "per event"), ts.distribution(per_tok, "per token"))
-                if s.points
-            ],
-            note="Gaps between content events (per event) and divided by tokens per event.",
+            [s for s in (ts.distribution(itl, "per event"), token_dist) if s.points],
+            note="Per event: gaps between content events. Per token (dashed): each gap divided "
+            "by the tokens its event carried; the two coincide when every event carries one.",
         ),
         Axes(
             "Errors over time (by class)",
@@ -210,7 +209,8 @@ def _details(summary: dict[str, Any]) -> str:
         m = g.get("token_count_mismatch")
         if m:
             out.append(
-                f"<p>Server usage vs client token count differ in {m['mismatched']} of "
+                f"<p>Token counts ({escape(name)}): server usage vs client count differ in "
+                f"{m['mismatched']} of "
                 f"{m['compared']} requests ({m['rate']:.1%}).</p>"
             )
     return "".join(out)

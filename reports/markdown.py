@@ -82,6 +82,7 @@ def phase_row(name: str, g: dict[str, Any]) -> list[str]:
         f"{fmt_ms(t['p50'])} / {fmt_ms(t['p95'])} / {fmt_ms(t['p99'])}",
         ttst_pair(g),
         _pair(g["itl_ms"]),
+        _pair(g.get("itl_per_token_ms")),
         fmt_ms(g["tpot_ms"]["p50"]),
         _pair(g["e2e_ms"]),
         fmt_rate(g["output_tokens_per_s"]),
@@ -97,7 +98,8 @@ PHASE_HEADER = [
     "errors",
     "TTFT p50 / p95 / p99 (ms)",
     "TTST p50 / p95 (ms)",
-    "ITL p50 / p95 (ms)",
+    "ITL per event p50 / p95 (ms)",
+    "ITL per token p50 / p95 (ms)",
     "TPOT p50 (ms)",
     "E2E p50 / p95 (ms)",
     "out tok/s",
@@ -108,7 +110,9 @@ PHASE_HEADER = [
 
 PHASE_NOTE = (
     "TTST: time to the second token (second content event) — how soon the stream keeps "
-    "going after the first; `–` for sync, whose first byte is the whole answer."
+    "going after the first; `–` for sync, whose first byte is the whole answer. "
+    "ITL per token: each gap between events divided by the tokens the event carried "
+    "(equal to per event when every event carries one token)."
 )
 
 
@@ -194,11 +198,6 @@ def _extras(summary: dict[str, Any]) -> list[str]:
             quality.append(
                 f"- {name}: client − server TTFT p50 {fmt_ms(d['p50'])} ms, "
                 f"p95 {fmt_ms(d['p95'])} ms (network + proxy + client)"
-            )
-        if g["itl_per_token_ms"]["n"] and g["itl_ms"]["n"]:
-            quality.append(
-                f"- {name}: ITL per event p50 {fmt_ms(g['itl_ms']['p50'])} ms, "
-                f"per token p50 {fmt_ms(g['itl_per_token_ms']['p50'])} ms"
             )
     out.append("## Data quality\n\n" + "\n".join(quality))
     out.append(f"Percentiles: {summary['percentile_method']}.")

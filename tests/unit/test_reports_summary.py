@@ -6,12 +6,14 @@ import json
 import sys
 import types
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from loadtests.record import RequestRecord
 from reports.__main__ import main
+from reports.html import render_html
 from reports.loader import RunError, load_run
 from reports.markdown import render_markdown, render_terminal
 from reports.summary import build_summary
@@ -254,3 +256,26 @@ def test_ttst_sits_next_to_ttft(tmp_path: Path) -> None:
     stream = next(ln for ln in term if ln.split()[:2] == ["stream", "stream"]).split()
     sync = next(ln for ln in term if ln.split()[:2] == ["sync", "sync"]).split()
     assert stream[4:8] == ["200", "200", "220", "220"] and sync[4:8] == ["500", "500", "–", "–"]
+
+
+def test_itl_per_token_and_token_truth_are_rendered(tmp_path: Path) -> None:
+    recs = make_records("stream", "stream", 30, t_start=T, jitter=0.0, scenarios=("a",))
+    # two tokens per event: 20 ms between events is 10 ms per token
+    recs = [replace(r, tokens_per_event=[2] * len(r.tokens_per_event)) for r in recs]
+    s = build_summary(load_run(write_run(tmp_path / "tok", recs)))
+    md = render_markdown(s)
+    header = md_row(md, "phase / scenario")
+    i = header.index("ITL per event p50 / p95 (ms)")
+    assert header[i + 1] == "ITL per token p50 / p95 (ms)"
+    assert md_row(md, "**stream**")[i : i + 2] == ["20.0 / 20.0", "10.0 / 10.0"]
+    # the fixture's client count is one short on every 10th request: 3 of 30
+    assert "server usage vs client token count differ in 3/30 requests (10.0%)" in md
+    html = render_html(load_run(tmp_path / "tok"), s)
+    assert "<th>ITL per event p50 / p95 (ms)</th><th>ITL per token p50 / p95 (ms)</th>" in html
+    assert "<td>20.0 / 20.0</td><td>10.0 / 10.0</td>" in html
+    assert "differ in 3 of 30 requests (10.0%)" in html
+    # without a client-side count there is nothing to compare: no mismatch line
+    bare = [replace(r, client_output_tokens=None) for r in recs]
+    s2 = build_summary(load_run(write_run(tmp_path / "bare", bare)))
+    assert "token_count_mismatch" not in s2["phases"]["stream"]
+    assert "token count differ" not in render_markdown(s2)
