@@ -70,6 +70,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
         raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence:g}")
     if args.max_regression < 0:
         raise ValueError("--max-regression must not be negative")
+    if args.from_intended and args.metric not in ("ttft", "e2e"):
+        raise ValueError(f"--from-intended must go with --metric ttft or e2e, not {args.metric}")
     baseline = read_baseline(args.baseline)
     run = load_run(args.run_dir)
     cfg = GateConfig(
@@ -82,6 +84,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         min_samples=args.min_samples,
         resamples=args.resamples,
         seed=args.seed,
+        from_intended=args.from_intended,
     )
     result = evaluate(run, baseline, cfg)
     print(render_text(result))
@@ -135,6 +138,11 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         choices=("stream", "sync"),
         help="mode(s) to gate (default: stream when present, else all)",
+    )
+    g.add_argument(
+        "--from-intended",
+        action="store_true",
+        help="open-loop runs: gate the latency from the intended send time (+ schedule delay)",
     )
     g.add_argument("--min-samples", type=int, default=None)
     g.add_argument("--resamples", type=int, default=2000)

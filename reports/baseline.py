@@ -17,7 +17,9 @@ SCHEMA = 1
 KIND = "llmload-baseline"
 #: a group with more values than this is stored as that many evenly spaced quantiles
 MAX_VALUES = 4000
-GATED_METRICS = ("ttft", "e2e", "tpot", "itl")
+GATED_METRICS = ("ttft", "e2e", "tpot", "itl", "ttft_from_intended", "e2e_from_intended")
+#: open-loop metrics: latency counted from the intended send time (``+ schedule_delay_s``)
+FROM_INTENDED = {"ttft_from_intended": "ttft_s", "e2e_from_intended": "e2e_s"}
 
 
 class BaselineError(Exception):
@@ -25,10 +27,19 @@ class BaselineError(Exception):
 
 
 def metric_values(records: list[RequestRecord], metric: str) -> list[float]:
-    """Milliseconds of ``metric`` over the successful records (ITL: every gap, pooled)."""
+    """Milliseconds of ``metric`` over the successful records (ITL: every gap, pooled).
+
+    ``*_from_intended`` adds each record's schedule delay and skips records without one
+    (closed-loop requests have no intended send time).
+    """
     ok = [r for r in records if r.ok]
     if metric == "itl":
         return [g * 1000 for r in ok for g in r.itl_s]
+    if metric in FROM_INTENDED:
+        late = ((getattr(r, FROM_INTENDED[metric]), r.schedule_delay_s) for r in ok)
+        return [
+            (v + d) * 1000 for v, d in late if v is not None and d is not None and math.isfinite(v)
+        ]
     attr = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}[metric]
     vals = (getattr(r, attr) for r in ok)
     return [v * 1000 for v in vals if v is not None and math.isfinite(v)]

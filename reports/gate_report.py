@@ -17,12 +17,13 @@ HEADLINE = {
 def _setting(result: GateResult) -> str:
     c = result.config
     text = (
-        f"metric {c.metric}, p{c.percentile:g}, max regression +{c.max_regression * 100:g}% "
+        f"metric {c.label}, p{c.percentile:g}, max regression +{c.max_regression * 100:g}% "
         f"at {c.confidence:.0%} confidence (bootstrap of both samples, {c.resamples} resamples, "
         f"seed {c.seed})"
     )
     if c.max_ttft_p95_ms is not None:
-        text += f", absolute TTFT p95 limit {c.max_ttft_p95_ms:g} ms"
+        which = " (from intended send)" if c.from_intended else ""
+        text += f", absolute TTFT{which} p95 limit {c.max_ttft_p95_ms:g} ms"
     return text
 
 

@@ -70,6 +70,10 @@ def _cards(summary: dict[str, Any]) -> str:
             if mode == "stream" and tt.get("n"):
                 value = f"{fmt_ms(tt['p50'])} / {fmt_ms(tt['p95'])} ms"
                 cards.append((value, "TTST p50 / p95 · stream", False))
+            ti = g.get("ttft_from_intended_ms")
+            if ti:  # open loop: the latency a user waiting from the scheduled time saw
+                value = f"{fmt_ms(ti['p50'])} / {fmt_ms(ti['p95'])} ms"
+                cards.append((value, f"TTFT from intended send p50 / p95 · {mode}", False))
     comp = summary.get("comparison")
     if comp:
         imp = comp["scenarios"]["all"]["ttft_ms_p50_improvement_pct"]

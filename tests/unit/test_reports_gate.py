@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -14,6 +15,7 @@ from reports.__main__ import main
 from reports.baseline import MAX_VALUES, BaselineError, compact, make_baseline, read_baseline
 from reports.gate import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate, relative_check
 from reports.loader import load_run
+from tests.fixtures.reports import make_records, write_run
 
 
 def gate(run: Path, base: Path, *extra: str) -> int:
@@ -148,3 +150,51 @@ def test_bad_gate_settings_exit_2(
 ) -> None:
     assert gate(run_factory("s", n=100), baseline, *bad) == 2
     assert "must" in capsys.readouterr().err
+
+
+def open_loop_run(path: Path, seed: int, delay_s: float = 0.0) -> Path:
+    """A stream phase with known TTFT whose requests went out ``delay_s`` after their slot."""
+    recs = make_records("stream", "stream", 300, t_start=1_700_000_000.0, seed=seed, open_loop=True)
+    if delay_s:
+        recs = [replace(r, schedule_delay_s=delay_s) for r in recs]
+    return write_run(path, recs)
+
+
+def test_from_intended_catches_what_the_sent_time_hides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tmp_path / "ol-base.json"
+    assert main(["baseline", str(open_loop_run(tmp_path / "b", 1)), "--out", str(base)]) == 0
+    doc = json.loads(base.read_text())
+    assert doc["metrics"]["ttft_from_intended"]["stream"]["n"] == 300
+    # same server, same TTFT; but the generator fell behind: every request left 80 ms late
+    late = open_loop_run(tmp_path / "late", 7, delay_s=0.08)
+    assert gate(late, base) == 0  # TTFT from the send time cannot see it
+    assert gate(late, base, "--from-intended") == 1
+    out = capsys.readouterr().out
+    assert "p95 ttft from intended send stream" in out and "regression beyond" in out
+    assert gate(open_loop_run(tmp_path / "ok", 7), base, "--from-intended") == 0
+    # the absolute limit follows: TTFT p95 ~235 ms sent, ~315 ms from the intended time
+    assert gate(late, base, "--max-ttft-p95-ms", "280") == 0
+    assert gate(late, base, "--from-intended", "--max-ttft-p95-ms", "280") == 1
+    assert "TTFT from intended send p95 stream" in capsys.readouterr().out
+
+
+def test_from_intended_needs_open_loop_data(
+    run_factory: Callable[..., Path],
+    baseline: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # closed-loop baseline: nothing from the intended send time to compare against
+    assert "ttft_from_intended" not in json.loads(baseline.read_text())["metrics"]
+    ol = open_loop_run(tmp_path / "ol", 7)
+    assert gate(ol, baseline, "--from-intended") == 2
+    assert "make it from an open-loop run" in capsys.readouterr().out
+    ol_base = tmp_path / "ol.json"
+    assert main(["baseline", str(ol), "--out", str(ol_base)]) == 0
+    # closed-loop run against an open-loop baseline: the run has no schedule delays
+    assert gate(run_factory("closed", n=300, seed=7), ol_base, "--from-intended") == 2
+    assert "has no schedule delays" in capsys.readouterr().out
+    assert gate(ol, ol_base, "--from-intended", "--metric", "itl") == 2
+    assert "--from-intended must go with" in capsys.readouterr().err

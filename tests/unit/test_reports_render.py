@@ -106,3 +106,9 @@ def test_headline_cards_put_ttst_next_to_ttft(run_factory: Callable[..., Path]) 
     assert labels[i - 1] == "TTFT p50 / p95 · sync" and labels[i + 1] == "TTST p50 / p95 · stream"
     tt = summary["phases"]["stream"]["ttst_ms"]
     assert f"<b>{fmt_ms(tt['p50'])} / {fmt_ms(tt['p95'])} ms</b>" in render_html(run, summary)
+
+
+def test_open_loop_headline_shows_ttft_from_intended(run_factory: Callable[..., Path]) -> None:
+    run = load_run(run_factory("ol", n=40, open_loop=True))
+    labels = card_labels(render_html(run, build_summary(run)))
+    assert "TTFT from intended send p50 / p95 · stream" in labels

@@ -279,3 +279,19 @@ def test_itl_per_token_and_token_truth_are_rendered(tmp_path: Path) -> None:
     s2 = build_summary(load_run(write_run(tmp_path / "bare", bare)))
     assert "token_count_mismatch" not in s2["phases"]["stream"]
     assert "token count differ" not in render_markdown(s2)
+
+
+def test_open_loop_latency_from_the_intended_send_time_is_rendered(tmp_path: Path) -> None:
+    recs = make_records("stream", "stream", 30, t_start=T, open_loop=True, jitter=0.0)
+    s = build_summary(load_run(write_run(tmp_path / "ol", recs)))
+    md = render_markdown(s)
+    assert "### From the intended send time (open loop) — stream" in md
+    # delays cycle 0, 10, 20 ms on a 200 ms TTFT
+    assert md_row(md, "TTFT from the intended send time")[1:3] == ["210", "220"]
+    assert md_row(md, "TTFT from the actual send (as measured)")[1:3] == ["200", "200"]
+    assert md_row(md, "schedule delay (intended → actual send)")[1:3] == ["10.0", "20.0"]
+    assert "--from-intended" in md
+    term = render_terminal(s)
+    assert "stream: from the intended send time (open loop) TTFT p50 210 p95 220" in term
+    closed = known_run(tmp_path)
+    assert "intended" not in render_markdown(closed) + render_terminal(closed)
