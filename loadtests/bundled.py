@@ -6,11 +6,22 @@ embedded real model with continuous batching (``transformers``), falling
 back to ``synthetic`` when that engine cannot start here; ``--engine`` (make's
 ``ENGINE=``) picks one explicitly.  The run waits for ``/health``, runs, and
 stops the server whatever happened.
+
+The server runs in its own session (a Ctrl-C at the terminal reaches only the
+load generator, which then stops the run cleanly), so it must be killed
+explicitly: in a ``finally``, from ``atexit``, and on Linux by the kernel when
+this process dies (``PR_SET_PDEATHSIG``), which also covers the second Ctrl-C
+that exits at once without running either.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import ctypes
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +41,31 @@ READY_TIMEOUT_S = 900.0
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
 
+#: bundled servers still running, killed at exit whatever the path out
+_LIVE: set[subprocess.Popen[str]] = set()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child before exec (Linux): SIGKILL when the parent dies, even by ``os._exit``."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _kill_live() -> None:
+    """``atexit``: kill every bundled server still running (its whole process group)."""
+    for proc in list(_LIVE):
+        _LIVE.discard(proc)
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+atexit.register(_kill_live)
+
+
 class ServerFailed(RuntimeError):
     """The bundled server exited or never became healthy (message carries its log tail)."""
 
@@ -45,13 +81,16 @@ class BundledServer:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        try:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        finally:
+            _LIVE.discard(self.proc)
 
 
 def start_server(
@@ -60,9 +99,16 @@ def start_server(
     """Start the bundled server on 127.0.0.1:0 and wait until ``/health`` is 200."""
     cmd = [sys.executable, "-m", "target_server", "--host", "127.0.0.1", "--port", "0"]
     cmd += ["--engine", engine, *ENGINE_ARGS.get(engine, []), *extra]
+    parent = os.getpid()
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=(lambda: _die_with_parent(parent)) if sys.platform == "linux" else None,
     )
+    _LIVE.add(proc)
     server = BundledServer(engine, proc)
 
     def drain() -> None:
@@ -75,12 +121,16 @@ def start_server(
 
     gevent.spawn(drain)
     deadline = time.monotonic() + ready_timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        if server.url and _healthy(server.url):
-            return server
-        gevent.sleep(0.2)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            if server.url and _healthy(server.url):
+                return server
+            gevent.sleep(0.2)
+    except BaseException:  # Ctrl-C while the model loads (before the run's signal handlers)
+        server.stop(timeout=2.0)
+        raise
     server.stop()
     tail = "\n".join(list(server.log)[-3:])
     raise ServerFailed(f"bundled server (engine {engine}) did not become healthy:\n{tail}")
