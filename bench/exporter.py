@@ -37,24 +37,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _child(mode: str, url: str) -> dict[str, Any]:
-    from gevent import monkey
+    from bench.client import gevent_client
 
-    monkey.patch_all()
+    client = gevent_client(url, TOKENS)  # patches gevent: the imports below come after it
     import gevent
 
     from exporter import HealthSampler, LiveMetrics
-    from loadtests.adapters import get_adapter
-    from loadtests.adapters.base import Prompt
-    from loadtests.http import Target, clock, perform
+    from loadtests.http import clock, perform
     from loadtests.sinks import NullSink
     from loadtests.timing import RecordMeta, StreamTimer
 
-    os.sched_setaffinity(0, {0})
-    adapter = get_adapter("openai-chat")
-    target = Target(url, {}, request_timeout=120, stall_timeout=60)
-    model = target.detect_model() or "default"
-    prompt = Prompt("bench", "p", prompt="hello", max_tokens=TOKENS)
-    call = adapter.build(prompt, mode="stream", model=model, options={"ignore_eos": True})
+    adapter, target, call = client.adapter, client.target, client.call
     sink: Any = NullSink()
     sampler = None
     inflight = [0]

@@ -50,22 +50,15 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _child(client: str, url: str, streams: int, itl_ms: int) -> dict[str, Any]:
-    from gevent import monkey
+    from bench.client import gevent_client
 
-    monkey.patch_all()
+    setup = gevent_client(url, TOKENS)  # patches gevent: the imports below come after it
     import gevent
 
-    from loadtests.adapters import get_adapter
-    from loadtests.adapters.base import Prompt
-    from loadtests.http import Target, clock, perform
+    from loadtests.http import clock, perform
     from loadtests.timing import RecordMeta, StreamTimer
 
-    os.sched_setaffinity(0, {0})
-    adapter = get_adapter("openai-chat")
-    target = Target(url, {}, request_timeout=120, stall_timeout=60)
-    model = target.detect_model() or "default"
-    prompt = Prompt("bench", "p", prompt="hello", max_tokens=TOKENS)
-    call = adapter.build(prompt, mode="stream", model=model, options={"ignore_eos": True})
+    adapter, target, call = setup.adapter, setup.target, setup.call
     meta = RecordMeta("x", "bench", "bench", "stream", adapter.endpoint, 0.0)
 
     def session() -> Any:
