@@ -6,25 +6,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
 
 import httpx
 import psutil
 
 from bench.reliability_cases import SRV, SRV_INPROC, Row, server_started
-
-
-def _counted(server: Any) -> int:
-    """Every request the in-process server counted in ``llmserve_requests_total``."""
-    return int(
-        sum(
-            s.value
-            for m in server.state.metrics.registry.collect()
-            if m.name == "llmserve_requests"
-            for s in m.samples
-            if s.name == "llmserve_requests_total"
-        )
-    )
 
 
 def random_bodies(examples: int) -> Row:
@@ -51,7 +37,7 @@ def random_bodies(examples: int) -> Row:
             alive = http.get("/health").status_code == 200
         sent = sum(statuses.values())
         idle = server.state.admission.running == 0 and server.engine.running() == 0
-        lost = abs(sent - _counted(server))
+        lost = abs(sent - server.total_requests())
     finally:
         server.stop()
     spread = ", ".join(f"{n}× {s}" for s, n in sorted(statuses.items()))
