@@ -18,18 +18,14 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 
 from bench.mdsection import machine, write_section
 
-ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
 MESSAGES = [
     {"role": "user", "content": "Summarise why time to first token matters when streaming."}
@@ -57,41 +53,6 @@ def pct(values: list[float], q: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
-
-
-def start_server(
-    *args: str, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[str], str]:
-    """``python -m target_server --port 0 ARGS``; (process, url) once /health is 200."""
-    cmd = [sys.executable, "-m", "target_server", "--port", "0", "--log-level", "warning", *args]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    url = ""
-    for line in proc.stderr:
-        if "listening on " in line:
-            url = line.split("listening on ", 1)[1].split()[0]
-            break
-    if not url:
-        raise RuntimeError(f"server exited rc={proc.wait()}: {proc.stderr.read()[-2000:]}")
-    for pipe in (proc.stdout, proc.stderr):
-        threading.Thread(target=pipe.read, daemon=True).start()
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health").status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server never became ready")
 
 
 async def request(
@@ -233,8 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         "none": ("none", {}),
         "none-torch": ("none", {"LLMLOAD_TORCH_THREADS": str(os.cpu_count() or 1)}),
     }
+    from tests.fixtures.server_proc import start_server_process
+
     for name, (batching, env) in runs.items():
-        proc, url = start_server("--engine", "transformers", "--batching", batching, env=env)
+        server = start_server_process(
+            "--log-level", "warning", "--engine", "transformers", "--batching", batching,
+            env=env, ready_timeout=300,
+        )  # fmt: skip
+        url = server.url
         try:
             row: dict[str, object] = {}
             single, _ = asyncio.run(users(url, 1, 5, True, args.single_tokens, greedy=True))
@@ -259,8 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             rows[name] = row
             print(f"{name}: {row['agg_tps']:.0f} tok/s aggregate", flush=True)
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            server.stop(timeout=30)
     body = render(args, raw_tps, described, rows, steps, load_before, time.monotonic() - t_start)
     print(body)
     if not args.no_write:
