@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
-from loadtests.adapters.base import EventInfo
+from loadtests.adapters.base import EventInfo, HttpCall, Prompt
+from loadtests.record import Mode
 
 #: request options the OpenAI adapters understand (``options`` of ``Adapter.build``)
 OPTION_KEYS = frozenset(
@@ -34,6 +36,24 @@ def apply_options(body: dict[str, Any], options: dict[str, Any]) -> dict[str, st
     if extra:
         body.update(extra)
     return dict(options.get("headers") or {})
+
+
+def build_call(
+    endpoint: str, field: str, value: Any, prompt: Prompt, mode: Mode, model: str,
+    options: dict[str, Any],
+) -> HttpCall:  # fmt: skip
+    """The POST both adapters send: ``field`` (``messages`` or ``prompt``) plus the common keys;
+    streaming asks for usage in the last chunk."""
+    body: dict[str, Any] = {
+        "model": model,
+        field: value,
+        "max_tokens": prompt.max_tokens,
+        "stream": mode == "stream",
+    }
+    if mode == "stream":
+        body["stream_options"] = {"include_usage": True}
+    headers = apply_options(body, options)
+    return HttpCall("POST", endpoint, body, headers, stream=mode == "stream")
 
 
 def error_text(err: Any) -> str:
@@ -135,13 +155,4 @@ def parse_json_body(body: bytes, content_of: Any) -> EventInfo:
             raise ValueError("choices[0] is not an object")
         content, reasoning = content_of(choice)
         finish = choice.get("finish_reason")
-    info = info_from(obj, content, reasoning, finish)
-    return EventInfo(
-        content=info.content,
-        reasoning=info.reasoning,
-        usage_output_tokens=info.usage_output_tokens,
-        usage_prompt_tokens=info.usage_prompt_tokens,
-        server=info.server,
-        finish_reason=info.finish_reason,
-        done=True,
-    )
+    return dataclasses.replace(info_from(obj, content, reasoning, finish), done=True)

@@ -45,16 +45,7 @@ class OpenAIChat:
             messages = [{"role": "user", "content": prompt.prompt}]
         else:
             raise ValueError(f"prompt {prompt.prompt_id!r} has neither messages nor prompt")
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": messages,
-            "max_tokens": prompt.max_tokens,
-            "stream": mode == "stream",
-        }
-        if mode == "stream":
-            body["stream_options"] = {"include_usage": True}
-        headers = _openai.apply_options(body, options)
-        return HttpCall("POST", self.endpoint, body, headers, stream=mode == "stream")
+        return _openai.build_call(self.endpoint, "messages", messages, prompt, mode, model, options)
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One ``chat.completion.chunk`` (or ``[DONE]``, or an error object)."""

@@ -37,16 +37,7 @@ class OpenAICompletions:
             text = render_messages(prompt.messages)
         else:
             raise ValueError(f"prompt {prompt.prompt_id!r} has neither prompt nor messages")
-        body: dict[str, Any] = {
-            "model": model,
-            "prompt": text,
-            "max_tokens": prompt.max_tokens,
-            "stream": mode == "stream",
-        }
-        if mode == "stream":
-            body["stream_options"] = {"include_usage": True}
-        headers = _openai.apply_options(body, options)
-        return HttpCall("POST", self.endpoint, body, headers, stream=mode == "stream")
+        return _openai.build_call(self.endpoint, "prompt", text, prompt, mode, model, options)
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One ``text_completion`` chunk (or ``[DONE]``, or an error object)."""
