@@ -56,6 +56,8 @@ class Axes:
     height: int = 280
     y_zero: bool = True
     note: str = ""
+    #: logarithmic x axis (positive x only), for latencies spanning more than a decade
+    x_log: bool = False
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -69,6 +71,17 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     while ticks[-1] < hi - step * 1e-9:
         ticks.append(round(ticks[-1] + step, 10))
     return ticks
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """1, 2, 5 × 10^k ticks from the last one at or below ``lo`` to the first at or above ``hi``."""
+    lo = max(lo, 1e-9)
+    hi = max(hi, lo)
+    k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    ticks = [round(m * 10.0**k, 12) for k in range(k0, k1 + 1) for m in (1, 2, 5)]
+    first = max(i for i, t in enumerate(ticks) if t <= lo)
+    last = min(i for i, t in enumerate(ticks) if t >= hi)
+    return ticks[first : max(last, first + 1) + 1]
 
 
 def _fmt_tick(v: float) -> str:
@@ -90,7 +103,9 @@ def render(ax: Axes) -> str:
         )
     xs = [p[0] for p in pts] + [b.x0 for b in ax.bands] + [b.x1 for b in ax.bands]
     ys = [p[1] for p in pts]
-    x_ticks = nice_ticks(min(xs), max(xs))
+    log = ax.x_log and min(xs) > 0
+    # a log axis starts a little below the data so the leftmost curve does not hug the frame
+    x_ticks = log_ticks(min(xs) / 1.15, max(xs)) if log else nice_ticks(min(xs), max(xs))
     y_ticks = nice_ticks(0.0 if ax.y_zero else min(ys), max(ys))
     x_lo, x_hi = x_ticks[0], x_ticks[-1]
     y_lo, y_hi = y_ticks[0], y_ticks[-1]
@@ -98,6 +113,9 @@ def render(ax: Axes) -> str:
     pw, ph = ax.width - left - right, ax.height - top - bottom
 
     def sx(x: float) -> float:
+        if log:
+            span = math.log10(x_hi) - math.log10(x_lo) or 1.0
+            return left + (math.log10(max(x, x_lo)) - math.log10(x_lo)) / span * pw
         return left + (x - x_lo) / (x_hi - x_lo or 1.0) * pw
 
     def sy(y: float) -> float:

@@ -13,6 +13,7 @@ from reports.charts import Axes, render
 from reports.loader import Run
 from reports.markdown import (
     PHASE_HEADER,
+    PHASE_NOTE,
     comparison_rows,
     diag_hint,
     fmt_ms,
@@ -25,13 +26,16 @@ body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24
 max-width:1240px;color:#222;padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 .muted,.note{color:#777;font-size:12px}
-.cards{display:flex;flex-wrap:wrap;gap:10px;margin:14px 0}
-.card{border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:150px}
-.card b{display:block;font-size:22px}.card span{color:#666;font-size:12px}
-.card.bad{border-color:#d62728}.card.bad b{color:#d62728}
+.cards{display:flex;flex-wrap:wrap;gap:8px;margin:14px 0}
+.card{border:1px solid #ddd;border-radius:6px;padding:6px 10px;flex:1 1 0}
+.card b{display:block;font-size:18px;white-space:nowrap}.card span{color:#666;font-size:12px}
+tr.total td{font-weight:600;background:#fafafa}
+.card.wide{flex-grow:2}.card.bad{border-color:#d62728}.card.bad b{color:#d62728}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f6f6f6}
+#phases-table{overflow-x:auto}#phases-table table{font-size:12.5px}
+#phases-table td{white-space:nowrap;padding:3px 6px}
 .grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:12px}
 figure.chart{margin:0;border:1px solid #eee;border-radius:6px;padding:6px}
 figcaption{font-weight:600;margin-bottom:2px}
@@ -43,64 +47,69 @@ svg{width:100%;height:auto;font-size:11px}svg text{fill:#444}
 .bar{background:#d62728;height:10px;display:inline-block}
 .diag{border-left:4px solid #ff7f0e;background:#fff7ec;padding:6px 10px;margin:6px 0}
 pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}
+details{margin:4px 0}summary{cursor:pointer;font-weight:600}
 """
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    """An HTML table; a row whose first cell is ``**bold**`` (a phase total) is emphasised."""
+    head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>" if header else ""
     body = "".join(
-        "<tr>" + "".join(f"<td>{escape(c.replace('**', ''))}</td>" for c in r) + "</tr>"
+        ('<tr class="total">' if r[0].startswith("**") else "<tr>")
+        + "".join(f"<td>{escape(c.replace('**', ''))}</td>" for c in r)
+        + "</tr>"
         for r in rows
     )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<table>{head}{body}</table>"
+
+
+def _p50_p95(d: dict[str, Any]) -> str:
+    return f"{fmt_ms(d['p50'])} / {fmt_ms(d['p95'])} ms"
 
 
 def _cards(summary: dict[str, Any]) -> str:
-    """Headline numbers: TTFT (and TTST) p50/p95 per mode, stream tokens/s, errors, goodput."""
-    cards = []
+    """Headline numbers: TTFT (and TTST) p50/p95 per mode, tokens/s, errors, goodput."""
+    cards: list[tuple[str, str, str]] = []  # value, label, css class
     phases = summary["phases"]
-    for mode in ("sync", "stream"):
-        g = next((p for p in phases.values() if p["mode"] == mode), None)
-        if g:
-            t = g["ttft_ms"]
-            cards.append(
-                (f"{fmt_ms(t['p50'])} / {fmt_ms(t['p95'])} ms", f"TTFT p50 / p95 · {mode}", False)
-            )
-            tt = g.get("ttst_ms") or {}
-            if mode == "stream" and tt.get("n"):
-                value = f"{fmt_ms(tt['p50'])} / {fmt_ms(tt['p95'])} ms"
-                cards.append((value, "TTST p50 / p95 · stream", False))
-            ti = g.get("ttft_from_intended_ms")
-            if ti:  # open loop: the latency a user waiting from the scheduled time saw
-                value = f"{fmt_ms(ti['p50'])} / {fmt_ms(ti['p95'])} ms"
-                cards.append((value, f"TTFT from intended send p50 / p95 · {mode}", False))
+    first = {m: next((p for p in phases.values() if p["mode"] == m), None) for m in MODES}
+    for mode, g in first.items():
+        if g is None or mode == "mixed":
+            continue
+        cards.append((_p50_p95(g["ttft_ms"]), f"TTFT p50 / p95 · {mode}", ""))
+        if mode == "stream" and g.get("ttst_ms", {}).get("n"):
+            cards.append((_p50_p95(g["ttst_ms"]), "TTST p50 / p95 · stream", ""))
+        if "ttft_from_intended_ms" in g:
+            label = f"TTFT from intended send p50 / p95 · {mode}"
+            cards.append((_p50_p95(g["ttft_from_intended_ms"]), label, ""))
     comp = summary.get("comparison")
-    if comp:
-        imp = comp["scenarios"]["all"]["ttft_ms_p50_improvement_pct"]
-        if imp is not None:
-            cards.append((f"{imp:.0f}%", "TTFT p50 cut by streaming", False))
-    for mode in ("stream", "sync"):
-        g = next((p for p in phases.values() if p["mode"] == mode), None)
-        if g:
-            cards.append((fmt_rate(g["output_tokens_per_s"]), f"output tokens/s · {mode}", False))
-            break
+    imp = comp["scenarios"]["all"]["ttft_ms_p50_improvement_pct"] if comp else None
+    if imp is not None:
+        cards.append((f"{imp:.0f}%", "TTFT p50 cut by streaming", ""))
+    g = first["stream"] or first["sync"]
+    if g:
+        cards.append((fmt_rate(g["output_tokens_per_s"]), f"output tokens/s · {g['mode']}", ""))
     total = sum(p["count"] for p in phases.values())
     errs = sum(p["count"] - p["ok"] for p in phases.values())
-    cards.append((f"{errs} / {total}", "errors / requests", errs > 0))
-    good = sum(p["slo_met"] for p in phases.values())
-    cards.append((f"{good / total:.0%}" if total else "–", f"met SLO {summary['slo']}", False))
+    cards.append((f"{errs} / {total}", "errors / requests", "bad" if errs else ""))
+    rates = {}
+    for mode in ("stream", "sync", "mixed"):
+        group = [p for p in phases.values() if p["mode"] == mode]
+        if group:
+            rates[mode] = sum(p["slo_met"] for p in group) / sum(p["count"] for p in group)
+    value = " / ".join(f"{v:.0%}" for v in rates.values()) or "–"
+    slo = summary["slo"].replace(",", ", ")
+    cards.append((value, f"met SLO · {' / '.join(rates)} ({slo})", "wide"))
     corrupt = summary["input"]["corrupt_lines"]
     if corrupt:
-        cards.append((str(corrupt), "corrupt lines skipped", True))
-    return (
-        '<div class="cards">'
-        + "".join(
-            f'<div class="card{" bad" if bad else ""}"><b>{escape(v)}</b>'
-            f"<span>{escape(k)}</span></div>"
-            for v, k, bad in cards
-        )
-        + "</div>"
+        cards.append((str(corrupt), "corrupt lines skipped", "bad"))
+    html = "".join(
+        f'<div class="card {cls}"><b>{escape(v)}</b><span>{escape(k)}</span></div>'
+        for v, k, cls in cards
     )
+    return f'<div class="cards">{html}</div>'
+
+
+MODES = ("sync", "stream", "mixed")
 
 
 def _charts(run: Run) -> str:
@@ -113,13 +122,18 @@ def _charts(run: Run) -> str:
     per_tok = [g * 1000 for r in ok for g in ts.per_token_gaps(r)]
     token_dist = ts.distribution(per_tok, "per token")
     token_dist.dashed = True
+    cdfs = ts.ttft_cdfs(recs)
+    xs = [x for s in cdfs for x, _ in s.points]
+    wide = bool(xs) and min(xs) > 0 and max(xs) / min(xs) > 10
     charts = [
         Axes(
             "TTFT distribution (CDF) per mode and scenario",
-            "TTFT (ms)",
+            "TTFT (ms, log scale)" if wide else "TTFT (ms)",
             "fraction ≤ x",
             "chart-ttft-cdf",
-            ts.ttft_cdfs(recs),
+            cdfs,
+            x_log=wide,
+            note="Sync dashed (its TTFT is the whole response), streaming solid.",
         ),
         Axes(
             "Latency over time (phases shaded)",
@@ -253,12 +267,14 @@ def _metadata(summary: dict[str, Any]) -> str:
     rows = [[k, _show(k, run[k])] for k in keys if run.get(k) is not None]
     rows.append(["SLO", summary["slo"]])
     rows.append(["percentiles", summary["percentile_method"]])
+    # folded: the settings are there when wanted, not a long scroll at the end of every report
     blocks = "".join(
-        f"<h3>{escape(k)}</h3><pre>{escape(json.dumps(run[k], indent=2, sort_keys=True))}</pre>"
+        f"<details><summary>{escape(k)}</summary>"
+        f"<pre>{escape(json.dumps(run[k], indent=2, sort_keys=True))}</pre></details>"
         for k in ("config", "workload", "phases", "versions", "host")
         if run.get(k)
     )
-    return _table(["", ""], rows) + blocks
+    return _table([], rows) + blocks
 
 
 def render_html(run: Run, summary: dict[str, Any]) -> str:
@@ -283,12 +299,17 @@ def render_html(run: Run, summary: dict[str, Any]) -> str:
                 ["request type", "sync", "streaming", "improvement", "requests sync / stream"], rows
             )
         )
-    parts.append("<h2>Charts</h2>" + _charts(run))
     prow = []
     for name, g in summary["phases"].items():
-        prow.append(phase_row(name, g))
-        prow += [phase_row(f"{name} / {s}", sg) for s, sg in g["scenarios"].items()]
-    parts.append("<h2>Phases and scenarios</h2>" + _table(PHASE_HEADER, prow))
+        prow.append(phase_row(f"**{name}**", g))
+        if len(g["scenarios"]) > 1:
+            prow += [phase_row(f"{name} / {s}", sg) for s, sg in g["scenarios"].items()]
+    parts.append(
+        '<h2>Phases and scenarios</h2><div id="phases-table">'
+        + _table(PHASE_HEADER, prow)
+        + f'<p class="note">{escape(PHASE_NOTE.replace("`", ""))}</p></div>'
+    )
+    parts.append("<h2>Charts</h2>" + _charts(run))
     details = _details(summary)
     if details:
         parts.append("<h2>Details</h2>" + details)

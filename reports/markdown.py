@@ -176,18 +176,20 @@ def _extras(summary: dict[str, Any]) -> list[str]:
                 for t, d in g["ttft_by_turn_ms"].items()
             ]
             out.append(f"### TTFT per turn — {name}\n\n" + table(["turn", "n", "p50", "p95"], rows))
-        if "ttft_from_intended_ms" in g:
-            rows = [
-                [label, fmt_ms(g[k]["p50"]), fmt_ms(g[k]["p95"]), fmt_ms(g[k]["p99"])]
-                for label, k in INTENDED
-            ]
-            out.append(
-                f"### From the intended send time (open loop) — {name}\n\n"
-                "Latency counted from when the schedule meant to send each request, so a load "
-                "generator that fell behind cannot hide server slowness (coordinated omission). "
-                "Gate on it with `python -m reports gate --from-intended`.\n\n"
-                + table(["ms", "p50", "p95", "p99"], rows)
-            )
+    open_loop = [(n, g) for n, g in summary["phases"].items() if "ttft_from_intended_ms" in g]
+    if open_loop:
+        out.append(
+            "## From the intended send time (open loop)\n\n"
+            "Latency counted from when the schedule meant to send each request, so a load "
+            "generator that fell behind cannot hide server slowness (coordinated omission). "
+            "Gate on it with `python -m reports gate --from-intended`."
+        )
+    for name, g in open_loop:
+        rows = [
+            [label, fmt_ms(g[k]["p50"]), fmt_ms(g[k]["p95"]), fmt_ms(g[k]["p99"])]
+            for label, k in INTENDED
+        ]
+        out.append(f"### {name}\n\n" + table(["ms", "p50", "p95", "p99"], rows))
     inp = summary["input"]
     quality = [
         f"- records: {inp['records']} ({inp['warmup_records']} warm-up, left out of statistics)",
@@ -250,14 +252,16 @@ def render_terminal(summary: dict[str, Any]) -> str:
             f"{fmt_ms(g['itl_ms']['p50']):>8} {fmt_ms(g['e2e_ms']['p50']):>8} "
             f"{fmt_rate(g['output_tokens_per_s']):>8} {fmt_rate(g['goodput_per_s']):>9}"
         )
-    for name, g in summary["phases"].items():
-        if "ttft_from_intended_ms" in g:
-            d, e = g["ttft_from_intended_ms"], g["e2e_from_intended_ms"]
-            lines.append(
-                f"  {name}: from the intended send time (open loop) TTFT p50 "
-                f"{fmt_ms(d['p50'])} p95 {fmt_ms(d['p95'])}, E2E p50 {fmt_ms(e['p50'])} "
-                f"p95 {fmt_ms(e['p95'])} ms"
-            )
+    open_loop = [(n, g) for n, g in summary["phases"].items() if "ttft_from_intended_ms" in g]
+    if open_loop:
+        lines.append("from the intended send time (open loop, ms):")
+    for name, g in open_loop:
+        d, e = g["ttft_from_intended_ms"], g["e2e_from_intended_ms"]
+        lines.append(
+            f"  {name:<10} TTFT p50 {fmt_ms(d['p50'])} p95 {fmt_ms(d['p95'])}   "
+            f"E2E p50 {fmt_ms(e['p50'])} p95 {fmt_ms(e['p95'])}   "
+            f"schedule delay p95 {fmt_ms(g['schedule_delay_ms']['p95'])}"
+        )
     inp = summary["input"]
     if not summary["phases"]:
         lines.append(f"  no measured requests ({inp['warmup_records']} warm-up records only)")

@@ -69,7 +69,7 @@ def latency_over_time(records: list[RequestRecord], t0: float) -> list[Series]:
         if mode == "stream":
             e2e = [(r.started_at - t0, r.e2e_s * 1000) for r in recs if r.e2e_s is not None]
             out.append(Series(f"{mode} E2E", downsample(e2e, MAX_SCATTER), "scatter"))  # type: ignore[arg-type]
-    colors = {"sync TTFT": "#d62728", "stream TTFT": "#1f77b4", "stream E2E": "#9ecae1"}
+    colors = {"sync TTFT": "#d62728", "stream TTFT": "#1f77b4", "stream E2E": "#2ca02c"}
     for s in out:
         s.color = colors.get(s.name, "")
     return out

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reports.__main__ import main
+from reports.charts import log_ticks
 from reports.compare import render_compare_html, render_compare_markdown
 from reports.html import render_html
 from reports.loader import load_run
@@ -50,8 +51,12 @@ def test_html_structure_and_metadata(run_factory: Callable[..., Path]) -> None:
     run = load_run(run_factory("h", n=40))
     summary = build_summary(run)
     html = render_html(run, summary)
-    assert html.index('class="cards"') < html.index("Sync vs streaming") < html.index("Charts")
-    assert html.index("Charts") < html.index("Run metadata")
+    # headline first: cards, the seeds' table and the per-phase numbers come before any chart
+    order = ['class="cards"', "Sync vs streaming", 'id="phases-table"', "Charts", "Run metadata"]
+    assert [html.index(k) for k in order] == sorted(html.index(k) for k in order)
+    # the metadata table starts with its first row, not an empty header row
+    assert "<h2>Run metadata</h2><table><tr><td>target</td>" in html
+    assert "<details><summary>config</summary><pre>" in html  # long JSON folded away
     assert len(re.findall(r'<figure class="chart"', html)) == 7
     assert "2023-11-14 22:13:20 UTC" in html  # started_at shown as UTC, not a float
     assert "python -m loadtests run --api-key REDACTED" in html
@@ -106,9 +111,31 @@ def test_headline_cards_put_ttst_next_to_ttft(run_factory: Callable[..., Path]) 
     assert labels[i - 1] == "TTFT p50 / p95 · sync" and labels[i + 1] == "TTST p50 / p95 · stream"
     tt = summary["phases"]["stream"]["ttst_ms"]
     assert f"<b>{fmt_ms(tt['p50'])} / {fmt_ms(tt['p95'])} ms</b>" in render_html(run, summary)
+    # goodput per mode, not pooled: sync TTFT is its whole response, so it misses more often
+    slo = next(lb for lb in labels if lb.startswith("met SLO"))
+    assert slo.startswith("met SLO · stream / sync (")
 
 
 def test_open_loop_headline_shows_ttft_from_intended(run_factory: Callable[..., Path]) -> None:
     run = load_run(run_factory("ol", n=40, open_loop=True))
     labels = card_labels(render_html(run, build_summary(run)))
     assert "TTFT from intended send p50 / p95 · stream" in labels
+
+
+def test_wide_ttft_range_gets_a_log_axis(tmp_path: Path) -> None:
+    # sync TTFT (whole response, ~2.2 s) is 11x the stream's 200 ms: a linear axis hides stream
+    recs = make_records("sync", "sync", 30, t_start=T, tokens=100, jitter=0.0)
+    recs += make_records("stream", "stream", 30, t_start=T + 100, tokens=100, jitter=0.0)
+    run = load_run(write_run(tmp_path / "wide", recs))
+    html = render_html(run, build_summary(run))
+    cdf = re.search(r'<figure class="chart" id="chart-ttft-cdf">.*?</figure>', html, re.S)
+    assert cdf and "TTFT (ms, log scale)" in cdf.group(0)
+    narrow = load_run(write_run(tmp_path / "narrow", make_records("s", "stream", 30, t_start=T)))
+    assert "log scale" not in render_html(narrow, build_summary(narrow))
+
+
+def test_log_ticks() -> None:
+    assert log_ticks(195, 4800) == [100, 200, 500, 1000, 2000, 5000]
+    assert log_ticks(1, 1000) == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+    assert log_ticks(0.5, 3) == [0.5, 1, 2, 5]
+    assert log_ticks(12, 12) == [10, 20]  # never a single tick

@@ -285,13 +285,13 @@ def test_open_loop_latency_from_the_intended_send_time_is_rendered(tmp_path: Pat
     recs = make_records("stream", "stream", 30, t_start=T, open_loop=True, jitter=0.0)
     s = build_summary(load_run(write_run(tmp_path / "ol", recs)))
     md = render_markdown(s)
-    assert "### From the intended send time (open loop) — stream" in md
+    assert "## From the intended send time (open loop)" in md and "\n### stream\n" in md
     # delays cycle 0, 10, 20 ms on a 200 ms TTFT
     assert md_row(md, "TTFT from the intended send time")[1:3] == ["210", "220"]
     assert md_row(md, "TTFT from the actual send (as measured)")[1:3] == ["200", "200"]
     assert md_row(md, "schedule delay (intended → actual send)")[1:3] == ["10.0", "20.0"]
     assert "--from-intended" in md
     term = render_terminal(s)
-    assert "stream: from the intended send time (open loop) TTFT p50 210 p95 220" in term
+    assert "from the intended send time (open loop, ms):\n  stream     TTFT p50 210 p95 220" in term
     closed = known_run(tmp_path)
     assert "intended" not in render_markdown(closed) + render_terminal(closed)
