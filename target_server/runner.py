@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
@@ -190,9 +190,36 @@ class GenerationCall(Response):
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         if enc.chat:
             await send(_chunk(enc.role()))
-        itl = self.state.metrics.itl.labels(ctx.endpoint, "true")
         prefix, suffix, jstr = enc.prefix, enc.suffix, json_string
         msg = _chunk(b"")  # reused for every token: uvicorn reads it before send returns
+
+        async def emit(text: str) -> None:
+            msg["body"] = prefix + jstr(text) + suffix
+            await send(msg)
+
+        reason = await self._generate(gen, send, emit)
+        n = ctx.output_tokens
+        timings = self._complete(reason)
+        assert ctx.finish_reason is not None
+        if enc.include_usage:
+            tail = enc.finish(ctx.finish_reason, None) + enc.usage(ctx.prompt_tokens, n, timings)
+        else:
+            tail = enc.finish(ctx.finish_reason, timings)
+        await send(_chunk(tail + DONE, more=False))
+
+    async def _generate(
+        self,
+        gen: AsyncIterator[TokenPiece],
+        send: Any,
+        emit: Callable[[str], Awaitable[None]],
+    ) -> str | None:
+        """Run the engine's pieces through ``emit``, timing each content piece once it is out.
+
+        Sets the context's token count, first/last content times and largest gap;
+        returns the finish reason (None if the engine ended without one).
+        """
+        ctx = self.ctx
+        itl = self.state.metrics.itl.labels(ctx.endpoint, "true" if self.parsed.stream else "false")
         last: float | None = None
         reason: str | None = None
         n, mx = 0, 0.0
@@ -202,8 +229,7 @@ class GenerationCall(Response):
                     await self._fault(piece.fault, send)
                 n += 1
                 if piece.text:
-                    msg["body"] = prefix + jstr(piece.text) + suffix
-                    await send(msg)
+                    await emit(piece.text)
                     t = perf_counter()
                     if last is None:
                         ctx.first = t
@@ -220,13 +246,7 @@ class GenerationCall(Response):
             ctx.output_tokens, ctx.last = n, last
             ctx.itl_max = mx if n > 1 and last is not None and last != ctx.first else None
             await gen.aclose()  # type: ignore[attr-defined]
-        timings = self._complete(reason)
-        assert ctx.finish_reason is not None
-        if enc.include_usage:
-            tail = enc.finish(ctx.finish_reason, None) + enc.usage(ctx.prompt_tokens, n, timings)
-        else:
-            tail = enc.finish(ctx.finish_reason, timings)
-        await send(_chunk(tail + DONE, more=False))
+        return reason
 
     async def _fault(self, fault: str, send: Any) -> None:
         self.ctx.fault = fault
@@ -242,34 +262,13 @@ class GenerationCall(Response):
 
     async def _body(self, gen: AsyncIterator[TokenPiece], send: Any) -> None:
         ctx = self.ctx
-        itl = self.state.metrics.itl.labels(ctx.endpoint, "false")
         texts: list[str] = []
-        last: float | None = None
-        reason: str | None = None
-        n, mx = 0, 0.0
-        try:
-            async for piece in gen:
-                if piece.fault is not None:
-                    await self._fault(piece.fault, send)
-                n += 1
-                if piece.text:
-                    texts.append(piece.text)
-                    t = perf_counter()
-                    if last is None:
-                        ctx.first = t
-                    else:
-                        gap = t - last
-                        itl.observe(gap)
-                        if gap > mx:
-                            mx = gap
-                    last = t
-                if piece.finish_reason is not None:
-                    reason = piece.finish_reason
-                    break
-        finally:
-            ctx.output_tokens, ctx.last = n, last
-            ctx.itl_max = mx if n > 1 and last is not None and last != ctx.first else None
-            await gen.aclose()  # type: ignore[attr-defined]
+
+        async def emit(text: str) -> None:
+            texts.append(text)
+
+        reason = await self._generate(gen, send, emit)
+        n = ctx.output_tokens
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
         body = self.encoder.body("".join(texts), ctx.finish_reason, ctx.prompt_tokens, n, timings)
