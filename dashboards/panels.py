@@ -56,6 +56,29 @@ def _targets(queries: list[tuple[str, str]], fmt: str = "time_series") -> list[d
     return [target(expr, legend, refs[i], fmt=fmt) for i, (expr, legend) in enumerate(queries)]
 
 
+def _panel(
+    kind: str,
+    title: str,
+    description: str,
+    defaults: dict[str, Any],
+    options: dict[str, Any],
+    targets: list[dict[str, Any]],
+    width: int,
+    height: int,
+) -> Panel:
+    """The envelope every data panel shares; ``defaults`` and ``options`` are the kind's own."""
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": dict(DATASOURCE),
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options,
+        "targets": targets,
+        "gridPos": {"w": width, "h": height},
+    }
+
+
 def timeseries(
     title: str,
     queries: list[tuple[str, str]],
@@ -67,32 +90,22 @@ def timeseries(
     stack: bool = False,
 ) -> Panel:
     """A time-series panel; ``queries`` are (PromQL, legend) pairs."""
-    return {
-        "type": "timeseries",
-        "title": title,
-        "description": description,
-        "datasource": dict(DATASOURCE),
-        "fieldConfig": {
-            "defaults": {
-                "unit": unit,
-                "custom": {
-                    "drawStyle": "line",
-                    "lineWidth": 1,
-                    "fillOpacity": 10 if stack else 0,
-                    "showPoints": "never",
-                    "spanNulls": False,
-                    "stacking": {"mode": "normal" if stack else "none", "group": "A"},
-                },
-            },
-            "overrides": [],
-        },
-        "options": {
-            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull"]},
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
-        "targets": _targets(queries),
-        "gridPos": {"w": width, "h": height},
+    custom = {
+        "drawStyle": "line",
+        "lineWidth": 1,
+        "fillOpacity": 10 if stack else 0,
+        "showPoints": "never",
+        "spanNulls": False,
+        "stacking": {"mode": "normal" if stack else "none", "group": "A"},
     }
+    options = {
+        "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull"]},
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    }
+    defaults = {"unit": unit, "custom": custom}
+    return _panel(
+        "timeseries", title, description, defaults, options, _targets(queries), width, height
+    )
 
 
 def stat(
@@ -108,52 +121,37 @@ def stat(
     """A single-value stat panel showing the last value; ``steps`` are (from, colour)."""
     thresholds: list[dict[str, Any]] = [{"color": "green", "value": None}]
     thresholds += [{"color": color, "value": value} for value, color in steps]
-    return {
-        "type": "stat",
-        "title": title,
-        "description": description,
-        "datasource": dict(DATASOURCE),
-        "fieldConfig": {
-            "defaults": {
-                "unit": unit,
-                "decimals": 2,
-                "color": {"mode": "thresholds"},
-                "thresholds": {"mode": "absolute", "steps": thresholds},
-            },
-            "overrides": [],
-        },
-        "options": {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
-        },
-        "targets": _targets([(expr, title)]),
-        "gridPos": {"w": width, "h": height},
+    defaults = {
+        "unit": unit,
+        "decimals": 2,
+        "color": {"mode": "thresholds"},
+        "thresholds": {"mode": "absolute", "steps": thresholds},
     }
+    options = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "value",
+        "graphMode": "area",
+        "textMode": "auto",
+    }
+    return _panel(
+        "stat", title, description, defaults, options, _targets([(expr, title)]), width, height
+    )
 
 
 def heatmap(
     title: str, expr: str, *, description: str = "", width: int = 24, height: int = 8
 ) -> Panel:
     """A heatmap of a Prometheus histogram's per-interval bucket increases."""
-    return {
-        "type": "heatmap",
-        "title": title,
-        "description": description,
-        "datasource": dict(DATASOURCE),
-        "fieldConfig": {"defaults": {}, "overrides": []},
-        "options": {
-            "calculate": False,
-            "cellGap": 1,
-            "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
-            "yAxis": {"unit": "s"},
-            "rowsFrame": {"layout": "auto"},
-            "tooltip": {"mode": "single", "yHistogram": True},
-        },
-        "targets": _targets([(expr, "{{le}}")], fmt="heatmap"),
-        "gridPos": {"w": width, "h": height},
+    options = {
+        "calculate": False,
+        "cellGap": 1,
+        "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
+        "yAxis": {"unit": "s"},
+        "rowsFrame": {"layout": "auto"},
+        "tooltip": {"mode": "single", "yHistogram": True},
     }
+    targets = _targets([(expr, "{{le}}")], fmt="heatmap")
+    return _panel("heatmap", title, description, {}, options, targets, width, height)
 
 
 def row(title: str) -> Panel:
