@@ -14,7 +14,13 @@ from typing import Any
 import torch
 from transformers import GenerationConfig
 
-from target_server.engine import EngineInputError, GenerationRequest, PreparedRequest, TokenPiece
+from target_server.engine import (
+    EngineFault,
+    EngineInputError,
+    GenerationRequest,
+    PreparedRequest,
+    TokenPiece,
+)
 from target_server.model import embedded, genconfig
 from target_server.model.loader import LoadedModel, load
 from target_server.model.sampling import Sampler, penalty_processors, seed_for
@@ -200,6 +206,14 @@ class ModelEngine:
             "gpu_memory_allocated_bytes": float(torch.cuda.memory_allocated(dev)),
             "gpu_memory_reserved_bytes": float(torch.cuda.memory_reserved(dev)),
         }
+
+
+async def next_piece(pieces: asyncio.Queue[Any]) -> TokenPiece:
+    """The next piece a generation thread sent; an exception it sent as an ``EngineFault``."""
+    item = await pieces.get()
+    if isinstance(item, BaseException):
+        raise EngineFault(f"generation failed: {item}") from item
+    return item
 
 
 def _guess_name(model: str | None) -> str:

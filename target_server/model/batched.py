@@ -31,7 +31,7 @@ from transformers.generation.logits_process import LogitsProcessorList
 
 from target_server.engine import EngineFault, EngineInputError, PreparedRequest, TokenPiece
 from target_server.model import genconfig
-from target_server.model.base import ModelEngine, PieceMaker, Plan
+from target_server.model.base import ModelEngine, PieceMaker, Plan, next_piece
 from target_server.model.kvbatch import PaddedBatch, Prefill
 from target_server.model.sampling import Sampler, choose_rows, penalty_processors
 
@@ -114,11 +114,9 @@ class BatchedEngine(ModelEngine):
         self._inbox.put(row)
         try:
             while True:
-                item = await row.out.get()
-                if isinstance(item, BaseException):
-                    raise EngineFault(f"generation failed: {item}") from item
-                yield item
-                if item.finish_reason is not None:
+                piece = await next_piece(row.out)
+                yield piece
+                if piece.finish_reason is not None:
                     break
         finally:
             row.cancelled = True

@@ -24,8 +24,8 @@ from transformers.generation.logits_process import LogitsProcessorList
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from target_server.engine import EngineFault, PreparedRequest, TokenPiece
-from target_server.model.base import ModelEngine, PieceMaker, Plan
+from target_server.engine import PreparedRequest, TokenPiece
+from target_server.model.base import ModelEngine, PieceMaker, Plan, next_piece
 from target_server.model.sampling import OpenAIPenalties, Sampler, SamplingProcessor
 
 
@@ -114,11 +114,9 @@ class ThreadedEngine(ModelEngine):
         thread.start()
         try:
             while True:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise EngineFault(f"generation failed: {item}") from item
-                yield item
-                if item.finish_reason is not None:
+                piece = await next_piece(queue)
+                yield piece
+                if piece.finish_reason is not None:
                     break
         finally:
             cancel.set()
