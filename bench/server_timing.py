@@ -20,8 +20,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
-import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.mdsection import machine, write_section
+from target_server.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = (1, 20, 200, 1000)
@@ -173,29 +172,13 @@ def timer_floor(loop: str, itl_ms: float, seconds: float) -> list[float]:
 
 
 def _start_server(args: argparse.Namespace, loop: str) -> tuple[subprocess.Popen[str], str]:
-    cmd = [
-        sys.executable, "-m", "target_server", "--port", "0", "--log-level", "warning",
-        "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms), "--loop", loop,
-    ]  # fmt: skip
     pin = (lambda: os.sched_setaffinity(0, {0})) if args.pin else None
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-        preexec_fn=pin,
+    server = launch(
+        ["--log-level", "warning", "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
+         "--loop", loop],
+        cwd=ROOT, preexec_fn=pin, ready_timeout=30,
     )  # fmt: skip
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if "listening on " in line:
-            url = line.split("listening on ", 1)[1].split()[0]
-            break
-    else:
-        raise RuntimeError(f"server exited rc={proc.wait()}")
-    threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
-    for _ in range(500):
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(url + "/health").status_code == 200:
-                return proc, url
-        time.sleep(0.02)
-    raise RuntimeError("server never became healthy")
+    return server.proc, server.url
 
 
 def runqueue_wait_s(pid: int) -> float:

@@ -20,25 +20,19 @@ import atexit
 import contextlib
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
-from collections import deque
-from dataclasses import dataclass, field
-
-import gevent
-import httpx
+from dataclasses import dataclass
 
 from loadtests.plan import RunOptions
+from target_server.launch import LaunchFailed, ServerProcess, launch
 
 DEFAULT_ENGINE = "transformers"
 FALLBACK_ENGINE = "synthetic"
 ENGINE_ARGS = {"transformers": ["--batching", "continuous"]}
 #: the embedded model is built on first use: allow minutes before /health answers
 READY_TIMEOUT_S = 900.0
-_LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 #: bundled servers still running, killed at exit whatever the path out
@@ -72,75 +66,41 @@ class ServerFailed(RuntimeError):
 
 @dataclass
 class BundledServer:
-    """A running ``python -m target_server`` subprocess."""
+    """A running ``python -m target_server`` subprocess, killed at exit whatever happens."""
 
     engine: str
-    proc: subprocess.Popen[str]
-    url: str = ""
-    log: deque[str] = field(default_factory=lambda: deque(maxlen=50))
+    process: ServerProcess
+
+    @property
+    def url(self) -> str:
+        return self.process.url
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds."""
         try:
-            if self.proc.poll() is None:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
+            self.process.stop(timeout)
         finally:
-            _LIVE.discard(self.proc)
+            _LIVE.discard(self.process.proc)
 
 
 def start_server(
     engine: str, extra: list[str], ready_timeout: float = READY_TIMEOUT_S
 ) -> BundledServer:
     """Start the bundled server on 127.0.0.1:0 and wait until ``/health`` is 200."""
-    cmd = [sys.executable, "-m", "target_server", "--host", "127.0.0.1", "--port", "0"]
-    cmd += ["--engine", engine, *ENGINE_ARGS.get(engine, []), *extra]
     parent = os.getpid()
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=(lambda: _die_with_parent(parent)) if sys.platform == "linux" else None,
-    )
-    _LIVE.add(proc)
-    server = BundledServer(engine, proc)
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            server.log.append(line.rstrip())
-            m = _LISTENING.search(line)
-            if m and not server.url:
-                server.url = m.group(1)
-
-    gevent.spawn(drain)
-    deadline = time.monotonic() + ready_timeout
     try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                break
-            if server.url and _healthy(server.url):
-                return server
-            gevent.sleep(0.2)
-    except BaseException:  # Ctrl-C while the model loads (before the run's signal handlers)
-        server.stop(timeout=2.0)
-        raise
-    server.stop()
-    tail = "\n".join(list(server.log)[-3:])
-    raise ServerFailed(f"bundled server (engine {engine}) did not become healthy:\n{tail}")
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+        process = launch(
+            ["--engine", engine, *ENGINE_ARGS.get(engine, []), *extra],
+            ready_timeout=ready_timeout,
+            new_session=True,
+            preexec_fn=(lambda: _die_with_parent(parent)) if sys.platform == "linux" else None,
+            on_start=_LIVE.add,
+        )
+    except LaunchFailed as exc:
+        raise ServerFailed(
+            f"bundled server (engine {engine}) did not become healthy: {exc}"
+        ) from None
+    return BundledServer(engine, process)
 
 
 def loadtest(

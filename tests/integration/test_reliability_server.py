@@ -33,19 +33,6 @@ from tests.fixtures.server_abuse import (
 )
 
 
-def total_requests(server: Any) -> int:
-    """Every request the server has counted, whatever its status."""
-    return int(
-        sum(
-            s.value
-            for m in server.state.metrics.registry.collect()
-            if m.name == "llmserve_requests"
-            for s in m.samples
-            if s.name == "llmserve_requests_total"
-        )
-    )
-
-
 def test_random_bodies_get_an_answer_never_a_5xx(start_server: Callable[..., Any]) -> None:
     server = start_server(ttft_ms=0, itl_ms=0)
     sent: list[int] = []
@@ -69,7 +56,7 @@ def test_random_bodies_get_an_answer_never_a_5xx(start_server: Callable[..., Any
     assert len(sent) >= 350
     assert {400, 200} <= set(sent), sorted(set(sent))
     # each of them was counted once, and none is still holding a slot or generating
-    assert total_requests(server) == len(sent)
+    assert server.total_requests() == len(sent)
     assert server.state.admission.running == 0 and server.engine.running() == 0
 
 
