@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         monkey.patch_all()  # locust's world: prometheus_client's locks become gevent's
         print(json.dumps(_exporter_alone()), flush=True)
         return 0
-    from bench.mdsection import machine, write_section
+    from bench.mdsection import load_note, machine, write_section
 
     sys.path.insert(0, str(ROOT))
     from tests.fixtures.server_proc import start_server_process
@@ -236,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "## Exporter overhead on the load generator",
         "",
-        f"`python -m bench exporter` on {machine()}; 1-minute load average before the run "
-        f"{load:.1f} (the machine is shared: measured under that load).",
+        f"`python -m bench exporter` on {machine()}; {load_note(load)}.",
         f"Two gevent client processes at once, both pinned to CPU 0 (one with the exporter "
         f"off, one on), each run {STREAMS} streams with the harness's request path (httpx + "
         f"timing core) against the bundled synthetic server pinned to CPU 1 (TTFT {TTFT_MS} ms, "

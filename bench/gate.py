@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.mdsection import machine, write_section
+from bench.mdsection import load_note, machine, write_section
 from reports.baseline import make_baseline
 from reports.ci import LOAD_ARGS, SERVER_ARGS, run_load, synthetic_server
 from reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
@@ -158,10 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = collect(args.base_runs, args.regressed_runs, Path(tmp))
         cfg = GateConfig()
         rows = score(runs, cfg) + score(runs, GateConfig(max_regression=0.05))
-    load = (
-        f"Load average {load1:.1f} at start, {os.getloadavg()[0]:.1f} at the end, on "
-        f"{os.cpu_count()} cores (other work was running: figures measured under load)."
-    )
+    load = f"{load_note(load1)}; {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores."
     text = render(rows, runs, cfg, time.monotonic() - t0, load)
     print(text)
     if not args.no_write:

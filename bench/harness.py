@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         print(json.dumps(_child(argv[1], argv[2], int(argv[3]), int(argv[4]))))
         return 0
-    from bench.mdsection import machine, write_section
+    from bench.mdsection import load_note, machine, write_section
 
     if (os.cpu_count() or 1) < 2:
         print("bench harness needs 2 CPUs (client and server pinned apart)", file=sys.stderr)
@@ -238,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "## Harness accuracy and capacity per HTTP client",
         "",
-        f"`python -m bench harness` on {machine()}. 1-minute load average when it started: "
-        f"{load:.1f} — the machine is shared by other jobs, so these were measured under load.",
+        f"`python -m bench harness` on {machine()}; {load_note(load)}.",
         f"Client: one process pinned to CPU 0 (gevent); server pinned to CPU 1. Each stream sends "
         f"back-to-back requests of {TOKENS} tokens (server TTFT {TTFT_MS} ms); {WINDOW_S:g} s "
         f"measured after {WARM_S:g} s of warm-up, stream starts spread over one request's "

@@ -47,3 +47,13 @@ def write_section(name: str, body: str, path: Path = BENCHMARKS) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text, encoding="utf-8")
+
+
+def load_note(load1: float) -> str:
+    """Say whether other work shared the machine, from the 1-minute load average at start."""
+    if load1 > 1.0:
+        return (
+            f"1-minute load average {load1:.1f} at start: other jobs were running "
+            "(measured under load)"
+        )
+    return f"1-minute load average {load1:.1f} at start: the machine was otherwise idle"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from bench.mdsection import machine, write_section
+from bench.mdsection import load_note, machine, write_section
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [
@@ -262,8 +262,7 @@ def render(
         return "met" if ok else "**not met**"
 
     lines = [
-        f"`python -m bench model` — {machine()}; load average {load_before:.1f} before the run "
-        f"(the machine is shared: figures measured under load), {took:.0f} s.",
+        f"`python -m bench model` — {machine()}; {load_note(load_before)}; {took:.0f} s.",
         "",
         f"Model: {described}.",
         "",
