@@ -71,7 +71,7 @@ def start_server(engine: str, extra: list[str]) -> InProcessServer:
     """Build the engine and app from server flags, serve on 127.0.0.1:0, wait for /health."""
     import uvicorn
 
-    from target_server.__main__ import bind, url_of
+    from target_server.__main__ import bind, url_of, uvicorn_config
     from target_server.app import build_app
     from target_server.engine import build_engine
     from target_server.settings import parse_settings
@@ -82,7 +82,7 @@ def start_server(engine: str, extra: list[str]) -> InProcessServer:
     engine_obj = build_engine(settings)
     app = build_app(engine_obj, settings)
     sock = bind(settings.host, settings.port)
-    config = uvicorn.Config(app, log_config=None, access_log=False, timeout_keep_alive=30)
+    config = uvicorn_config(app, settings)
     server = uvicorn.Server(config)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(

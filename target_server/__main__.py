@@ -17,6 +17,7 @@ import logging
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import uvicorn
 
@@ -45,6 +46,20 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
+    """How the bundled server runs under uvicorn (its write deadline and JSON 400s included)."""
+    options: dict[str, Any] = {
+        "loop": settings.loop,
+        "http": http_protocol(settings.send_timeout),
+        "log_config": None,
+        "access_log": False,
+        "timeout_keep_alive": 30,
+        "timeout_graceful_shutdown": 5,
+        "backlog": 2048,
+    }
+    return uvicorn.Config(app, **{**options, **overrides})
+
+
 async def serve(settings: Settings) -> int:
     """Run until interrupted; 1 if the engine failed to build or start, or the port is taken."""
     try:
@@ -55,16 +70,7 @@ async def serve(settings: Settings) -> int:
         log.debug("startup failed", exc_info=True)
         print(f"target_server: error: {exc}", file=sys.stderr, flush=True)
         return 1
-    config = uvicorn.Config(
-        app,
-        loop=settings.loop,
-        http=http_protocol(settings.send_timeout),
-        log_config=None,
-        access_log=False,
-        timeout_keep_alive=30,
-        timeout_graceful_shutdown=5,
-        backlog=2048,
-    )
+    config = uvicorn_config(app, settings)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
