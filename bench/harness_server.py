@@ -75,7 +75,7 @@ async def _main(ttft: float, itl: float) -> None:
             while await _serve_one(reader, writer, ttft, itl):
                 pass
         except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+            return
         finally:
             writer.close()
 

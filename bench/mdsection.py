@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -17,13 +18,11 @@ BENCHMARKS = ROOT / "BENCHMARKS.md"
 def machine() -> str:
     """One line naming the machine the figures came from."""
     cpu = platform.processor() or platform.machine()
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    except OSError:
-        pass
     mem = psutil.virtual_memory().total / 2**30
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return (

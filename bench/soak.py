@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import subprocess
@@ -92,11 +93,9 @@ def start_server(engine: str, extra: list[str]) -> InProcessServer:
     handle = InProcessServer(url_of(sock), app, loop, server, thread)
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             if httpx.get(handle.url + "/health", timeout=5).status_code == 200:
                 return handle
-        except httpx.HTTPError:
-            pass
         if app.state.server.start_error:
             raise RuntimeError(f"engine failed: {app.state.server.start_error}")
         time.sleep(0.5)

@@ -8,6 +8,7 @@ and an optional ``[shape]`` table (``kind = "steps"``, ``start = 5``, ...).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
@@ -31,10 +32,8 @@ def parse_duration(value: str | float | int) -> float:
             raise ValueError(f"negative duration {value!r}")
         return float(value)
     text = value.strip().lower()
-    try:
+    with contextlib.suppress(ValueError):
         return parse_duration(float(text))
-    except ValueError:
-        pass
     parts = re.findall(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)", text)
     if not parts or re.sub(r"\s+", "", text) != "".join(n + u for n, u in parts):
         raise ValueError(f"bad duration {value!r} (use e.g. 500ms, 3s, 5m, 1h)")

@@ -19,6 +19,7 @@ processors (``sampling``); beam search still needs ``--batching none``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -155,9 +156,10 @@ class BatchedEngine(ModelEngine):
         self._rows, self._prefills = [], []
 
     def _drain(self, block: bool = False) -> list[_Row]:
+        """New requests from the inbox, as many as the batch has room for (``block``: wait 0.1s)."""
         rows: list[_Row] = []
         free = self.max_batch - len(self._rows) - sum(len(g) for g, _ in self._prefills)
-        try:
+        with contextlib.suppress(queue.Empty):
             if block:
                 item = self._inbox.get(timeout=0.1)
                 if item is not None:
@@ -166,8 +168,6 @@ class BatchedEngine(ModelEngine):
                 item = self._inbox.get_nowait()
                 if item is not None:
                     rows.append(item)
-        except queue.Empty:
-            pass
         return rows
 
     def _turn(self, batch: PaddedBatch) -> None:

@@ -7,6 +7,7 @@ server; the test then compares what Prometheus holds with ``requests.jsonl``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -57,12 +58,10 @@ class Run:
 
     def _poll_metrics(self) -> None:
         while self.proc.poll() is None:
-            try:
+            with contextlib.suppress(httpx.TransportError):
                 text = httpx.get(self.url, timeout=2).text
                 if "llmload_time_to_first_token_seconds_count{" in text:
                     self.last_metrics = text
-            except httpx.TransportError:
-                pass
             time.sleep(0.5)
 
     def wait(self, timeout_s: float = 90) -> list[RequestRecord]:

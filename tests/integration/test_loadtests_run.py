@@ -5,6 +5,7 @@ Timing bounds are generous: the machine is small and shared.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -231,11 +232,9 @@ def test_steps_shape_and_the_web_ui(start_server_proc, tmp_path: Path) -> None:
     names: set[str] = set()
     deadline = time.monotonic() + 30
     while proc.poll() is None and time.monotonic() < deadline and len(names) < 2:
-        try:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
             stats = httpx.get(f"http://127.0.0.1:{port}/stats/requests", timeout=2).json()
             names = {e["name"].split()[-1] for e in stats["stats"] if e["name"] != "Aggregated"}
-        except (httpx.HTTPError, ValueError):
-            pass
         time.sleep(0.3)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
