@@ -9,7 +9,7 @@ command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v promtool   >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-pushgateway >/dev/null 2>&1 || need+=(prometheus-pushgateway)
 command -v nginx      >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-command -v chromium   >/dev/null 2>&1 || need+=(chromium)
+command -v chromium   >/dev/null 2>&1 || need+=(chromium fonts-liberation)  # fonts: a recommends we skip
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "system-deps: missing ${need[*]} and no apt-get here; install them by hand" >&2
