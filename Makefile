@@ -15,6 +15,8 @@ USERS ?= 20
 SPAWN_RATE ?= 20
 PACING ?= 3s
 DURATION ?= 60s
+# warm-up phase before the measured phases (kept in requests.jsonl, left out of the statistics)
+WARMUP ?= 15s
 MODES ?= sync,stream
 SCENARIO ?= mix
 METRICS_PORT ?= 9646
@@ -45,7 +47,7 @@ serve: install ## run the bundled target server (ARGS="--engine synthetic ...")
 
 loadtest: install ## sync-vs-stream run; TARGET unset = start the bundled server
 	$(PY) -m loadtests loadtest --target "$(TARGET)" --model "$(MODEL)" --engine "$(ENGINE)" \
-	  --users $(USERS) --spawn-rate $(SPAWN_RATE) --pacing $(PACING) --duration $(DURATION) \
+	  --users $(USERS) --spawn-rate $(SPAWN_RATE) --pacing $(PACING) --duration $(DURATION) --warmup $(WARMUP) \
 	  --modes $(MODES) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
 
 test: install system-deps ## the full test suite (unit + integration)
