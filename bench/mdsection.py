@@ -11,6 +11,8 @@ from pathlib import Path
 
 import psutil
 
+from bench import calibration
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 
@@ -35,10 +37,15 @@ def write_section(name: str, body: str, path: Path = BENCHMARKS) -> None:
     """Replace the text between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``.
 
     The section is appended when missing.  ``body`` should name the command that
-    produced it and the machine (``machine()``).
+    produced it and the machine (``machine()``); a machine-speed calibration line
+    (``bench.calibration``) is appended unless the body carries one already, so
+    every section can be compared with figures from another machine.
     """
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
-    block = f"{start}\n{body.strip()}\n{end}"
+    body = body.strip()
+    if "calibration:" not in body:
+        body += f"\n\n{calibration.current().line()}."
+    block = f"{start}\n{body}\n{end}"
     text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if pattern.search(text):
