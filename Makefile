@@ -29,14 +29,14 @@ PORT ?= 8000
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-install: $(STAMP) ## create .venv and install everything (idempotent)
+install: $(STAMP) ## create .venv with everything: core + server (torch) + ui (gradio) + dev tools (idempotent)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first and pinned: a looser spec pulls a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,ui]'
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 system-deps: ## install prometheus, nginx-light, chromium via apt-get when missing
@@ -50,7 +50,7 @@ loadtest: install ## sync-vs-stream run; TARGET unset = start the bundled server
 	  --users $(USERS) --spawn-rate $(SPAWN_RATE) --pacing $(PACING) --duration $(DURATION) --warmup $(WARMUP) \
 	  --modes $(MODES) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
 
-test: install system-deps ## the full test suite (unit + integration)
+test: install system-deps lint ## lint, then the full test suite (unit + integration)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration $(ARGS)
 
 test-unit: install ## unit tests only (no sockets)
