@@ -42,7 +42,8 @@ def _child(mode: str, url: str) -> dict[str, Any]:
     client = gevent_client(url, TOKENS)  # patches gevent: the imports below come after it
     import gevent
 
-    from exporter import HealthSampler, LiveMetrics
+    from exporter import LiveMetrics
+    from loadtests.health import HealthSampler
     from loadtests.http import clock, perform
     from loadtests.sinks import NullSink
     from loadtests.timing import RecordMeta, StreamTimer

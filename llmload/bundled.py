@@ -1,4 +1,4 @@
-"""``python -m loadtests loadtest``: ``run``, starting the bundled server when no target is given.
+"""The bundled server for ``loadtest`` when no target is given (``llmload.run.loadtest`` uses it).
 
 With ``--target`` empty, the bundled server starts as a subprocess
 (``python -m target_server --port 0``) with the best engine available: the
@@ -25,7 +25,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from loadtests.plan import RunOptions
 from target_server.launch import LaunchFailed, ServerProcess, launch
 
 DEFAULT_ENGINE = "transformers"
@@ -101,32 +100,3 @@ def start_server(
             f"bundled server (engine {engine}) did not become healthy: {exc}"
         ) from None
     return BundledServer(engine, process)
-
-
-def loadtest(
-    opts: RunOptions, argv: list[str], engine: str = "", server_args: list[str] | None = None
-) -> int:
-    """Run against ``opts.target``, or against a bundled server started for the run."""
-    from loadtests.runner import EXIT_USAGE, run
-
-    if opts.target:
-        return run(opts, argv)
-    extra = list(server_args or [])
-    candidates = [engine] if engine else [DEFAULT_ENGINE, FALLBACK_ENGINE]
-    server: BundledServer | None = None
-    for name in candidates:
-        print(f"starting the bundled server (engine {name}) ...", file=sys.stderr, flush=True)
-        try:
-            server = start_server(name, extra)
-            break
-        except ServerFailed as exc:
-            print(f"warning: {exc}", file=sys.stderr, flush=True)
-    if server is None:
-        print("error: the bundled server could not start", file=sys.stderr)
-        return EXIT_USAGE
-    print(f"bundled server: {server.url} (engine {server.engine})", file=sys.stderr, flush=True)
-    opts.target = server.url
-    try:
-        return run(opts, argv, extra_info={"bundled_server": {"engine": server.engine}})
-    finally:
-        server.stop()

@@ -1,4 +1,7 @@
-"""``python -m loadtests``: gevent-patch first (locust's world), then the CLI."""
+"""``python -m loadtests``: gevent-patch first (locust's world), then the CLI.
+
+A thin entry point: the command runs through the composition point ``llmload.run``.
+"""
 
 import sys
 
@@ -6,7 +9,7 @@ from gevent import monkey
 
 monkey.patch_all()
 
-from loadtests.cli import main  # noqa: E402  (after patching, as locust requires)
+from llmload.run import main  # noqa: E402  (after patching, as locust requires)
 
 if __name__ == "__main__":
     sys.exit(main())

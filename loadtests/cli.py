@@ -1,4 +1,4 @@
-"""``python -m loadtests {run,loadtest,worker}``: the command line.
+"""``python -m loadtests {run,loadtest,worker}``: the command line (``llmload.run`` runs it).
 
 Every ``run`` option may also come from a TOML plan (``--plan FILE``); flags
 given here override it (see ``loadtests.plan``).  ``loadtest`` is ``run`` plus
@@ -11,8 +11,9 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from loadtests.plan import ARRIVALS, build_options, load_plan
+from loadtests.plan import ARRIVALS, RunOptions, build_options, load_plan
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -97,8 +98,24 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+@dataclass(frozen=True)
+class Invocation:
+    """A parsed command line: the subcommand and what it runs with."""
+
+    command: str  # "run" | "loadtest" | "worker"
+    argv: list[str]  # the full command, for run.json (redacted there)
+    options: RunOptions | None = None  # run / loadtest
+    engine: str = ""  # loadtest: bundled server engine
+    server_args: list[str] = field(default_factory=list)
+    master_host: str = "127.0.0.1"  # worker
+    master_port: int = 5557
+
+
+def parse(argv: Sequence[str] | None = None) -> Invocation:
+    """Parse (plan file included) and set up logging; ``ValueError``/``OSError`` on bad input.
+
+    ``llmload.run.main`` dispatches the result; this module only reads the command line.
+    """
     args_list = list(sys.argv[1:] if argv is None else argv)
     ns = parser().parse_args(args_list)
     given = vars(ns)
@@ -109,27 +126,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     command = given.pop("command")
     if command == "worker":
-        from loadtests.distributed import worker_main
-
-        return worker_main(given["master_host"], given["master_port"])
+        host, port = given["master_host"], given["master_port"]
+        return Invocation("worker", argv_full, master_host=host, master_port=port)
     engine = given.pop("engine", "")
     server_args = given.pop("server_arg", [])
-    try:
-        plan = load_plan(given.pop("plan")) if given.get("plan") else {}
-        given.pop("plan", None)
-        opts = build_options(plan, given)
-    except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    plan = load_plan(given.pop("plan")) if given.get("plan") else {}
+    given.pop("plan", None)
+    opts = build_options(plan, given)
     if opts.worker:
-        from loadtests.distributed import worker_main
-
-        return worker_main(opts.master_host, opts.master_port)
+        host, port = opts.master_host, opts.master_port
+        return Invocation("worker", argv_full, master_host=host, master_port=port)
+    return Invocation(command, argv_full, opts, engine or "", list(server_args))
     argv_full = ["python", "-m", "loadtests", *args_list]
-    if command == "loadtest":
-        from loadtests.bundled import loadtest
-
-        return loadtest(opts, argv_full, engine=engine or "", server_args=server_args)
-    from loadtests.runner import run
-
-    return run(opts, argv_full)

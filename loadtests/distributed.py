@@ -25,12 +25,16 @@ from dataclasses import asdict
 from typing import Any
 
 import gevent
+from locust.env import Environment
+from locust.runners import STATE_MISSING
 
+from loadtests.context import UsageError, build_context, connect_target
+from loadtests.health import HealthSampler
 from loadtests.hub import RecordHub
 from loadtests.plan import RunOptions
 from loadtests.record import RequestRecord
 from loadtests.sinks import HarnessHealth, NullSink
-from loadtests.users import LoadContext, Phase
+from loadtests.users import LLMUser, LoadContext, Phase
 
 log = logging.getLogger(__name__)
 FLUSH_S = 0.25
@@ -83,8 +87,6 @@ class MasterDriver:
     def __init__(
         self, environment: Any, opts: RunOptions, hub: RecordHub, model: str, session: Any
     ) -> None:
-        from loadtests.runner import UsageError
-
         self.env = environment
         self.opts = opts
         self.hub = hub
@@ -188,8 +190,6 @@ class MasterDriver:
         A worker's ack precedes its ``client_stopped``, so one that locust has
         already dropped from its clients after stopping has acknowledged.
         """
-        from locust.runners import STATE_MISSING
-
         clients = self.runner.clients
         return all(
             name in acks
@@ -227,7 +227,7 @@ class WorkerState:
         self.runner = runner
         self.ctx: LoadContext | None = None
         self.forwarder: Forwarder | None = None
-        self.sampler: Any = None
+        self.sampler: HealthSampler | None = None
         self.name = "worker"
         runner.register_message("llmload_setup", self._on_setup)
         runner.register_message("llmload_phase", self._on_phase)
@@ -235,8 +235,6 @@ class WorkerState:
         environment.events.test_stop.add_listener(self._on_test_stop)
 
     def _on_setup(self, environment: Any, msg: Any) -> None:
-        from loadtests.runner import UsageError, build_context, connect_target
-
         data = msg.data
         self.name = f"worker-{data['shard']}"
         try:
@@ -255,10 +253,6 @@ class WorkerState:
         self.runner.send_message("llmload_ready", {"worker": self.name})
 
     def _start_health(self) -> None:
-        try:
-            from exporter import HealthSampler
-        except ImportError:
-            return
         ctx, fwd = self.ctx, self.forwarder
         assert ctx is not None and fwd is not None
         self.sampler = HealthSampler(fwd.health, inflight=lambda: ctx.inflight)
@@ -287,10 +281,6 @@ class WorkerState:
 
 def worker_main(master_host: str, master_port: int) -> int:
     """``python -m loadtests worker``: serve a master until it quits."""
-    from locust.env import Environment
-
-    from loadtests.users import LLMUser
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the master handles Ctrl-C for the run
     env = Environment(user_classes=[LLMUser])
     runner = env.create_worker_runner(master_host, master_port)

@@ -18,19 +18,23 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
 import sys
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from loadtests.http import Target, TargetUnreachable
+from locust.env import Environment
+
+from loadtests.context import UsageError, build_context, connect_target
+from loadtests.distributed import MasterDriver
+from loadtests.health import HealthSampler
 from loadtests.hub import RecordHub
 from loadtests.plan import RunOptions, redact_argv, redact_url
 from loadtests.session import EXIT_INTERRUPTED, Driver, Session, plan_phases
 from loadtests.sinks import RecordSink
 from loadtests.status import StatusLine
-from loadtests.users import LoadContext, Phase
+from loadtests.users import LLMUser, LoadContext, Phase
 from loadtests.writer import RunWriter
 
 log = logging.getLogger("loadtests")
@@ -39,89 +43,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DRAIN_SLACK_S = 5.0
 
 
-class UsageError(Exception):
-    """A problem with the options or the target: one line to the user, exit code 2."""
-
-
 def default_out(label: str) -> Path:
     """``runs/<UTC>-<label>/``."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return Path("runs") / f"{stamp}-{label or 'run'}"
-
-
-def connect_target(opts: RunOptions) -> Target:
-    """The target, its reachability checked (and this process's client warmed up)."""
-    if not opts.target:
-        raise UsageError("--target URL is required (`loadtest` starts the bundled server)")
-    try:
-        target = Target.from_options(opts)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        target.probe(timeout=5.0)
-    except TargetUnreachable as exc:
-        raise UsageError(str(exc)) from None
-    return target
-
-
-def build_context(
-    opts: RunOptions,
-    target: Target,
-    model: str,
-    sink: RecordSink,
-    worker: str = "local",
-    shard: int = 0,
-    shards: int = 1,
-) -> LoadContext:
-    """What this process's users need: workload, tokenizer, target, sink."""
-    from loadtests.scenarios import load_workload
-
-    tokenizer = None
-    try:
-        workload = load_workload(
-            scenario=opts.scenario,
-            dataset=Path(opts.dataset) if opts.dataset else None,
-            max_tokens=opts.max_tokens,
-            seed=opts.seed,
-            turns=opts.turns,
-        )
-        if opts.tokenizer:
-            from loadtests import tokencount
-
-            tokenizer = tokencount.load(opts.tokenizer)
-    except (ValueError, OSError) as exc:
-        raise UsageError(str(exc)) from None
-    return LoadContext(
-        options=opts,
-        target=target,
-        workload=workload,
-        sink=sink,
-        model=model,
-        worker=worker,
-        shard=shard,
-        shards=shards,
-        tokenizer=tokenizer,
-    )
-
-
-def build_sinks(opts: RunOptions, hub: RecordHub, label: str) -> None:
-    """Attach the exporter and Grafana sinks the options ask for (exporter started)."""
-    if opts.metrics_port is not None or opts.pushgateway:
-        from exporter import LiveMetrics
-
-        live = LiveMetrics(pushgateway=opts.pushgateway)
-        if opts.metrics_port is not None:
-            try:
-                port = live.start(opts.metrics_host, opts.metrics_port)
-                print(f"metrics: http://{opts.metrics_host}:{port}/metrics", file=sys.stderr)
-            except OSError as exc:
-                log.warning("exporter: cannot serve on port %s: %s", opts.metrics_port, exc)
-        hub.add(live)
-    if opts.grafana_url:
-        from dashboards.annotations import GrafanaAnnotations
-
-        token = os.environ.get("GRAFANA_TOKEN")
-        hub.add(GrafanaAnnotations(opts.grafana_url, token=token, run_label=label))
 
 
 def run_info(opts: RunOptions, argv: list[str], run_id: str, model: str, workload: Any) -> dict:
@@ -174,16 +99,12 @@ class LocalDriver:
         self.runner.quit()
 
 
-def _health(hub: RecordHub, ctx: LoadContext | None, source: str = "local") -> Any:
-    """Start this process's harness-health sampler feeding the hub (None if unavailable).
+def _health(hub: RecordHub, ctx: LoadContext | None, source: str = "local") -> HealthSampler:
+    """Start this process's harness-health sampler feeding the hub.
 
     A distributed master has no users (``ctx`` None) but does all the exporting,
     so it samples itself too, as ``source`` "master" beside its workers.
     """
-    try:
-        from exporter import HealthSampler
-    except ImportError:
-        return None
     sampler = HealthSampler(
         lambda snap: hub.on_health(source, snap),
         inflight=(lambda: ctx.inflight) if ctx is not None else (lambda: 0),
@@ -192,12 +113,26 @@ def _health(hub: RecordHub, ctx: LoadContext | None, source: str = "local") -> A
     return sampler
 
 
-def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = None) -> int:
-    """``python -m loadtests run``: the whole run; returns the exit code."""
-    from locust.env import Environment
+#: builds the sinks beyond the run's own writer and status line (exporter, annotations),
+#: given the options and the run label; ``llmload.run`` is the one place that supplies it
+SinkFactory = Callable[[RunOptions, str], Sequence[RecordSink]]
+#: builds the report of a finished run directory and returns its terminal text
+ReportFn = Callable[[Path, str | None], str]
 
-    from loadtests.users import LLMUser
 
+def run(
+    opts: RunOptions,
+    argv: list[str],
+    extra_info: dict[str, Any] | None = None,
+    *,
+    sinks: SinkFactory | None = None,
+    report: ReportFn | None = None,
+) -> int:
+    """The whole run; returns the exit code.
+
+    ``sinks`` and ``report`` come from the composition point (``llmload.run``):
+    this module knows the record contract, not who consumes it.
+    """
     distributed = opts.workers > 0 or opts.master
     hub = RecordHub()
     try:
@@ -216,7 +151,8 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
     status = StatusLine()
     hub.add(writer)
     hub.add(status)
-    build_sinks(opts, hub, label)
+    for sink in sinks(opts, label) if sinks is not None else ():
+        hub.add(sink)
     env = Environment(user_classes=[LLMUser], host=target.base_url)
     env.stop_timeout = opts.request_timeout + DRAIN_SLACK_S
     session = Session(opts, hub, status)
@@ -228,8 +164,6 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
     print(f"llmload: {target.base_url} model {model} -> {out_dir}", file=sys.stderr, flush=True)
     try:
         if distributed:
-            from loadtests.distributed import MasterDriver
-
             driver = MasterDriver(env, opts, hub, model, session)
             sampler = _health(hub, None, "master")
         else:
@@ -266,8 +200,8 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
         writer.set_status(outcome)
         hub.close()
     print(f"run directory: {out_dir} ({writer.records} records, {outcome})", flush=True)
-    if opts.report and writer.records:
-        finish_report(out_dir, opts.slo, status)
+    if report is not None and opts.report and writer.records:
+        finish_report(out_dir, opts.slo, status, report)
     else:
         print(status.summary(), flush=True)
     if outcome == "completed":
@@ -290,16 +224,10 @@ def save_locust_stats(environment: Any, out_dir: Path, phase: Phase) -> None:
         log.warning("could not write locust stats for phase %s: %s", phase.name, exc)
 
 
-def finish_report(out_dir: Path, slo: str | None, status: StatusLine) -> None:
-    """Build and print the report if ``reports`` is there; never fail the run over it."""
+def finish_report(out_dir: Path, slo: str | None, status: StatusLine, report: ReportFn) -> None:
+    """Build and print the report; never fail the run over it."""
     try:
-        import reports
-    except ImportError:
-        print(status.summary(), flush=True)
-        return
-    try:
-        summary = reports.build_run(out_dir, slo)
-        print(reports.render_terminal(summary), flush=True)
+        print(report(out_dir, slo), flush=True)
     except Exception as exc:  # the report is a bonus: the run's files are already written
         log.error("report for %s failed: %s: %s", out_dir, type(exc).__name__, exc)
         print(status.summary(), flush=True)

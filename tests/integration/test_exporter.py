@@ -145,7 +145,8 @@ GEVENT_CHILD = textwrap.dedent(
     from gevent import monkey; monkey.patch_all()
     import json, sys, time
     import gevent, httpx
-    from exporter import HealthSampler, LiveMetrics
+    from exporter import LiveMetrics
+    from loadtests.health import HealthSampler
     from loadtests.record import RequestRecord
 
     m = LiveMetrics(grace_s=20.0)

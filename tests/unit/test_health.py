@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from exporter import HealthSampler
+from loadtests.health import HealthSampler
 from loadtests.sinks import HarnessHealth
 
 

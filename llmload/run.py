@@ -1,0 +1,109 @@
+"""The one composition point: which sinks a run feeds, which report it builds, how it starts.
+
+Every other module imports only downward (``docs/development.md`` draws the
+layers); this is the one place that knows all of them:
+
+* ``sinks``     — beyond the run's own writer and status line: the client-side
+  exporter (``exporter.LiveMetrics``) and Grafana phase annotations
+  (``dashboards.annotations``), as the options ask;
+* ``report``    — ``reports.build_run`` + ``reports.render_terminal`` at the end;
+* ``run``       — ``loadtests.runner.run`` with those two;
+* ``loadtest``  — ``run``, starting the bundled server first when no target is given;
+* ``main``      — ``python -m loadtests {run,loadtest,worker}`` (and ``llmload`` for those).
+
+Importing it gevent-patches the process first (locust's world: the patch must
+come before ``ssl`` and sockets are imported), so import it only where load runs.
+"""
+
+from __future__ import annotations
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import logging  # noqa: E402  (everything below comes after the patch)
+import os  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import reports  # noqa: E402
+from dashboards.annotations import GrafanaAnnotations  # noqa: E402
+from exporter import LiveMetrics  # noqa: E402
+from llmload import bundled  # noqa: E402
+from loadtests import cli, runner  # noqa: E402
+from loadtests.distributed import worker_main  # noqa: E402
+from loadtests.plan import RunOptions  # noqa: E402
+from loadtests.sinks import RecordSink  # noqa: E402
+
+log = logging.getLogger("loadtests")
+
+
+def sinks(opts: RunOptions, label: str) -> list[RecordSink]:
+    """The exporter (started) and Grafana annotation sinks the options ask for."""
+    out: list[RecordSink] = []
+    if opts.metrics_port is not None or opts.pushgateway:
+        live = LiveMetrics(pushgateway=opts.pushgateway)
+        if opts.metrics_port is not None:
+            try:
+                port = live.start(opts.metrics_host, opts.metrics_port)
+                print(f"metrics: http://{opts.metrics_host}:{port}/metrics", file=sys.stderr)
+            except OSError as exc:
+                log.warning("exporter: cannot serve on port %s: %s", opts.metrics_port, exc)
+        out.append(live)
+    if opts.grafana_url:
+        token = os.environ.get("GRAFANA_TOKEN")
+        out.append(GrafanaAnnotations(opts.grafana_url, token=token, run_label=label))
+    return out
+
+
+def report(out_dir: Path, slo: str | None) -> str:
+    """Write summary.json, summary.md and report.html; return the terminal summary."""
+    return reports.render_terminal(reports.build_run(out_dir, slo))
+
+
+def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = None) -> int:
+    """``python -m loadtests run``: the run, wired to its sinks and report; the exit code."""
+    return runner.run(opts, argv, extra_info, sinks=sinks, report=report)
+
+
+def loadtest(
+    opts: RunOptions, argv: list[str], engine: str = "", server_args: Sequence[str] = ()
+) -> int:
+    """Run against ``opts.target``, or against a bundled server started for the run."""
+    if opts.target:
+        return run(opts, argv)
+    candidates = [engine] if engine else [bundled.DEFAULT_ENGINE, bundled.FALLBACK_ENGINE]
+    server: bundled.BundledServer | None = None
+    for name in candidates:
+        print(f"starting the bundled server (engine {name}) ...", file=sys.stderr, flush=True)
+        try:
+            server = bundled.start_server(name, list(server_args))
+            break
+        except bundled.ServerFailed as exc:
+            print(f"warning: {exc}", file=sys.stderr, flush=True)
+    if server is None:
+        print("error: the bundled server could not start", file=sys.stderr)
+        return runner.EXIT_USAGE
+    print(f"bundled server: {server.url} (engine {server.engine})", file=sys.stderr, flush=True)
+    opts.target = server.url
+    try:
+        return run(opts, argv, extra_info={"bundled_server": {"engine": server.engine}})
+    finally:
+        server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m loadtests {run,loadtest,worker}``; returns the exit code."""
+    try:
+        inv = cli.parse(argv)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return runner.EXIT_USAGE
+    if inv.command == "worker":
+        return worker_main(inv.master_host, inv.master_port)
+    assert inv.options is not None
+    if inv.command == "loadtest":
+        return loadtest(inv.options, inv.argv, engine=inv.engine, server_args=inv.server_args)
+    return run(inv.options, inv.argv)
