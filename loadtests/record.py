@@ -18,6 +18,9 @@ from typing import Any, Literal
 
 Mode = Literal["stream", "sync"]
 TokenSource = Literal["usage", "tokenizer", "events"]
+#: how a stream ended: "done" = the protocol's end marker (``data: [DONE]``, Gradio's
+#: ``complete``); "eof" = the body ended cleanly without one (``transformers serve``)
+StreamEnd = Literal["done", "eof"]
 
 #: ``status`` is "ok" or one of these error classes.
 ERROR_CLASSES = (
@@ -28,6 +31,8 @@ ERROR_CLASSES = (
     "disconnect",
     "protocol",
     "connect",
+    # distributed runs: started on a worker that died before reporting how it ended
+    "lost",
 )
 STATUSES = ("ok", *ERROR_CLASSES)
 
@@ -74,6 +79,10 @@ class RequestRecord:
     user_id: int | None = None
     warmup: bool = False
     finish_reason: str | None = None
+    # streams: "done" (end marker seen) or "eof" (clean end of body, no marker); None for a
+    # sync request or a stream cut by a transport error.  A stream that delivered its
+    # finish_reason and then ended cleanly is ``ok`` either way.
+    stream_end: StreamEnd | None = None
 
     @property
     def ok(self) -> bool:

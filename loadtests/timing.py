@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadtests.adapters.base import Adapter, EventInfo
-from loadtests.record import Mode, RequestRecord, TokenSource
+from loadtests.record import Mode, RequestRecord, StreamEnd, TokenSource
 from loadtests.sse import SSEParser
 
 #: transport-level error classes the caller may pass to ``finish(status=...)``
@@ -221,6 +221,7 @@ class StreamTimer:
         if self._error_body is None and not self._sync:
             for event, data in self._parser.close():  # a trailing event without its blank line
                 self._on_trailing(event, data, t_end)
+        stream_end = self._stream_end(status)
         status, error = self._status(status, error)
         t0 = self._t0
         times = self._times
@@ -280,7 +281,16 @@ class StreamTimer:
             user_id=meta.user_id,
             warmup=meta.warmup,
             finish_reason=self._finish_reason,
+            stream_end=stream_end,
         )
+
+    def _stream_end(self, transport_status: str | None) -> StreamEnd | None:
+        """How a stream's body ended (``stream_end``): None when sync or cut by the transport."""
+        if self._sync or self._error_body is not None:
+            return None
+        if self._done:
+            return "done"
+        return "eof" if transport_status in (None, "ok") else None
 
     def _status(self, status: str | None, error: str | None) -> tuple[str, str | None]:
         if status is not None:
@@ -299,8 +309,11 @@ class StreamTimer:
                 head = self._head.decode("utf-8", "replace")
                 return "protocol", _clip(f"response is not an SSE stream: {head!r}")
         if not self._done:
-            where = "body" if self._sync else "stream"
-            return "disconnect", f"{where} ended without the end-of-stream marker"
+            if not self._sync and self._finish_reason is not None:
+                return "ok", None  # finish_reason, then a clean end of body: a complete answer
+            if self._sync:
+                return "disconnect", "body ended without the end-of-stream marker"
+            return "disconnect", "stream ended before a finish_reason or the end-of-stream marker"
         return "ok", None
 
     def _http_error(self, code: int) -> str:

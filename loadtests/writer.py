@@ -19,8 +19,9 @@ from typing import Any
 
 import psutil
 
+from loadtests.healthlog import HealthLog
 from loadtests.record import RequestRecord
-from loadtests.sinks import NullSink
+from loadtests.sinks import HarnessHealth, NullSink
 
 SCHEMA = 1
 RUN_STATUSES = ("running", "completed", "interrupted", "failed")
@@ -72,6 +73,7 @@ class RunWriter(NullSink):
         self.started_at = time.time()
         self.ended_at: float | None = None
         self._closed = False
+        self.health = HealthLog()
         self._write_run_json()
 
     def on_record(self, record: RequestRecord) -> None:
@@ -79,13 +81,20 @@ class RunWriter(NullSink):
         self._file.flush()
         self.records += 1
 
+    def on_health(self, source: str, snapshot: HarnessHealth) -> None:
+        self.health.add(source, snapshot)
+
     def on_phase(self, name: str, mode: str, event: str, at: float) -> None:
         if event == "start":
             self.phases.append({"name": name, "mode": mode, "started_at": at, "ended_at": None})
+            self.health.begin(name)
         elif event == "end":
             for phase in reversed(self.phases):
                 if phase["name"] == name and phase["ended_at"] is None:
                     phase["ended_at"] = at
+                    health = self.health.end(name)
+                    if health is not None and health["processes"]:
+                        phase["health"] = health
                     break
         self._write_run_json()
 

@@ -85,6 +85,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         resamples=args.resamples,
         seed=args.seed,
         from_intended=args.from_intended,
+        starved_share=args.starved_share,
     )
     result = evaluate(run, baseline, cfg)
     print(render_text(result))
@@ -125,7 +126,11 @@ def parser() -> argparse.ArgumentParser:
     bl.add_argument("--out", type=Path, required=True)
     bl.set_defaults(func=cmd_baseline)
 
-    g = sub.add_parser("gate", help="exit 0 pass, 1 regression or limit breach, 2 inconclusive")
+    g = sub.add_parser(
+        "gate",
+        help="exit 0 pass, 1 regression or limit breach, 2 inconclusive (too few samples, "
+        "too noisy, a starved load generator or a lost worker)",
+    )
     g.add_argument("run_dir", type=Path)
     g.add_argument("--baseline", type=Path, required=True)
     g.add_argument("--metric", default="ttft", choices=("ttft", "e2e", "tpot", "itl"))
@@ -143,6 +148,13 @@ def parser() -> argparse.ArgumentParser:
         "--from-intended",
         action="store_true",
         help="open-loop runs: gate the latency from the intended send time (+ schedule delay)",
+    )
+    g.add_argument(
+        "--starved-share",
+        type=_percent,
+        default=0.10,
+        help="a failure is inconclusive (exit 2) when this share of a gated phase's harness "
+        "samples was above the saturation line (default 10%%)",
     )
     g.add_argument("--min-samples", type=int, default=None)
     g.add_argument("--resamples", type=int, default=2000)

@@ -22,6 +22,24 @@ an end-of-sequence token is in ``usage`` but not in the text; a client count tha
 is just the content-event count, as without ``--tokenizer``, is no evidence) on at least
 ``MISMATCH_FLAG_RATE`` of the requests that have both: usually the tokenizer is
 not the model's.
+
+``stream_stutter``: tokens reach the client in clumps — whatever sits in between
+(an LLM gateway that re-chunks, a proxy, a busy load balancer).  Judged from the
+client's own gaps alone, so it works when a gateway strips the server's
+timings: a streamed response *stutters* when it has at least ``STUTTER_MIN_GAPS``
+gaps, at least ``STUTTER_CLUMP_SHARE`` of them under ``BURST_GAP_S`` (bimodal:
+tokens that arrived together beside tokens that waited), and at least one stall
+— a gap of ``STALL_MIN_S`` or more and ``STALL_FACTOR`` × the median gap —
+followed at once by a burst of ``BURST_RUN`` gaps under ``BURST_GAP_S``.  The
+phase is flagged when ``STUTTER_FLAG_SHARE`` of at least ``MIN_REQUESTS`` judged
+responses stutter, and ``proxy_buffering`` (the same cause, held to the end) did
+not already explain it.  When the records carry no server timings, both
+diagnostics say which numbers can no longer be split into server and path.
+
+``no_done_marker``: the server ends its streams without ``data: [DONE]`` (for
+example ``transformers serve``); each such stream delivered its finish_reason
+and a clean end of body, so it counted as ``ok`` (record field ``stream_end``
+is ``"eof"``).  Said once per phase, so nobody mistakes it for a fault.
 """
 
 from __future__ import annotations
@@ -43,6 +61,12 @@ FLAG_SHARE = 0.5
 MIN_REQUESTS = 3
 MISMATCH_FLAG_RATE = 0.5
 MISMATCH_TOLERANCE = 0.1
+STUTTER_MIN_GAPS = 8
+STUTTER_CLUMP_SHARE = 0.2
+STALL_MIN_S = 0.05
+STALL_FACTOR = 5.0
+BURST_RUN = 3
+STUTTER_FLAG_SHARE = 0.25
 
 BUFFERING_HINT = (
     "A proxy between the client and the server is buffering the event stream. In nginx, "
@@ -53,6 +77,25 @@ BUFFERING_HINT = (
     "response buffering and compression for `text/event-stream`. (A load generator starved "
     "of CPU reads in bursts "
     "too: check the run's harness health before blaming the proxy.)"
+)
+STUTTER_HINT = (
+    "Tokens reach the client in clumps — a stall, then a burst — which users see as stutter. "
+    "Something between the client and the model server holds tokens back and releases them "
+    "together: an LLM gateway (LiteLLM proxy and the like) that re-chunks or does per-chunk "
+    "work, a proxy buffering partially, or a starved component in the path. Run the same test "
+    "straight at the model server: if its stream is smooth there, the path is the cause — "
+    "check the gateway's streaming settings and CPU. (A load generator starved of CPU reads in "
+    "bursts too: check the run's harness health first.)"
+)
+NO_SPLIT_NOTE = (
+    "The responses carry no server timings (a gateway in between may strip the bundled "
+    "server's `x_llmload`), so TTFT, ITL and E2E cannot be split into server time and path "
+    "time (network, gateway, proxy): only their sum is known."
+)
+NO_DONE_HINT = (
+    "Nothing to fix for the measurement: a stream that delivered its finish_reason and then "
+    "ended cleanly is a complete answer. A stream cut before its finish_reason still counts "
+    "as `disconnect`."
 )
 MISMATCH_HINT = (
     "Pass the served model's own tokenizer directory to `--tokenizer`; the server's `usage` "
@@ -135,7 +178,78 @@ def proxy_buffering(records: Sequence[RequestRecord]) -> Diagnostic | None:
     )
     if lag is not None:
         message += f"; the client saw the first token {lag * 1000:.0f} ms after the server sent it"
-    return Diagnostic("proxy_buffering", message + ".", BUFFERING_HINT, evidence)
+    hint = f"{BUFFERING_HINT} {NO_SPLIT_NOTE}" if _no_server_timings(buffered) else BUFFERING_HINT
+    return Diagnostic("proxy_buffering", message + ".", hint, evidence)
+
+
+def stall_then_burst(gaps: Sequence[float]) -> float | None:
+    """The longest stall that is followed at once by a burst (seconds), or None."""
+    if len(gaps) < STUTTER_MIN_GAPS:
+        return None
+    floor = max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
+    longest = None
+    for i, gap in enumerate(gaps[: len(gaps) - BURST_RUN]):
+        if gap >= floor and all(g < BURST_GAP_S for g in gaps[i + 1 : i + 1 + BURST_RUN]):
+            longest = gap if longest is None else max(longest, gap)
+    return longest
+
+
+def stutters(record: RequestRecord) -> bool | None:
+    """A streamed response whose tokens arrived in clumps after stalls (None: too few gaps)."""
+    share = burst_share(record) if len(record.itl_s) >= STUTTER_MIN_GAPS else None
+    if share is None:
+        return None
+    return share >= STUTTER_CLUMP_SHARE and stall_then_burst(record.itl_s) is not None
+
+
+def _no_server_timings(records: Sequence[RequestRecord]) -> bool:
+    return all(r.server_ttft_s is None and r.server_e2e_s is None for r in records)
+
+
+def stream_stutter(records: Sequence[RequestRecord]) -> Diagnostic | None:
+    """The ``stream_stutter`` diagnostic for a phase's records, or None."""
+    judged = [
+        (r, v)
+        for r in records
+        if r.ok and r.mode == "stream" and not r.warmup
+        if (v := stutters(r)) is not None
+    ]
+    bad = [r for r, v in judged if v]
+    if len(judged) < MIN_REQUESTS or len(bad) < STUTTER_FLAG_SHARE * len(judged):
+        return None
+    stalls = [s for r in bad if (s := stall_then_burst(r.itl_s)) is not None]
+    clumped = _median([s for r in bad if (s := burst_share(r)) is not None]) or 0.0
+    stall = _median(stalls) or 0.0
+    hidden = _no_server_timings(bad)
+    evidence: dict[str, Any] = {
+        "streamed_requests": len(judged),
+        "stuttering_requests": len(bad),
+        "median_clumped_share": clumped,
+        "median_longest_stall_ms": stall * 1000,
+        "burst_gap_ms": BURST_GAP_S * 1000,
+        "server_timings": not hidden,
+    }
+    message = (
+        f"{len(bad)} of {len(judged)} streamed responses stuttered: a median {clumped:.0%} of "
+        f"their token gaps were under {BURST_GAP_S * 1000:g} ms, after stalls of a median "
+        f"{stall * 1000:.0f} ms."
+    )
+    hint = f"{STUTTER_HINT} {NO_SPLIT_NOTE}" if hidden else STUTTER_HINT
+    return Diagnostic("stream_stutter", message, hint, evidence)
+
+
+def no_done_marker(records: Sequence[RequestRecord]) -> Diagnostic | None:
+    """The ``no_done_marker`` note when ok streams ended without ``data: [DONE]``, or None."""
+    streams = [r for r in records if r.ok and r.mode == "stream" and r.stream_end is not None]
+    eof = sum(r.stream_end == "eof" for r in streams)
+    if not eof:
+        return None
+    message = (
+        f"The server sends no [DONE]: {eof} of {len(streams)} streamed responses ended after "
+        "their finish_reason with a clean end of body, and counted as ok."
+    )
+    evidence = {"streamed_requests": len(streams), "ended_without_done": eof}
+    return Diagnostic("no_done_marker", message, NO_DONE_HINT, evidence)
 
 
 def _tokenizer_disagrees(r: RequestRecord) -> bool:
@@ -183,6 +297,12 @@ def detect(
     ``mode`` is used); None judges each record by its own mode.
     """
     mode = phase.get("mode") if isinstance(phase, Mapping) else phase
-    found = [] if mode == "sync" else [proxy_buffering(records)]
+    found: list[Diagnostic | None] = []
+    if mode != "sync":
+        buffering = proxy_buffering(records)
+        found.append(buffering)
+        if buffering is None:
+            found.append(stream_stutter(records))
+        found.append(no_done_marker(records))
     found.append(token_count_mismatch(records))
     return [d for d in found if d is not None]

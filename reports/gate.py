@@ -12,6 +12,13 @@ one-sided bounds are the ``1-c`` and ``c`` quantiles of the bootstrap ratios.
   on either side), or the interval is so wide that it spans both "no change"
   (< 1) and twice the allowed regression — the run cannot tell them apart.
 * pass (exit 0): otherwise.
+
+The harness is checked before a failure is called: when the load generator was
+starved in a gated phase (``reports.trust.starved``: CPU or event-loop lag above
+the saturation line for too much of the phase), a failing check becomes
+inconclusive (exit 2) with the numbers — a busy CI neighbour slows the client,
+and that must not fail a good build.  A worker lost mid-run (records with status
+``lost``) adds an inconclusive check: the load it was to apply went missing.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import numpy as np
 from loadtests.record import RequestRecord
 from reports.baseline import metric_values
 from reports.loader import Run
+from reports.trust import STARVED_SHARE, starved
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
@@ -47,6 +55,8 @@ class GateConfig:
     seed: int = DEFAULT_SEED
     #: gate the latency from the intended send time (open loop: + schedule delay)
     from_intended: bool = False
+    #: a failure is inconclusive when this share of a gated phase's samples was saturated
+    starved_share: float = STARVED_SHARE
 
     @property
     def key(self) -> str:
@@ -218,13 +228,53 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
         if missing:
             checks.append(Check(f"{cfg.label} {mode}", INCONCLUSIVE, missing))
             continue
-        checks.append(relative_check(mode, per_mode[mode], vals, cfg))
+        mode_checks = [relative_check(mode, per_mode[mode], vals, cfg)]
         if cfg.max_ttft_p95_ms is not None:
             ttft_key = "ttft_from_intended" if cfg.from_intended else "ttft"
             what = "ttft from intended send" if cfg.from_intended else "ttft"
             ttft = metric_values(records, ttft_key)
-            checks.append(absolute_check(mode, ttft, cfg.max_ttft_p95_ms, what))
+            mode_checks.append(absolute_check(mode, ttft, cfg.max_ttft_p95_ms, what))
+        checks += [_unless_starved(c, run, mode, cfg) for c in mode_checks]
+    lost = _lost(run)
+    if lost:
+        checks.append(Check("records complete", INCONCLUSIVE, lost))
     return GateResult(cfg, checks, run.name, str(baseline.get("source_run", "")))
+
+
+def harness_doubt(run: Run, mode: str, share: float = STARVED_SHARE) -> str | None:
+    """Why the load generator may have caused ``mode``'s latencies (None when it was healthy)."""
+    for ph in run.meta.get("phases") or []:
+        if not isinstance(ph, dict) or ph.get("mode") != mode or ph.get("name") == "warmup":
+            continue
+        why = starved(ph.get("health") or {}, share, str(ph.get("name")))
+        if why:
+            return why
+    return None
+
+
+def _unless_starved(check: Check, run: Run, mode: str, cfg: GateConfig) -> Check:
+    """A failure the harness may have caused is inconclusive, with the harness's numbers."""
+    if check.verdict != FAIL:
+        return check
+    why = harness_doubt(run, mode, cfg.starved_share)
+    if why is None:
+        return check
+    reason = f"inconclusive: {why} — not calling this a regression ({check.reason})"
+    return Check(check.name, INCONCLUSIVE, reason, {**check.numbers, "starved": True})
+
+
+def _lost(run: Run) -> str:
+    """Why the run's load is incomplete (a lost worker), empty when it is not."""
+    lost = [r for r in run.measured if r.status == "lost"]
+    workers = run.meta.get("lost_workers") or []
+    if not lost and not workers:
+        return ""
+    names = sorted({str(w.get("worker")) for w in workers if isinstance(w, dict)})
+    names = names or sorted({r.worker for r in lost})
+    return (
+        f"inconclusive: worker {', '.join(names)} was lost mid-run; {len(lost)} requests "
+        "have no outcome and the load it was to apply went missing"
+    )
 
 
 def _missing(

@@ -48,6 +48,11 @@ svg{width:100%;height:auto;font-size:11px}svg text{fill:#444}
 .diag{border-left:4px solid #ff7f0e;background:#fff7ec;padding:6px 10px;margin:6px 0}
 pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}
 details{margin:4px 0}summary{cursor:pointer;font-weight:600}
+.trust{border:2px solid #bbb;border-radius:6px;padding:8px 12px;margin:12px 0}
+.trust h2{border:0;margin:0 0 6px;font-size:16px}.trust table{margin:0}
+.trust.green{border-color:#2ca02c}.trust.amber{border-color:#ff7f0e}.trust.red{border-color:#d62728}
+.lv{font-weight:600;white-space:nowrap}.lv.green{color:#2ca02c}.lv.amber{color:#e07000}
+.lv.red{color:#d62728}.lv.na{color:#999}
 """
 
 
@@ -65,6 +70,52 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def _p50_p95(d: dict[str, Any]) -> str:
     return f"{fmt_ms(d['p50'])} / {fmt_ms(d['p95'])} ms"
+
+
+def _trust(summary: dict[str, Any]) -> str:
+    """The "can I trust these numbers" box: one row per check, green/amber/red with the reason."""
+    trust = summary.get("trust")
+    if not trust:
+        return ""
+    level = trust["level"]
+    rows = "".join(
+        f'<tr><td>{escape(i["check"])}</td><td class="lv {i["level"].replace("/", "")}">'
+        f"{escape(i['level'])}</td><td>{escape(i['reason'])}</td></tr>"
+        for i in trust["items"]
+    )
+    return (
+        f'<div class="trust {level.replace("/", "")}" id="trust">'
+        f'<h2>Can I trust these numbers? <span class="lv {level.replace("/", "")}">'
+        f"{escape(level)}</span></h2><table>{rows}</table></div>"
+    )
+
+
+def _harness(summary: dict[str, Any]) -> str:
+    """Per phase and process: the load generator's CPU and event-loop lag."""
+    rows = []
+    for name, g in summary["phases"].items():
+        h = g.get("harness") or {}
+        for proc, p in (h.get("processes") or {}).items():
+            if not p.get("samples"):
+                continue
+            rows.append(
+                [name, proc, str(p["samples"]), f"{p['cpu_p50']:.0f}%", f"{p['cpu_max']:.0f}%",
+                 f"{p['lag_p99_ms']:.1f}", f"{p['lag_max_ms']:.1f}",
+                 f"{p['saturated_share']:.0%}"]  # fmt: skip
+            )
+    if not rows:
+        return ""
+    header = ["phase", "process", "samples", "CPU p50", "CPU max", "loop lag p99 (ms)",
+              "loop lag max (ms)", "above the line"]  # fmt: skip
+    line = next(g["harness"]["line"] for g in summary["phases"].values() if g.get("harness"))
+    return (
+        '<div id="harness-table">'
+        + _table(header, rows)
+        + f'<p class="note">One sample a second per load-generator process. A sample is above '
+        f"the line at CPU ≥ {line['cpu_percent']:g}% of one core or an event loop "
+        f"{line['loop_lag_ms']:g} ms late or more: requests measured then carry the client's "
+        "own delay. The master of a distributed run only forwards records.</p></div>"
+    )
 
 
 def _cards(summary: dict[str, Any]) -> str:
@@ -285,6 +336,7 @@ def render_html(run: Run, summary: dict[str, Any]) -> str:
         f'<p class="muted">{escape(str(summary["run"].get("target") or ""))} · '
         f"{escape(str(summary['run'].get('model') or ''))} · "
         f"generated {summary['generated_at']}</p>",
+        _trust(summary),
         _cards(summary),
     ]
     for d in summary.get("diagnostics") or []:
@@ -313,6 +365,9 @@ def render_html(run: Run, summary: dict[str, Any]) -> str:
     details = _details(summary)
     if details:
         parts.append("<h2>Details</h2>" + details)
+    harness = _harness(summary)
+    if harness:
+        parts.append("<h2>Harness health</h2>" + harness)
     parts.append("<h2>Errors</h2>" + _errors(summary))
     inp = summary["input"]
     parts.append(

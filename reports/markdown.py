@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from reports.trust import harness_text
+
 DIAGNOSTIC_HINTS = {
     "proxy_buffering": (
         "Streamed tokens arrived all at once at the end of the response: a proxy in front of "
@@ -124,6 +126,32 @@ INTENDED = (
 )
 
 
+TRUST_ICON = {"green": "🟢", "amber": "🟠", "red": "🔴", "n/a": "⚪"}
+
+
+def trust_markdown(summary: dict[str, Any]) -> str:
+    """The short form of the trust box: overall level, then one line per check."""
+    trust = summary.get("trust")
+    if not trust:
+        return ""
+    lines = [f"**Can I trust these numbers?** {TRUST_ICON[trust['level']]} {trust['level']}", ""]
+    lines += [
+        f"- {TRUST_ICON[i['level']]} {i['check']}: {i['reason']}"
+        for i in trust["items"]
+        if i["level"] != "n/a"
+    ]
+    return "\n".join(lines)
+
+
+def harness_lines(summary: dict[str, Any]) -> list[str]:
+    """Per phase: the load generator's own CPU and loop lag (``reports.trust``)."""
+    return [
+        f"{name}: load generator {harness_text(g['harness'])}"
+        for name, g in summary["phases"].items()
+        if g.get("harness")
+    ]
+
+
 def render_markdown(summary: dict[str, Any]) -> str:
     """``summary.md``: the comparison table first, then per phase and per scenario detail."""
     run = summary.get("run", {})
@@ -139,6 +167,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
         ("SLO (goodput)", summary["slo"]),
     ]
     out.append("\n".join(f"- **{k}**: `{v}`" for k, v in facts if v))
+    trust = trust_markdown(summary)
+    if trust:
+        out.append(trust)
     rows = comparison_rows(summary)
     if rows:
         out.append("## Sync vs streaming\n\nMedian (p50) of successful requests, milliseconds.")
@@ -197,6 +228,7 @@ def _extras(summary: dict[str, Any]) -> list[str]:
     ]
     if inp.get("run_json") != "ok":
         quality.append("- run.json: missing or unreadable (phase times taken from the records)")
+    quality += [f"- {line}" for line in harness_lines(summary)]
     for name, g in summary["phases"].items():
         if "token_count_mismatch" in g:
             m = g["token_count_mismatch"]
@@ -228,6 +260,14 @@ def diag_hint(d: dict[str, Any]) -> str:
 def render_terminal(summary: dict[str, Any]) -> str:
     """A compact plain-text summary the runner prints at the end of a run."""
     lines = [f"llmload run {summary['run_id']}"]
+    trust = summary.get("trust")
+    if trust:
+        lines.append(f"trust: {trust['level'].upper()}")
+        lines += [
+            f"  {i['level']}: {i['check']}: {i['reason']}"
+            for i in trust["items"]
+            if i["level"] in ("amber", "red")
+        ]
     rows = comparison_rows(summary)
     if rows:
         lines.append("sync vs streaming (p50 ms):")
@@ -262,6 +302,10 @@ def render_terminal(summary: dict[str, Any]) -> str:
             f"E2E p50 {fmt_ms(e['p50'])} p95 {fmt_ms(e['p95'])}   "
             f"schedule delay p95 {fmt_ms(g['schedule_delay_ms']['p95'])}"
         )
+    harness = harness_lines(summary)
+    if harness:
+        lines.append("harness health (the load generator itself):")
+        lines += [f"  {line}" for line in harness]
     inp = summary["input"]
     if not summary["phases"]:
         lines.append(f"  no measured requests ({inp['warmup_records']} warm-up records only)")

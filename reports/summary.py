@@ -13,6 +13,7 @@ from reports.redact import redact_value
 from reports.slo import format_slo, parse_slo
 from reports.stats import PERCENTILE_METHOD, describe
 from reports.timeseries import per_token_gaps
+from reports.trust import assess, phase_health
 
 SCHEMA = 1
 MS = 1000.0
@@ -179,6 +180,7 @@ def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:
     slo = parse_slo(slo_spec)
     measured = run.measured
     durations = _phase_durations(run.meta)
+    health = phase_health(run.meta)
     phases: dict[str, dict[str, Any]] = {}
     for name in _ordered_phases(run.meta, measured):
         recs = [r for r in measured if r.phase == name]
@@ -191,10 +193,12 @@ def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:
             for scen in dict.fromkeys(r.scenario for r in recs)
         }
         stats["diagnostics"] = _diagnose(recs, stats)
+        if name in health:
+            stats["harness"] = health[name]
         phases[name] = stats
     codes = {d.get("code"): d for p in phases.values() for d in p["diagnostics"]}
     meta = redact_value({k: v for k, v in run.meta.items() if not k.startswith("_")})
-    return {
+    summary = {
         "schema": SCHEMA,
         "run_id": run.meta.get("run_id") or run.path.name,
         "label": run.meta.get("label"),
@@ -215,3 +219,5 @@ def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:
         "diagnostics": list(codes.values()),
         "run": meta,
     }
+    summary["trust"] = assess(summary)
+    return summary

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from loadtests.record import RequestRecord
 from reports import diagnostics
 from reports.diagnostics import detect, is_buffered
@@ -99,3 +101,59 @@ def test_token_count_mismatch_tolerates_eos_but_flags_a_wrong_tokenizer() -> Non
 
 def test_thresholds_are_module_constants() -> None:
     assert 0 < diagnostics.BURST_GAP_S < 0.01 and 0 < diagnostics.FLAG_SHARE <= 1
+
+
+def _gateway(i: int, **kw: Any) -> RequestRecord:
+    # ~34 ms per token, then an 866 ms stall, then 27 tokens 0.6 ms apart (issue 12's LiteLLM run)
+    gaps = [0.034] * 12 + [0.866] + [0.0006] * 27
+    return _streamed(i, 0.5, gaps, **kw)
+
+
+def test_stalls_followed_by_bursts_are_stutter_with_a_plain_hint() -> None:
+    found = detect([_gateway(i) for i in range(4)] + [_spaced(9)], "stream")
+    assert [d.code for d in found] == ["stream_stutter"]
+    d = found[0]
+    assert d.evidence["stuttering_requests"] == 4 and d.evidence["streamed_requests"] == 5
+    assert d.evidence["median_longest_stall_ms"] == pytest.approx(866)
+    assert "gateway" in d.hint and "straight at the model server" in d.hint
+    # no server timings: the report says which numbers can no longer be split
+    assert d.evidence["server_timings"] is False
+    assert "cannot be split into server time and path" in d.hint
+
+
+def test_stutter_with_server_timings_does_not_claim_they_are_missing() -> None:
+    recs = [_gateway(i, server_ttft_s=0.2, server_e2e_s=1.0) for i in range(4)]
+    d = detect(recs, "stream")[0]
+    assert d.code == "stream_stutter" and d.evidence["server_timings"] is True
+    assert "cannot be split" not in d.hint
+
+
+def test_a_slow_step_without_a_burst_after_it_is_not_stutter() -> None:
+    # a prefill of another request delays one token (a real ITL spike), then normal pace
+    gaps = [0.02] * 10 + [0.3] + [0.02] * 10
+    assert diagnostics.stall_then_burst(gaps) is None
+    assert detect([_streamed(i, 0.1, gaps) for i in range(5)], "stream") == []
+    # a fast server: all gaps sub-millisecond, no stall
+    assert not any(diagnostics.stutters(_streamed(i, 0.1, [0.0002] * 40)) for i in range(5))
+
+
+def test_few_stuttering_streams_or_a_sync_phase_do_not_flag() -> None:
+    assert detect([_gateway(0)] + [_spaced(i) for i in range(1, 8)], "stream") == []
+    assert detect([_gateway(i) for i in range(4)], "sync") == []
+
+
+def test_buffering_without_server_timings_names_the_numbers_that_cannot_be_split() -> None:
+    held = [_streamed(i, 0.9, [0.0003] * 10) for i in range(4)]
+    (d,) = detect(held, "stream")
+    assert d.code == "proxy_buffering" and "cannot be split" in d.hint
+    (d,) = detect([_buffered(i) for i in range(5)], "stream")
+    assert "cannot be split" not in d.hint
+
+
+def test_streams_without_done_are_noted_once_per_phase() -> None:
+    recs = [_spaced(i, stream_end="eof", finish_reason="length") for i in range(6)]
+    found = detect(recs, "stream")
+    assert [d.code for d in found] == ["no_done_marker"]
+    assert "sends no [DONE]" in found[0].message
+    assert found[0].evidence == {"streamed_requests": 6, "ended_without_done": 6}
+    assert detect([_spaced(i, stream_end="done") for i in range(6)], "stream") == []

@@ -198,12 +198,42 @@ def test_no_server_timings_means_none():
     assert (r.server_queue_s, r.server_ttft_s, r.server_e2e_s) == (None, None, None)
 
 
-def test_stream_without_done_is_disconnect():
+def test_stream_cut_before_any_finish_reason_is_disconnect():
     r = run_stream(tokens("a", "b", "c"), 0.5)
     assert r.status == "disconnect"
-    assert "end-of-stream" in (r.error or "")
+    assert "finish_reason" in (r.error or "") and "end-of-stream" in (r.error or "")
     assert r.ttft_s == pytest.approx(0.2) and r.output_tokens == 3
     assert r.e2e_s is None  # the body never ended properly
+    assert r.stream_end == "eof"  # the body ended, but not as a complete answer
+
+
+def test_finish_reason_then_clean_eof_is_ok_without_done():
+    """``transformers serve``: role chunk, content, finish chunk with usage, end of body."""
+    chunks = [(delta(role="assistant"), 0.1), *tokens("a", "b")]
+    chunks.append((finish("length", usage={"prompt_tokens": 5, "completion_tokens": 2}), 0.4))
+    r = run_stream(chunks, 0.41)
+    assert r.status == "ok" and r.error is None
+    assert r.stream_end == "eof" and r.finish_reason == "length"
+    assert r.output_tokens == 2 and r.token_source == "usage" and r.prompt_tokens == 5
+    assert r.ttft_s == pytest.approx(0.2) and r.e2e_s == pytest.approx(0.41)
+
+
+def test_stream_with_done_records_done():
+    r = run_stream([*tokens("a"), (finish(), 0.3), (DONE, 0.31)], 0.31)
+    assert r.status == "ok" and r.stream_end == "done"
+
+
+def test_finish_reason_then_transport_cut_stays_disconnect():
+    chunks = [*tokens("a"), (finish(), 0.3)]
+    r = run_stream(chunks, 0.4, status="disconnect", error="RemoteProtocolError: peer closed")
+    assert r.status == "disconnect" and r.stream_end is None and r.e2e_s is None
+
+
+def test_sync_records_no_stream_end():
+    timer = StreamTimer(OpenAIChat(), 0.0)
+    timer.headers(0.1, 200)
+    timer.feed_body(b'{"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}]}', 0.2)
+    assert timer.finish(0.2, meta("sync")).stream_end is None
 
 
 def test_truncated_trailing_event_is_disconnect_not_protocol():

@@ -1,0 +1,183 @@
+"""Can I trust these numbers?  Harness health, token counts, client − server TTFT, lost records.
+
+Pure functions over ``run.json``'s phases and ``summary.json``: the report's
+trust box (``assess``), the harness line of each phase (``harness_text``) and
+the gate's question "may the load generator have caused this?" (``starved``).
+
+Levels: ``green`` (nothing to doubt), ``amber`` (read with care), ``red`` (the
+numbers are not what the target did), ``n/a`` (the check does not apply).
+Thresholds are constants below; each item says its reason with the numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loadtests.healthlog import NOT_LOAD, STARVED_SHARE, is_starved
+
+GREEN, AMBER, RED, NA = "green", "amber", "red", "n/a"
+_RANK = {NA: 0, GREEN: 1, AMBER: 2, RED: 3}
+#: token counts: share of requests where server usage and the client's count differ
+TOKENS_AMBER, TOKENS_RED = 0.01, 0.05
+#: client − server TTFT p95: green within max(ms, share of TTFT p50), red beyond the second
+GAP_GREEN = (10.0, 0.05)
+GAP_RED = (50.0, 0.20)
+#: open loop: schedule delay p95 (ms)
+DELAY_AMBER_MS, DELAY_RED_MS = 10.0, 50.0
+
+
+@dataclass(frozen=True)
+class TrustItem:
+    """One line of the trust box."""
+
+    check: str
+    level: str
+    reason: str
+
+
+def worst(levels: list[str]) -> str:
+    """The most serious level (``n/a`` when there is nothing)."""
+    return max(levels, key=_RANK.__getitem__, default=NA)
+
+
+# -- harness health ------------------------------------------------------------
+
+
+def phase_health(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{phase: health block}`` from run.json (phases without samples left out)."""
+    out: dict[str, dict[str, Any]] = {}
+    for ph in meta.get("phases") or []:
+        if isinstance(ph, dict) and isinstance(ph.get("health"), dict):
+            out[str(ph.get("name"))] = ph["health"]
+    return out
+
+
+def _load_procs(health: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    procs = health.get("processes") or {}
+    return {k: v for k, v in procs.items() if k not in NOT_LOAD and v.get("samples")}
+
+
+def numbers_text(proc: dict[str, Any]) -> str:
+    """``CPU p50 45% max 100%, loop lag p99 80 ms max 120 ms, 40% of samples above the line``."""
+    return (
+        f"CPU p50 {proc['cpu_p50']:.0f}% max {proc['cpu_max']:.0f}%, "
+        f"loop lag p99 {proc['lag_p99_ms']:.0f} ms max {proc['lag_max_ms']:.0f} ms, "
+        f"{proc['saturated_share']:.0%} of samples above the line"
+    )
+
+
+def harness_text(health: dict[str, Any]) -> str:
+    """One phase's harness health in words (its busiest load process, named when several)."""
+    procs = _load_procs(health)
+    if not procs:
+        return "not sampled"
+    name, proc = max(procs.items(), key=lambda kv: (kv[1]["saturated_share"], kv[1]["cpu_max"]))
+    who = f"{name}: " if len(procs) > 1 else ""
+    return who + numbers_text(proc)
+
+
+def starved(health: dict[str, Any], share: float = STARVED_SHARE, phase: str = "") -> str | None:
+    """Why the phase's load generator was starved, or None when it was not."""
+    hungry = {k: v for k, v in _load_procs(health).items() if is_starved(v, share)}
+    if not hungry:
+        return None
+    name, proc = max(hungry.items(), key=lambda kv: kv[1]["saturated_share"])
+    line = health.get("line") or {}
+    who = f"{name}" + (f" and {len(hungry) - 1} more" if len(hungry) > 1 else "")
+    return (
+        f"the load generator was starved{f' in phase {phase}' if phase else ''} "
+        f"({who}: {numbers_text(proc)}; line "
+        f"CPU {line.get('cpu_percent', 90):g}% or loop lag {line.get('loop_lag_ms', 20):g} ms)"
+    )
+
+
+# -- the box -------------------------------------------------------------------
+
+
+def _harness_item(summary: dict[str, Any]) -> TrustItem:
+    phases = summary["phases"]
+    healths = {n: g["harness"] for n, g in phases.items() if g.get("harness")}
+    if not healths:
+        return TrustItem("harness health", AMBER, "not recorded (a run from an older llmload)")
+    for name, h in healths.items():
+        why = starved(h, phase=name)
+        if why:
+            return TrustItem("harness health", RED, why)
+    touched = {n: h for n, h in healths.items() if any(
+        p["saturated_share"] > 0 for p in _load_procs(h).values()
+    )}
+    if touched:
+        name, h = next(iter(touched.items()))
+        return TrustItem("harness health", AMBER, f"{name}: briefly busy — {harness_text(h)}")
+    text = "; ".join(f"{n}: {harness_text(h)}" for n, h in healths.items())
+    return TrustItem("harness health", GREEN, text)
+
+
+def _tokens_item(summary: dict[str, Any]) -> TrustItem:
+    found = [(n, g["token_count_mismatch"]) for n, g in summary["phases"].items()
+             if g.get("token_count_mismatch")]  # fmt: skip
+    if not found:
+        return TrustItem("token counts", NA, "not compared (needs server usage and a client count)")
+    bad = sum(m["mismatched"] for _, m in found)
+    total = sum(m["compared"] for _, m in found)
+    rate = bad / total if total else 0.0
+    level = RED if rate >= TOKENS_RED else AMBER if rate >= TOKENS_AMBER else GREEN
+    return TrustItem(
+        "token counts", level, f"server usage and client count differ in {bad}/{total} ({rate:.1%})"
+    )
+
+
+def _gap_item(summary: dict[str, Any]) -> TrustItem:
+    found = [(n, g) for n, g in summary["phases"].items() if g.get("client_minus_server_ttft_ms")]
+    if not found:
+        return TrustItem("client − server TTFT", NA, "the target reports no TTFT of its own")
+    levels, texts = [], []
+    for name, g in found:
+        gap, ttft = g["client_minus_server_ttft_ms"], g["ttft_ms"].get("p50") or 0.0
+        p95 = gap.get("p95")
+        if p95 is None:
+            continue
+        green = max(GAP_GREEN[0], GAP_GREEN[1] * ttft)
+        red = max(GAP_RED[0], GAP_RED[1] * ttft)
+        levels.append(RED if p95 > red else AMBER if p95 > green else GREEN)
+        texts.append(f"{name}: p50 {gap['p50']:.1f} ms, p95 {p95:.1f} ms per request")
+    level = worst(levels)
+    note = {GREEN: "", AMBER: " (network, proxy or a busy client)", RED: " — more than the "
+            "network explains: check the harness health and any proxy"}.get(level, "")  # fmt: skip
+    return TrustItem("client − server TTFT", level, "; ".join(texts) + note)
+
+
+def _delay_item(summary: dict[str, Any]) -> TrustItem:
+    found = [(n, g["schedule_delay_ms"]) for n, g in summary["phases"].items()
+             if g.get("schedule_delay_ms", {}).get("n")]  # fmt: skip
+    if not found:
+        return TrustItem("schedule delay", NA, "closed loop (no intended send times)")
+    name, d = max(found, key=lambda kv: kv[1]["p95"])
+    p95 = d["p95"]
+    level = RED if p95 > DELAY_RED_MS else AMBER if p95 > DELAY_AMBER_MS else GREEN
+    return TrustItem("schedule delay", level, f"p95 {p95:.1f} ms ({name}); open-loop rate kept"
+                     if level == GREEN else f"p95 {p95:.1f} ms ({name}): sends fell behind the "
+                     "schedule (latency from the intended time counts it)")  # fmt: skip
+
+
+def _lost_item(summary: dict[str, Any]) -> TrustItem:
+    lost = sum(g["errors"].get("lost", 0) for g in summary["phases"].values())
+    workers = (summary.get("run") or {}).get("lost_workers") or []
+    corrupt = summary["input"]["corrupt_lines"]
+    if lost or workers:
+        names = ", ".join(sorted({str(w.get("worker")) for w in workers})) or "a worker"
+        return TrustItem(
+            "lost records", RED, f"{names} lost mid-run: {lost} requests have no outcome"
+        )
+    if corrupt:
+        return TrustItem("lost records", AMBER, f"{corrupt} corrupt lines in requests.jsonl")
+    return TrustItem("lost records", GREEN, "every request issued has its record")
+
+
+def assess(summary: dict[str, Any]) -> dict[str, Any]:
+    """The trust box: ``{"level", "items": [{"check", "level", "reason"}]}``."""
+    items = [
+        f(summary) for f in (_harness_item, _tokens_item, _gap_item, _delay_item, _lost_item)
+    ]
+    return {"level": worst([i.level for i in items]), "items": [asdict(i) for i in items]}

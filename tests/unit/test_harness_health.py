@@ -1,0 +1,166 @@
+"""Harness health per phase: run.json's health block, the trust box, and the gate's refusal."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadtests.healthlog import CPU_LINE_PCT, LAG_LINE_S, HealthLog, phase_health
+from loadtests.sinks import HarnessHealth
+from loadtests.writer import RunWriter
+from reports.__main__ import main
+from reports.build import build_run
+from reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
+from reports.loader import load_run
+from reports.trust import AMBER, GREEN, NA, RED, assess, starved
+
+QUIET = HarnessHealth(cpu_percent=30.0, loop_lag_s=0.002, inflight=4)
+BUSY = HarnessHealth(cpu_percent=55.0, loop_lag_s=LAG_LINE_S * 3, inflight=4)  # a neighbour
+HOT = HarnessHealth(cpu_percent=CPU_LINE_PCT + 5, loop_lag_s=0.001, inflight=4)  # client-bound
+
+
+def health(**sources: list[HarnessHealth]) -> dict[str, Any]:
+    return phase_health(dict(sources))
+
+
+def test_phase_health_numbers_and_saturation() -> None:
+    h = health(local=[QUIET] * 8 + [BUSY, HOT])
+    p = h["processes"]["local"]
+    assert p["samples"] == 10 and p["cpu_max"] == CPU_LINE_PCT + 5 and p["cpu_p50"] == 30.0
+    assert p["lag_max_ms"] == pytest.approx(LAG_LINE_S * 3000)
+    assert p["saturated_share"] == 0.2 and h["starved"] == ["local"]
+    assert health(local=[QUIET] * 10)["starved"] == []
+    assert health(local=[QUIET] * 19 + [BUSY])["starved"] == []  # one spike in 20 is not starving
+
+
+def test_the_master_never_starves_a_phase() -> None:
+    h = health(master=[HOT] * 5, **{"worker-0": [QUIET] * 5, "worker-1": [BUSY] * 5})
+    assert h["starved"] == ["worker-1"]
+    assert starved(health(master=[HOT] * 5, **{"worker-0": [QUIET] * 5})) is None
+
+
+def test_healthlog_keeps_samples_of_the_open_phase_only() -> None:
+    log = HealthLog()
+    log.add("local", BUSY)  # before any phase: set-up, ignored
+    log.begin("stream")
+    log.add("local", QUIET)
+    log.add("worker-0", BUSY)
+    block = log.end("stream")
+    log.add("local", BUSY)  # cool-down, ignored
+    assert block is not None and set(block["processes"]) == {"local", "worker-0"}
+    assert block["processes"]["local"]["samples"] == 1
+    assert log.end("stream") is None
+
+
+def test_writer_puts_health_into_each_phase_of_run_json(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path / "run", {"run_id": "x"})
+    w.on_phase("sync", "sync", "start", 1.0)
+    for _ in range(4):
+        w.on_health("local", QUIET)
+    w.on_phase("sync", "sync", "end", 2.0)
+    w.on_phase("stream", "stream", "start", 3.0)
+    for _ in range(4):
+        w.on_health("local", BUSY)
+    w.close()
+    phases = json.loads((tmp_path / "run" / "run.json").read_text())["phases"]
+    assert phases[0]["health"]["processes"]["local"]["samples"] == 4
+    assert phases[0]["health"]["starved"] == []
+    # a phase still open at close (Ctrl-C) has no health block: its end never came
+    assert "health" not in phases[1]
+
+
+def with_health(run: Path, per_phase: dict[str, dict[str, Any]]) -> Path:
+    meta = json.loads((run / "run.json").read_text())
+    for ph in meta["phases"]:
+        if ph["name"] in per_phase:
+            ph["health"] = per_phase[ph["name"]]
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+@pytest.fixture
+def baseline(run_factory: Callable[..., Path], tmp_path: Path) -> Path:
+    out = tmp_path / "base.json"
+    assert main(["baseline", str(run_factory("base", n=300, seed=1)), "--out", str(out)]) == 0
+    return out
+
+
+def test_gate_refuses_to_call_a_regression_the_harness_may_have_caused(
+    run_factory: Callable[..., Path], baseline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = json.loads(baseline.read_text())
+    slow = run_factory("slow", n=300, seed=7, ttft_ms=240)
+    cfg = GateConfig()
+    assert evaluate(load_run(slow), base, cfg).verdict == FAIL  # no health recorded: as before
+    with_health(slow, {"stream": health(local=[QUIET] * 10)})
+    assert evaluate(load_run(slow), base, cfg).verdict == FAIL  # a healthy client: a regression
+    with_health(slow, {"stream": health(local=[QUIET] * 6 + [BUSY] * 4)})
+    result = evaluate(load_run(slow), base, cfg)
+    assert result.verdict == INCONCLUSIVE and result.exit_code == 2
+    reason = result.checks[0].reason
+    assert reason.startswith("inconclusive: the load generator was starved in phase stream")
+    assert "CPU p50" in reason and "loop lag p99 60 ms" in reason and "40% of samples" in reason
+    assert main(["gate", str(slow), "--baseline", str(baseline)]) == 2
+    assert "load generator was starved" in capsys.readouterr().out
+    # a stricter share: 40% saturated is below 50%, so the regression stands
+    assert main(["gate", str(slow), "--baseline", str(baseline), "--starved-share", "50%"]) == 1
+    # a starved sync phase says nothing about the stream phase the gate looks at
+    with_health(slow, {"stream": health(local=[QUIET] * 10), "sync": health(local=[BUSY] * 9)})
+    assert evaluate(load_run(slow), base, cfg).verdict == FAIL
+
+
+def test_gate_says_a_lost_worker_is_inconclusive(
+    run_factory: Callable[..., Path], baseline: Path
+) -> None:
+    run = run_factory("lost", n=300, seed=7)
+    meta = json.loads((run / "run.json").read_text())
+    meta["lost_workers"] = [{"worker": "worker-1", "phase": "stream", "lost_requests": 3}]
+    (run / "run.json").write_text(json.dumps(meta))
+    result = evaluate(load_run(run), json.loads(baseline.read_text()), GateConfig())
+    assert result.verdict == INCONCLUSIVE
+    assert "worker worker-1 was lost mid-run" in result.checks[-1].reason
+
+
+def test_trust_box_levels_and_reasons(run_factory: Callable[..., Path]) -> None:
+    run = with_health(run_factory("ok"), {"sync": health(local=[QUIET] * 5),
+                                          "stream": health(local=[QUIET] * 5)})  # fmt: skip
+    summary = build_run(run)
+    items = {i["check"]: i for i in summary["trust"]["items"]}
+    assert items["harness health"]["level"] == GREEN
+    assert "CPU p50 30%" in items["harness health"]["reason"]
+    # the fixture's client count is one short on every 10th request
+    assert items["token counts"]["level"] == RED and "differ in" in items["token counts"]["reason"]
+    assert items["client − server TTFT"]["level"] == GREEN
+    assert items["schedule delay"]["level"] == NA
+    assert items["lost records"]["level"] == GREEN
+    assert summary["trust"]["level"] == RED
+    assert summary["phases"]["stream"]["harness"]["processes"]["local"]["samples"] == 5
+
+    starving = with_health(run, {"stream": health(local=[BUSY] * 5)})
+    trust = assess(build_run(starving))
+    harness = trust["items"][0]
+    assert harness["level"] == RED and "starved in phase stream" in harness["reason"]
+    briefly = with_health(run, {"stream": health(local=[QUIET] * 19 + [BUSY])})
+    assert assess(build_run(briefly))["items"][0]["level"] == AMBER
+    old = run_factory("old")  # a run without health blocks
+    assert assess(build_run(old))["items"][0]["level"] == AMBER
+
+
+def test_every_report_shows_trust_and_harness(run_factory: Callable[..., Path]) -> None:
+    from reports.markdown import render_terminal
+
+    run = with_health(run_factory("shown"), {"stream": health(local=[QUIET] * 4 + [BUSY])})
+    summary = build_run(run)
+    md = (run / "summary.md").read_text()
+    html = (run / "report.html").read_text()
+    term = render_terminal(summary)
+    assert "Can I trust these numbers?" in md and "stream: load generator CPU p50" in md
+    assert html.index('id="trust"') < html.index('class="cards"')
+    assert 'id="harness-table"' in html and "loop lag p99" in html
+    assert term.splitlines()[1].startswith("trust: ") and "harness health" in term
+    on_disk = json.loads((run / "summary.json").read_text())
+    assert on_disk["trust"]["level"] in (GREEN, AMBER, RED)
