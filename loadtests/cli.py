@@ -30,10 +30,28 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--insecure", action="store_true", default=S, help="skip TLS verification")
     g = p.add_argument_group("load shape")
     g.add_argument("--users", type=int, help="closed loop users (open loop: concurrency cap); 20")
+    g.add_argument(
+        "--max-concurrency",
+        type=int,
+        metavar="N",
+        help="vLLM/guidellm name for --users; without --rate/--pacing: back-to-back requests",
+    )
     g.add_argument("--spawn-rate", type=float, help="users started per second (20)")
     g.add_argument("--pacing", help="start-to-start interval per user, 0s = back-to-back (3s)")
     g.add_argument("--duration", help="length of each measured phase (60s)")
-    g.add_argument("--rate", type=float, help="open loop: requests per second (all users)")
+    g.add_argument(
+        "--num-prompts",
+        type=int,
+        metavar="N",
+        help="end each measured phase after N requests (then --duration, if given, bounds it)",
+    )
+    g.add_argument(
+        "--rate",
+        "--request-rate",
+        dest="rate",
+        type=float,
+        help="open loop: requests per second (all users); --request-rate is the vLLM name",
+    )
     g.add_argument("--arrival", choices=ARRIVALS, help="open-loop arrivals (poisson)")
     g.add_argument("--shape", help="steps:start=5,step=5,every=30s | spike:base=10,peak=100,...")
     g.add_argument("--modes", help="phases to run, in order: sync,stream (default)")
@@ -42,12 +60,27 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, help="seed for prompt choice and arrivals (0)")
     g = p.add_argument_group("workload")
     g.add_argument("--scenario", help="mix (default), short_qa, code_gen, long_summary, a:5,b:1")
-    g.add_argument("--dataset", metavar="FILE", help="JSONL prompts (messages or prompt)")
+    g.add_argument(
+        "--dataset",
+        metavar="FILE|random",
+        help="JSONL prompts (messages or prompt), ShareGPT JSON, or 'random' (exact lengths)",
+    )
+    g.add_argument("--input-len", type=int, help="--dataset random: prompt tokens (1024)")
+    g.add_argument(
+        "--output-len", type=int, help="--dataset random/ShareGPT: output tokens (random: 128)"
+    )
+    g.add_argument(
+        "--range-ratio", type=float, help="--dataset random: lengths uniform in len*(1+-r) (0)"
+    )
     g.add_argument("--max-tokens", type=int, help="override every prompt's max_tokens")
     g.add_argument("--turns", type=int, help="turns per conversation (1)")
     g.add_argument("--temperature", type=float, help="sampling temperature sent")
     g.add_argument("--ignore-eos", action="store_true", default=S, help="ask for max_tokens")
-    g.add_argument("--tokenizer", metavar="PATH", help="count output tokens with this tokenizer")
+    g.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="the target's tokenizer: counts output tokens, builds random/ShareGPT lengths",
+    )
     g = p.add_argument_group("failures")
     g.add_argument("--request-timeout", help="whole-request limit -> 'timeout' (300s)")
     g.add_argument("--stall-timeout", help="streaming: no bytes this long -> 'stall' (60s)")
@@ -55,7 +88,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", metavar="DIR", help="run directory (runs/<UTC>-<label>/)")
     g.add_argument("--label", help="run label")
     g.add_argument("--no-report", dest="report", action="store_false", default=S)
-    g.add_argument("--slo", help="SLO spec passed to the report")
+    g.add_argument("--slo", help="goodput SLOs: ttft=600ms,tpot=50ms,e2e=5s (the default)")
+    g.add_argument(
+        "--goodput",
+        nargs="+",
+        metavar="KEY:MS",
+        help="vLLM-style SLOs, e.g. ttft:600 tpot:50 e2el:5000 (same as --slo)",
+    )
     g.add_argument("--status-interval", help="status line period (1s)")
     g.add_argument("--metrics-port", type=int, help="serve client metrics on this port (0: any)")
     g.add_argument("--metrics-host", help="interface for --metrics-port (127.0.0.1)")
@@ -125,6 +164,7 @@ def parse(argv: Sequence[str] | None = None) -> Invocation:
         format="%(levelname)s %(name)s: %(message)s",
     )
     command = given.pop("command")
+    argv_full = ["python", "-m", "loadtests", *args_list]
     if command == "worker":
         host, port = given["master_host"], given["master_port"]
         return Invocation("worker", argv_full, master_host=host, master_port=port)
@@ -137,4 +177,3 @@ def parse(argv: Sequence[str] | None = None) -> Invocation:
         host, port = opts.master_host, opts.master_port
         return Invocation("worker", argv_full, master_host=host, master_port=port)
     return Invocation(command, argv_full, opts, engine or "", list(server_args))
-    argv_full = ["python", "-m", "loadtests", *args_list]

@@ -8,7 +8,7 @@ and an optional ``[shape]`` table (``kind = "steps"``, ``start = 5``, ...).
 
 from __future__ import annotations
 
-import contextlib
+import math
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
@@ -16,28 +16,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from loadtests.durations import parse_duration
+from loadtests.slo import parse_slo
+
 MODES = ("sync", "stream")
+#: the field's names (vLLM ``bench serve``, guidellm) for ours; plan keys and flags alike
+ALIASES = {"request_rate": "rate", "max_concurrency": "users", "goodput": "slo"}
 ARRIVALS = ("poisson", "constant")
 _SECRET = re.compile(
     r"(auth|key|token|secret|password|passwd|cookie|signature|sig\b|credential)", re.I
 )
 REDACTED = "***"
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(value: str | float | int) -> float:
-    """``"250ms"``, ``"3s"``, ``"5m"``, ``"1h"``, ``"1m30s"`` or a number of seconds."""
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"negative duration {value!r}")
-        return float(value)
-    text = value.strip().lower()
-    with contextlib.suppress(ValueError):
-        return parse_duration(float(text))
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)", text)
-    if not parts or re.sub(r"\s+", "", text) != "".join(n + u for n, u in parts):
-        raise ValueError(f"bad duration {value!r} (use e.g. 500ms, 3s, 5m, 1h)")
-    return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
 def _as_list(value: Any) -> list[str]:
@@ -64,6 +53,8 @@ class RunOptions:
     spawn_rate: float = 20.0
     pacing: float = 3.0
     duration: float = 60.0
+    #: stop each measured phase after this many requests (``duration`` then only bounds it)
+    num_prompts: int | None = None
     rate: float | None = None
     arrival: str = "poisson"
     shape: str | dict[str, Any] | None = None
@@ -72,6 +63,10 @@ class RunOptions:
     cooldown: float = 0.0
     scenario: str = "mix"
     dataset: str | None = None
+    #: ``--dataset random``: prompt / output lengths in tokens, +-``range_ratio`` uniform
+    input_len: int | None = None
+    output_len: int | None = None
+    range_ratio: float = 0.0
     max_tokens: int | None = None
     turns: int = 1
     seed: int = 0
@@ -139,7 +134,22 @@ class RunOptions:
                 raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
         if self.workers < 0:
             raise ValueError("--workers must be >= 0")
+        self._validate_workload()
         return self
+
+    def _validate_workload(self) -> None:
+        if self.num_prompts is not None and self.num_prompts < 1:
+            raise ValueError("--num-prompts must be >= 1")
+        for name in ("input_len", "output_len"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if not 0.0 <= self.range_ratio < 1.0:
+            raise ValueError("--range-ratio must be in [0, 1)")
+        if self.dataset != "random" and (self.input_len is not None or self.range_ratio):
+            raise ValueError("--input-len and --range-ratio need --dataset random")
+        if self.slo is not None:
+            parse_slo(self.slo)
 
     def headers_dict(self) -> dict[str, str]:
         """``--header K:V`` values as a dict (values verbatim; never logged)."""
@@ -152,6 +162,8 @@ class RunOptions:
     def config(self) -> dict[str, Any]:
         """All options for ``run.json``: secrets redacted, the API key never present."""
         data = asdict(self)
+        if math.isinf(self.duration):
+            data["duration"] = None  # --num-prompts without a time limit (JSON has no inf)
         data["target"] = redact_url(self.target)
         data["header"] = [redact_header(h) for h in self.header]
         for key in ("pushgateway", "grafana_url"):
@@ -213,15 +225,43 @@ def load_plan(path: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
-        if name not in _FIELDS:
+        if name not in _FIELDS and name not in ALIASES:
             raise ValueError(f"{path}: unknown plan key {key!r}")
         out[name] = value
     return out
 
 
+def _canonical(given: dict[str, Any]) -> dict[str, Any]:
+    """Alias names (``request_rate``, ``max_concurrency``, ``goodput``) -> ours."""
+    out = dict(given)
+    for alias, name in ALIASES.items():
+        if alias not in out:
+            continue
+        if name in out:
+            flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
+            raise ValueError(f"give {flag(name)} or {flag(alias)}, not both")
+        value = out.pop(alias)
+        if alias == "goodput" and not isinstance(value, str):
+            value = " ".join(str(v) for v in value)  # ["ttft:600", "tpot:50"] (nargs="+")
+        out[name] = value
+    return out
+
+
 def build_options(plan: dict[str, Any], cli: dict[str, Any]) -> RunOptions:
-    """Defaults, then the plan, then flags given on the command line; validated."""
-    merged = {**plan, **{k: v for k, v in cli.items() if k in _FIELDS}}
+    """Defaults, then the plan, then flags given on the command line; validated.
+
+    Field vocabulary: ``max_concurrency`` is ``users`` and, with no ``rate`` and no
+    ``pacing`` given, means back-to-back requests (pacing 0) as in vLLM and guidellm;
+    ``num_prompts`` without a ``duration`` leaves the phases without a time limit.
+    """
+    cli = {k: v for k, v in cli.items() if k in _FIELDS or k in ALIASES}
+    concurrency = "max_concurrency" in plan or "max_concurrency" in cli
+    plan, cli = _canonical(plan), _canonical(cli)
+    merged = {**plan, **cli}
     if "header" in plan and "header" in cli:
         merged["header"] = _as_list(plan["header"]) + list(cli["header"])
+    if concurrency and "pacing" not in merged and merged.get("rate") is None:
+        merged["pacing"] = 0.0
+    if merged.get("num_prompts") is not None and "duration" not in merged:
+        merged["duration"] = math.inf
     return RunOptions(**merged).validate()

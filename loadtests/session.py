@@ -57,7 +57,10 @@ def plan_phases(opts: RunOptions) -> list[Phase]:
     phases = []
     if opts.warmup > 0:
         phases.append(Phase("warmup", opts.modes[0], opts.warmup, warmup=True))  # type: ignore[arg-type]
-    phases += [Phase(m, m, opts.duration) for m in opts.modes]  # type: ignore[arg-type]
+    phases += [
+        Phase(m, m, opts.duration, requests=opts.num_prompts)  # type: ignore[arg-type]
+        for m in opts.modes
+    ]
     return phases
 
 
@@ -70,12 +73,14 @@ def phase_shape(opts: RunOptions, phase: Phase) -> PhaseShape:
     )
 
 
-def scheduled_arrivals(opts: RunOptions, duration: float, shards: int) -> int:
+def scheduled_arrivals(opts: RunOptions, phase: Phase, shards: int) -> int:
     """How many open-loop arrivals the seeded schedules hold for a phase."""
     assert opts.rate is not None
     total = 0
     for shard in range(shards):
-        sched = ArrivalSchedule(opts.rate, opts.arrival, opts.seed, duration, shard, shards)
+        sched = ArrivalSchedule(
+            opts.rate, opts.arrival, opts.seed, phase.duration, shard, shards, phase.requests
+        )
         while sched.claim() is not None:
             total += 1
     return total
@@ -126,7 +131,7 @@ class Session:
         shape = phase_shape(self.opts, phase)
         self.driver = driver
         driver.begin(phase)
-        self.status.begin(phase.name, phase.mode, phase.duration)
+        self.status.begin(phase.name, phase.mode, phase.duration, phase.requests)
         self.hub.on_phase(phase.name, phase.mode, "start", time.time())
         started = time.perf_counter()
         last: tuple[int, float] | None = None
@@ -135,7 +140,7 @@ class Session:
         while not self.interrupted:
             elapsed = time.perf_counter() - started
             tick = shape.at(elapsed)
-            if tick is None:
+            if tick is None or self._all_recorded(phase):
                 break
             if tick != last:
                 driver.set_users(*tick)
@@ -156,6 +161,11 @@ class Session:
         for hook in self.after_phase:
             hook(phase)
 
+    def _all_recorded(self, phase: Phase) -> bool:
+        """``--num-prompts``: every request of the phase has its record."""
+        stats = self.status.current
+        return phase.requests is not None and stats is not None and stats.requests >= phase.requests
+
     def _check_phase(self, phase: Phase, issued: int, driver: Driver) -> None:
         stats = self.status.current
         got = stats.requests if stats is not None else 0
@@ -163,7 +173,7 @@ class Session:
             self._warn(f"phase {phase.name}: {issued} requests issued but {got} records arrived")
         if self.opts.rate is None or self.interrupted or stats is None:
             return
-        expected = scheduled_arrivals(self.opts, phase.duration, driver.shards)
+        expected = scheduled_arrivals(self.opts, phase, driver.shards)
         late = percentile(stats.delays, 95) or 0.0
         if got < 0.95 * expected or late > LATE_P95_S:
             self._warn(

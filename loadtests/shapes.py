@@ -14,7 +14,8 @@ Spec strings (``--shape``) and plan tables (``[shape]``):
 * ``spike:base=10,peak=100,at=30s,length=10s`` — ``peak`` users from ``at`` for ``length``.
 
 Open loop (``--rate``): ``ArrivalSchedule`` yields intended send times,
-Poisson (exponential gaps) or constant, from a seeded generator.
+Poisson (exponential gaps) or constant, from a seeded generator, until the
+phase's duration or its request budget (``--num-prompts``) is used up.
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ class ArrivalSchedule:
         duration: float,
         shard: int = 0,
         shards: int = 1,
+        limit: int | None = None,
     ) -> None:
         if arrival not in ("poisson", "constant"):
             raise ValueError(f"unknown arrival process {arrival!r}")
@@ -188,6 +190,8 @@ class ArrivalSchedule:
         self.arrival = arrival
         self.duration = duration
         self.shard, self.shards = shard, shards
+        #: global arrivals in the phase (all shards); None: as many as the duration holds
+        self.limit = limit
         self._rng = random.Random(f"{seed}:{shard}")
         self._n = 0
         self._next = self._gap() if arrival == "poisson" else shard / rate
@@ -197,10 +201,10 @@ class ArrivalSchedule:
 
     def claim(self) -> tuple[int, float] | None:
         """``(global index, intended offset)`` of the next arrival; None once the phase is over."""
-        if self._next >= self.duration:
+        index = self._n * self.shards + self.shard
+        if self._next >= self.duration or (self.limit is not None and index >= self.limit):
             return None
         at = self._next
-        index = self._n * self.shards + self.shard
         self._n += 1
         self._next += self._gap() if self.arrival == "poisson" else 1.0 / self.rate
         return index, at

@@ -62,6 +62,8 @@ class PhaseStats:
     name: str
     mode: str
     duration: float
+    #: ``--num-prompts``: the phase ends after this many records
+    limit: int | None = None
     started: float = field(default_factory=time.monotonic)
     requests: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -103,9 +105,9 @@ class StatusLine(NullSink):
     def current(self) -> PhaseStats | None:
         return self.phases[-1] if self.phases else None
 
-    def begin(self, name: str, mode: str, duration: float) -> None:
-        """A phase starts (the runner knows its planned duration)."""
-        self.phases.append(PhaseStats(name, mode, duration))
+    def begin(self, name: str, mode: str, duration: float, limit: int | None = None) -> None:
+        """A phase starts (the runner knows its planned duration and request budget)."""
+        self.phases.append(PhaseStats(name, mode, duration, limit))
 
     def on_request_start(self, mode: str, scenario: str, endpoint: str) -> None:
         self.started += 1
@@ -128,12 +130,14 @@ class StatusLine(NullSink):
         now = time.monotonic() if now is None else now
         elapsed = now - phase.started
         remaining = max(0.0, phase.duration - elapsed)
+        left = f"{remaining:4.0f}s left" if remaining != float("inf") else "no time limit"
+        requests = f"{phase.requests}" + (f"/{phase.limit}" if phase.limit is not None else "")
         errors = sum(phase.errors.values())
         p50, p95 = _ms(percentile(phase.ttft, 50)), _ms(percentile(phase.ttft, 95))
         return (
-            f"[{phase.name}] {elapsed:5.0f}s elapsed {remaining:4.0f}s left"
+            f"[{phase.name}] {elapsed:5.0f}s elapsed {left}"
             f" | users {self.users}/{self.target_users}"
-            f" | requests {phase.requests} errors {errors} in flight {self.started - self.recorded}"
+            f" | requests {requests} errors {errors} in flight {self.started - self.recorded}"
             f" | TTFT p50 {p50} ms p95 {p95} ms"
         ) + (
             f" | schedule delay p95 {_ms(percentile(phase.delays, 95))} ms" if phase.delays else ""

@@ -46,6 +46,8 @@ class Phase:
     mode: Mode
     duration: float
     warmup: bool = False
+    #: requests in the phase, all processes together (``--num-prompts``); None: by duration
+    requests: int | None = None
 
 
 class RequestFailed(Exception):
@@ -70,6 +72,8 @@ class LoadContext:
     schedule: ArrivalSchedule | None = None
     inflight: int = 0
     issued: dict[str, int] = field(default_factory=dict)
+    #: closed loop with a request budget: requests this process may still start in the phase
+    budget: int | None = None
     #: False once the phase is stopping: no new request starts (locust's kill is asynchronous)
     accepting: bool = False
     _next_user: int = 0
@@ -101,6 +105,7 @@ class LoadContext:
         self.accepting = True
         self._next_user = 0
         self.issued.setdefault(phase.name, 0)
+        self.budget = shard_share(phase.requests, self.shard, self.shards)
         if self.options.rate is not None:
             self.schedule = ArrivalSchedule(
                 self.options.rate,
@@ -109,9 +114,19 @@ class LoadContext:
                 phase.duration,
                 self.shard,
                 self.shards,
+                limit=phase.requests,
             )
         else:
             self.schedule = None
+
+    def take(self) -> bool:
+        """Closed loop: may a user start another request in this phase (budget left)?"""
+        if self.budget is None:
+            return True
+        if self.budget <= 0:
+            return False
+        self.budget -= 1
+        return True
 
     def next_user_index(self) -> int:
         """A run-wide user number: shard ``k`` of ``n`` numbers its users ``k, k+n, ...``."""
@@ -120,6 +135,13 @@ class LoadContext:
         if self.phase is not None and self.phase.warmup:
             index += WARMUP_USER_OFFSET
         return index
+
+
+def shard_share(total: int | None, shard: int, shards: int) -> int | None:
+    """Shard ``shard``'s part of ``total`` requests: the parts differ by at most one."""
+    if total is None:
+        return None
+    return total // shards + (1 if shard < total % shards else 0)
 
 
 _CONTEXTS: dict[int, LoadContext] = {}
@@ -171,6 +193,9 @@ class LLMUser(User):
             gevent.sleep(0.1)
             return
         if ctx.schedule is None:
+            if not ctx.take():
+                gevent.sleep(0.2)  # the phase's requests are all started: idle until stopped
+                return
             self.issue(phase, self.prompts.next(), self.prompts)
             return
         slot, self.slot = self.slot or ctx.schedule.claim(), None

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from loadtests.record import ERROR_CLASSES, RequestRecord
+from loadtests.slo import format_slo, parse_slo
 from reports.loader import Run, is_warmup
 from reports.redact import redact_value
-from reports.slo import format_slo, parse_slo
 from reports.stats import PERCENTILE_METHOD, describe
 from reports.timeseries import per_token_gaps
 from reports.trust import assess, phase_health

@@ -1,0 +1,23 @@
+"""The one duration parser: ``"250ms"``, ``"3s"``, ``"5m"``, ``"1h"``, ``"1m30s"`` or seconds."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """``"250ms"``, ``"3s"``, ``"5m"``, ``"1h"``, ``"1m30s"`` or a number of seconds."""
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"negative duration {value!r}")
+        return float(value)
+    text = value.strip().lower()
+    with contextlib.suppress(ValueError):
+        return parse_duration(float(text))
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)", text)
+    if not parts or re.sub(r"\s+", "", text) != "".join(n + u for n, u in parts):
+        raise ValueError(f"bad duration {value!r} (use e.g. 500ms, 3s, 5m, 1h)")
+    return sum(float(n) * _UNITS[u] for n, u in parts)
