@@ -19,10 +19,10 @@ from __future__ import annotations
 import csv
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from locust.env import Environment
 
@@ -120,6 +120,18 @@ SinkFactory = Callable[[RunOptions, str], Sequence[RecordSink]]
 ReportFn = Callable[[Path, str | None], str]
 
 
+class PhasePlan(Protocol):
+    """Phases chosen as the run goes (the capacity search, ``llmload.capacity``).
+
+    The runner asks for the next phase only once the previous one's records are
+    all in, and rewrites ``info()`` into ``run.json`` after every phase.
+    """
+
+    def __iter__(self) -> Iterator[Phase]: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+
 def run(
     opts: RunOptions,
     argv: list[str],
@@ -127,11 +139,13 @@ def run(
     *,
     sinks: SinkFactory | None = None,
     report: ReportFn | None = None,
+    phases: PhasePlan | None = None,
 ) -> int:
     """The whole run; returns the exit code.
 
     ``sinks`` and ``report`` come from the composition point (``llmload.run``):
-    this module knows the record contract, not who consumes it.
+    this module knows the record contract, not who consumes it.  ``phases``
+    replaces the fixed warm-up + one phase per mode (``plan_phases``).
     """
     distributed = opts.workers > 0 or opts.master
     hub = RecordHub()
@@ -178,10 +192,12 @@ def run(
             print(f"web UI: http://{opts.web_host}:{opts.web_port}", file=sys.stderr)
         try:
             previous: Phase | None = None
-            for phase in plan_phases(opts):
+            for phase in phases if phases is not None else plan_phases(opts):
                 cooldown = opts.cooldown if previous is not None and not previous.warmup else 0.0
                 session.run_phase(driver, phase, cooldown)
                 previous = phase
+                if phases is not None:
+                    writer.update(**phases.info())
                 if session.interrupted:
                     break
             outcome = "interrupted" if session.interrupted else "completed"
@@ -197,6 +213,8 @@ def run(
     finally:
         if sampler is not None:
             sampler.stop()
+        if phases is not None:
+            writer.update(**phases.info())
         writer.set_status(outcome)
         hub.close()
     print(f"run directory: {out_dir} ({writer.records} records, {outcome})", flush=True)
