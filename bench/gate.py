@@ -1,6 +1,6 @@
 """``python -m bench gate``: the TTFT gate's false-alarm and detection rates on real short runs.
 
-Every run is the exact ``make ci-gate`` load (``reports.ci.LOAD_ARGS``: 8 users,
+Every run is the exact ``make ci-gate`` load (``llmload.ci.LOAD_ARGS``: 8 users,
 2 s warm-up, 10 s streaming) against a bundled synthetic server.  Three servers
 run side by side — TTFT 200 ms (the baseline), 220 ms (+10 %) and 240 ms (+20 %)
 — and the runs are interleaved (200, 220, 240, 200, ...) so that the machine's
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.mdsection import load_note, machine, write_section
+from llmload.ci import LOAD_ARGS, SERVER_ARGS, run_load, synthetic_server
 from reports.baseline import make_baseline
-from reports.ci import LOAD_ARGS, SERVER_ARGS, run_load, synthetic_server
 from reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
 from reports.loader import Run, load_run
 

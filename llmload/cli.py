@@ -107,13 +107,12 @@ register("serve", "the bundled OpenAI-compatible target server", "target_server.
 register(
     "report",
     "build | compare | baseline | gate: read run directories, write reports, gate CI",
-    "reports.__main__:main",
+    "reports.cli:main",
 )
 register(
     "ci-gate",
     "short run on the bundled synthetic server, gated against the committed baseline",
-    "reports.__main__:main",
-    ("ci-gate",),
+    "llmload.ci:main",
 )
 register(
     "dashboards", "build | check | push: Grafana dashboards as code", "dashboards.__main__:main"

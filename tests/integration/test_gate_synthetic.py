@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.__main__ import main
-from reports.ci import SERVER_ARGS, run_load, synthetic_server
+from llmload.ci import SERVER_ARGS, run_load, synthetic_server
+from reports.cli import main
 from tests.fixtures.server_proc import ServerProcess
 
 #: shorter than `make ci-gate` (10 s) to keep the suite quick; still ~150 streamed requests
@@ -32,7 +32,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             report=False,
             extra=("--duration", "1s", "--warmup", "0s", "--users", "1"),
         )
-    # the slower server through reports.ci's own launcher (what make ci-gate uses)
+    # the slower server through llmload.ci's own launcher (what make ci-gate uses)
     with synthetic_server(240) as url:
         out["slow"] = run_load(tmp / "slow", url, report=False, extra=SHORT)
     return out
@@ -79,8 +79,8 @@ def test_tiny_run_is_inconclusive(
 
 
 def test_committed_baseline_is_a_ci_gate_baseline() -> None:
+    from llmload.ci import BASELINE
     from reports.baseline import read_baseline
-    from reports.ci import BASELINE
 
     doc = read_baseline(BASELINE)
     ttft = doc["metrics"]["ttft"]["stream"]

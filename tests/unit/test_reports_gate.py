@@ -11,8 +11,8 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from reports.__main__ import main
 from reports.baseline import MAX_VALUES, BaselineError, compact, make_baseline, read_baseline
+from reports.cli import main
 from reports.gate import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate, relative_check
 from reports.loader import load_run
 from tests.fixtures.reports import make_records, write_run

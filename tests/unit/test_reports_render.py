@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from reports.__main__ import main
 from reports.charts import log_ticks
+from reports.cli import main
 from reports.compare import render_compare_html, render_compare_markdown
 from reports.html import render_html
 from reports.loader import load_run

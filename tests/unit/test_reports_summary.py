@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadtests.record import RequestRecord
-from reports.__main__ import main
+from reports.cli import main
 from reports.html import render_html
 from reports.loader import RunError, load_run
 from reports.markdown import render_markdown, render_terminal

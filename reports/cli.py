@@ -1,0 +1,175 @@
+"""``python -m reports`` / ``llmload report {build,compare,baseline,gate}``: read runs, gate CI."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from loadtests.slo import DEFAULT_SLO
+
+EXIT_BAD_INPUT = 2
+
+
+def _percent(text: str) -> float:
+    """``"10%"`` or ``"0.1"`` -> 0.1."""
+    t = text.strip()
+    return float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from reports.build import build_run
+    from reports.markdown import render_terminal
+
+    summary = build_run(args.run_dir, args.slo)
+    print(render_terminal(summary))
+    print(f"wrote {args.run_dir / 'summary.json'}, summary.md, report.html")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from reports.compare import render_compare_html, render_compare_markdown
+    from reports.loader import load_run
+    from reports.summary import build_summary
+
+    run_a, run_b = load_run(args.run_a), load_run(args.run_b)
+    a, b = build_summary(run_a, args.slo), build_summary(run_b, args.slo)
+    out = args.out or args.run_b
+    out.mkdir(parents=True, exist_ok=True)
+    md = render_compare_markdown(a, b)
+    (out / "compare.md").write_text(md, encoding="utf-8")
+    (out / "compare.html").write_text(render_compare_html(run_a, a, run_b, b), encoding="utf-8")
+    print(md)
+    print(f"wrote {out / 'compare.md'} and {out / 'compare.html'}")
+    return 0
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from reports.baseline import write_baseline
+    from reports.loader import load_run
+
+    run = load_run(args.run_dir)
+    doc = write_baseline(run, args.out)
+    sizes = ", ".join(
+        f"{m}/{mode} n={v['n']}" for m, per in doc["metrics"].items() for mode, v in per.items()
+    )
+    print(f"wrote baseline {args.out} from {run.name}: {sizes}")
+    return 0
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from reports.baseline import read_baseline
+    from reports.gate import GateConfig, evaluate
+    from reports.gate_report import render_junit, render_markdown, render_text
+    from reports.loader import load_run
+
+    if not 0 < args.percentile < 100:
+        raise ValueError(f"--percentile must be between 0 and 100, got {args.percentile:g}")
+    if not 0.5 <= args.confidence < 1:
+        raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence:g}")
+    if args.max_regression < 0:
+        raise ValueError("--max-regression must not be negative")
+    if args.from_intended and args.metric not in ("ttft", "e2e"):
+        raise ValueError(f"--from-intended must go with --metric ttft or e2e, not {args.metric}")
+    baseline = read_baseline(args.baseline)
+    run = load_run(args.run_dir)
+    cfg = GateConfig(
+        metric=args.metric,
+        percentile=args.percentile,
+        max_regression=args.max_regression,
+        confidence=args.confidence,
+        max_ttft_p95_ms=args.max_ttft_p95_ms,
+        modes=args.mode or None,
+        min_samples=args.min_samples,
+        resamples=args.resamples,
+        seed=args.seed,
+        from_intended=args.from_intended,
+        starved_share=args.starved_share,
+    )
+    result = evaluate(run, baseline, cfg)
+    print(render_text(result))
+    md = render_markdown(result)
+    if args.summary_md:
+        args.summary_md.write_text(md, encoding="utf-8")
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as fh:
+            fh.write(md)
+    junit = args.junit or args.run_dir / "junit.xml"
+    junit.write_text(render_junit(result), encoding="utf-8")
+    return result.exit_code
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    slo_help = f"goodput SLOs, e.g. {DEFAULT_SLO} (the default)"
+
+    b = sub.add_parser("build", help="write summary.json, summary.md, report.html into RUN_DIR")
+    b.add_argument("run_dir", type=Path)
+    b.add_argument("--slo", default=None, help=slo_help)
+    b.set_defaults(func=cmd_build)
+
+    c = sub.add_parser("compare", help="two runs side by side (Markdown + HTML)")
+    c.add_argument("run_a", type=Path)
+    c.add_argument("run_b", type=Path)
+    c.add_argument("--out", type=Path, default=None, help="folder for compare.md/html (RUN_B)")
+    c.add_argument("--slo", default=None, help=slo_help)
+    c.set_defaults(func=cmd_compare)
+
+    bl = sub.add_parser("baseline", help="store what the gate needs of RUN_DIR's distribution")
+    bl.add_argument("run_dir", type=Path)
+    bl.add_argument("--out", type=Path, required=True)
+    bl.set_defaults(func=cmd_baseline)
+
+    g = sub.add_parser(
+        "gate",
+        help="exit 0 pass, 1 regression or limit breach, 2 inconclusive (too few samples, "
+        "too noisy, a starved load generator or a lost worker)",
+    )
+    g.add_argument("run_dir", type=Path)
+    g.add_argument("--baseline", type=Path, required=True)
+    g.add_argument("--metric", default="ttft", choices=("ttft", "e2e", "tpot", "itl"))
+    g.add_argument("--percentile", type=float, default=95.0)
+    g.add_argument("--max-regression", type=_percent, default=0.10, help="e.g. 10%% (default)")
+    g.add_argument("--confidence", type=float, default=0.95)
+    g.add_argument("--max-ttft-p95-ms", type=float, default=None, help="absolute TTFT p95 limit")
+    g.add_argument(
+        "--mode",
+        action="append",
+        choices=("stream", "sync"),
+        help="mode(s) to gate (default: stream when present, else all)",
+    )
+    g.add_argument(
+        "--from-intended",
+        action="store_true",
+        help="open-loop runs: gate the latency from the intended send time (+ schedule delay)",
+    )
+    g.add_argument(
+        "--starved-share",
+        type=_percent,
+        default=0.10,
+        help="a failure is inconclusive (exit 2) when this share of a gated phase's harness "
+        "samples was above the saturation line (default 10%%)",
+    )
+    g.add_argument("--min-samples", type=int, default=None)
+    g.add_argument("--resamples", type=int, default=2000)
+    g.add_argument("--seed", type=int, default=20240607)
+    g.add_argument("--junit", type=Path, default=None, help="JUnit XML path (RUN_DIR/junit.xml)")
+    g.add_argument("--summary-md", type=Path, default=None, help="also write the Markdown here")
+    g.set_defaults(func=cmd_gate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    from reports.baseline import BaselineError
+    from reports.loader import RunError
+
+    try:
+        return int(args.func(args))
+    except (RunError, BaselineError, ValueError) as exc:
+        print(f"reports {args.cmd}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
