@@ -192,13 +192,7 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     if settings.ui == "gradio":
-        try:
-            from target_server.ui import mount
+        from target_server.ui import mount
 
-            mount(app, engine, settings)
-        except ImportError as exc:
-            raise RuntimeError(
-                f"--ui gradio needs target_server.ui and gradio installed ({exc}); "
-                "install the 'ui' extra or run with --ui none"
-            ) from exc
+        mount(app, engine, settings)
     return app

@@ -147,12 +147,37 @@ LAZY_ENGINE_MODULES: dict[str, str] = {
 }
 
 
+#: third-party modules an engine needs beyond the core install, and the extra that has them
+ENGINE_EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "transformers": ("server", ("torch", "transformers")),
+}
+
+
+class EngineUnavailable(RuntimeError):
+    """The chosen engine needs packages this install leaves out (the message says which)."""
+
+
+def _check_extra(name: str) -> None:
+    """``EngineUnavailable`` naming the pip command when an engine's extra is not installed."""
+    import importlib.util
+
+    extra, modules = ENGINE_EXTRAS.get(name, ("", ()))
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise EngineUnavailable(
+            f"the {name} engine needs {' and '.join(missing)}, which the core install leaves "
+            f"out: pip install 'llmload[{extra}]' (in a checkout: pip install -e '.[{extra}]', "
+            "or make install); --engine synthetic needs nothing more"
+        )
+
+
 def build_engine(settings: Any) -> Engine:
     """``ENGINES[settings.engine](settings)``, importing the engine's module on first use."""
     name = settings.engine
     if name not in ENGINES and name in LAZY_ENGINE_MODULES:
         import importlib
 
+        _check_extra(name)
         importlib.import_module(LAZY_ENGINE_MODULES[name])
     if name not in ENGINES:
         raise ValueError(

@@ -93,6 +93,13 @@ def build_ui(engine: Engine, settings: Any) -> Any:
 
 def mount(app: Any, engine: Engine, settings: Any) -> None:
     """Mount the chat UI on ``app`` at ``/ui`` (Gradio's queue starts with the app)."""
+    import importlib.util
+
+    if importlib.util.find_spec("gradio") is None:
+        raise RuntimeError(
+            "--ui gradio needs gradio, which the core install leaves out: pip install "
+            "'llmload[ui]' (in a checkout: pip install -e '.[ui]'), or run with --ui none"
+        )
     import gradio as gr
 
     gr.mount_gradio_app(app, build_ui(engine, settings), path=UI_PATH, footer_links=["api"])
