@@ -112,6 +112,12 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
         ctx.status, ctx.http_status = "cancelled", 499
         state.finish(ctx)
         return Response(status_code=499)
+    except Exception:  # a validator that raised instead of reporting: a bug, but answered
+        log.exception("request %s: reading the request failed", ctx.request_id)
+        bug = ApiError(500, "internal error while reading the request", code="internal_error")
+        ctx.status, ctx.http_status = bug.label, bug.status
+        state.finish(ctx)
+        return bug.response()
     return GenerationCall(state, ctx, parsed, prepared)
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,6 +27,14 @@ EXTRA_GENERATION_FIELDS = (
     "frequency_penalty",
     "no_repeat_ngram_size",
 )
+#: ``seed`` must fit a signed 64-bit integer, as in vLLM (torch generators take no more)
+SEED_RANGE = (-(2**63), 2**63 - 1)
+#: the longest integer literal a body may hold (Python's own limit for ``int(str)``)
+MAX_INT_DIGITS = 4300
+#: a ``\uD800``-``\uDFFF`` escape in the body: only then can a decoded string hold a lone
+#: surrogate (strict UTF-8 cannot encode one; a valid escaped pair decodes to one code point)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class StreamOptions(BaseModel):
@@ -38,12 +49,20 @@ class _Common(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     n: int | None = 1
     ignore_eos: bool = False
     min_tokens: int = Field(default=0, ge=0)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
+    # passed to engines (EXTRA_GENERATION_FIELDS): typed here, ranges checked by the engine
+    top_k: int | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
 
 
 class TextPart(BaseModel):
@@ -102,14 +121,90 @@ def validation_error(exc: ValidationError | Any) -> ApiError:
     return ApiError(400, f"invalid request{where}: {first.get('msg')}", param=param)
 
 
+class BodyRefused(ValueError):
+    """A body that is JSON to a lenient parser but not a request this server accepts."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        keys = [k for k, _ in pairs]
+        dup = next(k for i, k in enumerate(keys) if k in keys[:i])
+        raise BodyRefused(f"duplicate key {_short(dup)} in an object")
+    return obj
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BodyRefused(f"the number {_short(text)} is out of range")
+    return value
+
+
+def _int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        digits = len(text.lstrip("-"))
+        raise BodyRefused(f"an integer of {digits} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _constant(name: str) -> Any:
+    raise BodyRefused(f"{name} is not a JSON number")
+
+
+def _strings(obj: Any) -> Iterator[str]:
+    """Every key and string value in a decoded body (iterative: depth costs no stack)."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            yield from item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 def decode_json(body: bytes) -> dict[str, Any]:
-    """Parse a request body; malformed JSON or a non-object -> 400."""
+    """Parse a request body strictly; anything it cannot read becomes a 400 ``invalid_json``.
+
+    Beyond malformed JSON and non-objects it refuses what Python's decoder lets
+    through or raises on instead of reporting: nesting deeper than the
+    interpreter's recursion limit, integer literals over ``MAX_INT_DIGITS``
+    digits, ``NaN``/``Infinity`` and numbers that overflow to infinity,
+    duplicate keys (which value wins differs between parsers) and strings with
+    a lone UTF-16 surrogate (not Unicode text: tokenizers and encoders raise).
+    The body must be UTF-8 (RFC 8259; a leading BOM is ignored).
+    """
     try:
-        obj = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = body.decode("utf-8-sig")  # strict: no UTF-16/32 guessing, no encoded surrogates
+    except UnicodeDecodeError as exc:
+        msg = f"the body is not UTF-8 ({exc.reason} at byte {exc.start})"
+        raise ApiError(400, f"malformed JSON body: {msg}", code="invalid_json") from None
+    try:
+        obj = json.loads(
+            text,
+            object_pairs_hook=_object,
+            parse_float=_float,
+            parse_int=_int,
+            parse_constant=_constant,
+        )
+    except RecursionError:
+        raise ApiError(400, "malformed JSON body: nested too deeply", code="invalid_json") from None
+    except ValueError as exc:  # JSONDecodeError, BodyRefused
         raise ApiError(400, f"malformed JSON body: {exc}", code="invalid_json") from None
     if not isinstance(obj, dict):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(text):
+        for text in _strings(obj):
+            if match := _SURROGATE.search(text):
+                msg = f"a lone surrogate U+{ord(match.group()):04X} in a string (not Unicode text)"
+                raise ApiError(400, f"malformed JSON body: {msg}", code="invalid_json")
     return obj
 
 
@@ -124,7 +219,8 @@ def parse_request(
         raise validation_error(exc) from None
     if req.model is not None and req.model != served_model:
         raise ApiError(
-            404, f"the model {req.model!r} does not exist", param="model", code="model_not_found"
+            404, f"the model {_short(req.model)} does not exist", param="model",
+            code="model_not_found",
         )
     if req.n not in (None, 1):
         raise ApiError(400, "only n=1 is supported", param="n")
@@ -143,7 +239,7 @@ def parse_request(
     if req.min_tokens > max_tokens:
         raise ApiError(400, "min_tokens must not exceed max_tokens", param="min_tokens")
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
-    extra = {k: v for k, v in (req.model_extra or {}).items() if k in EXTRA_GENERATION_FIELDS}
+    extra = {k: v for k in EXTRA_GENERATION_FIELDS if (v := getattr(req, k)) is not None}
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     if isinstance(req, ChatRequest):

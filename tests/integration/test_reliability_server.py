@@ -17,6 +17,7 @@ from tests.fixtures.bad_bodies import (
     CHAT,
     COMPLETIONS,
     error_problems,
+    hostile_bodies,
     request_bodies,
     send_checked,
 )
@@ -58,6 +59,34 @@ def test_random_bodies_get_an_answer_never_a_5xx(start_server: Callable[..., Any
     # each of them was counted once, and none is still holding a slot or generating
     assert server.total_requests() == len(sent)
     assert server.state.admission.running == 0 and server.engine.running() == 0
+
+
+def test_bodies_the_decoder_raises_on_are_400_invalid_json_counted_once(
+    start_server: Callable[..., Any],
+) -> None:
+    server = start_server(ttft_ms=0, itl_ms=0)
+    kinds: set[str] = set()
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+
+        @settings(max_examples=120, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @given(request=hostile_bodies())
+        def check(request: tuple[str, bytes, str]) -> None:
+            path, body, kind = request
+            before = server.total_requests()
+            r = http.post(path, content=body, headers={"content-type": "application/json"})
+            problems = error_problems(r.status_code, r.headers.get("content-type", ""), r.content)
+            assert r.status_code == 400 and not problems, (kind, r.status_code, r.content[:300])
+            assert r.json()["error"]["code"] == "invalid_json", (kind, r.json())
+            assert server.total_requests() == before + 1, kind
+            kinds.add(kind)
+
+        check()
+        assert http.get("/health").status_code == 200
+    assert len(kinds) >= 6, kinds  # the strategy reached (nearly) every class
+    bad = sum(server.metric("llmserve_requests_total", endpoint=ep, stream="false",
+                            status="bad_request") for ep in (CHAT, COMPLETIONS))  # fmt: skip
+    assert bad == server.total_requests()
 
 
 def test_oversized_bodies_are_refused_and_the_server_lives(

@@ -149,3 +149,16 @@ def test_client_gone_while_sending_the_body_is_cancelled(server):
     while server.metric("llmserve_requests_total", **labels) != 1:
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_a_validator_that_raises_is_a_counted_500_with_an_error_object(server, monkeypatch):
+    import target_server.app
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a validator bug")
+
+    monkeypatch.setattr(target_server.app, "parse_request", broken)
+    err = assert_error(httpx.post(server.url + COMP, json={"prompt": "x"}), 500, "server_error")
+    assert err["code"] == "internal_error" and "a validator bug" not in err["message"]
+    assert server.metric("llmserve_requests_total", endpoint=COMP, stream="false",
+                         status="error") == 1  # fmt: skip
