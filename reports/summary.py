@@ -9,6 +9,7 @@ from typing import Any
 
 from loadtests.record import ERROR_CLASSES, RequestRecord
 from loadtests.slo import format_slo, parse_slo
+from reports import diagnostics
 from reports.loader import Run, is_warmup
 from reports.redact import redact_value
 from reports.stats import PERCENTILE_METHOD, describe
@@ -156,23 +157,8 @@ def comparison(phases: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
 def _diagnose(
     records: Sequence[RequestRecord], phase_summary: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Run the protocol diagnostics (``reports.diagnostics.detect``) when that module exists."""
-    try:
-        from reports import diagnostics
-    except ImportError:
-        return []
-    found = diagnostics.detect(records, phase_summary)
-    return [_diag_dict(d) for d in found]
-
-
-def _diag_dict(d: Any) -> dict[str, Any]:
-    if isinstance(d, dict):
-        return dict(d)
-    if hasattr(d, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(d)
-    return {"code": str(getattr(d, "code", d)), "hint": str(getattr(d, "hint", ""))}
+    """The protocol diagnostics of one phase (``reports.diagnostics.detect``), as dicts."""
+    return [d.to_dict() for d in diagnostics.detect(records, phase_summary)]
 
 
 def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from loadtests.record import RequestRecord
+from reports import diagnostics
 from reports.cli import main
+from reports.diagnostics import Diagnostic
 from reports.html import render_html
 from reports.loader import RunError, load_run
 from reports.markdown import render_markdown, render_terminal
@@ -181,23 +181,18 @@ def test_bad_slo_is_bad_input(run_factory: Callable[..., Path]) -> None:
 def test_diagnostics_are_called_and_rendered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # stands in for reports/diagnostics.py (owned by the protocols engineer) to test the hook
+    # every phase goes through reports.diagnostics.detect; what it finds reaches the Markdown
     calls = []
-    fake = types.ModuleType("reports.diagnostics")
 
-    def detect(records: list[RequestRecord], phase_summary: dict) -> list[dict]:
+    def detect(records: list[RequestRecord], phase_summary: dict) -> list[Diagnostic]:
         calls.append((len(records), phase_summary["mode"]))
-        return [{"code": "proxy_buffering", "hint": "a proxy buffers the stream"}]
+        return [Diagnostic("proxy_buffering", "Chunks arrive in bursts.", "A proxy buffers.")]
 
-    fake.detect = detect  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "reports.diagnostics", fake)
-    import reports
-
-    monkeypatch.setattr(reports, "diagnostics", fake, raising=False)
+    monkeypatch.setattr(diagnostics, "detect", detect)
     s = build_summary(load_run(hand_run(tmp_path)))
     assert calls == [(4, "sync"), (3, "stream")]
     assert s["phases"]["stream"]["diagnostics"][0]["code"] == "proxy_buffering"
-    assert "**`proxy_buffering`** — a proxy buffers the stream" in render_markdown(s)
+    assert "**`proxy_buffering`** — Chunks arrive in bursts. A proxy buffers." in render_markdown(s)
 
 
 def test_real_proxy_buffering_diagnostic_is_rendered(tmp_path: Path) -> None:
