@@ -118,6 +118,11 @@ register(
     "dashboards", "build | check | push: Grafana dashboards as code", "dashboards.__main__:main"
 )
 register("exporter", "prometheus-config: scrape config for the exporter", "exporter.__main__:main")
+register(
+    "capacity",
+    "search for the highest load the target sustains within its SLOs (--rate or --users)",
+    "llmload.capacity:main",
+)
 
 
 if __name__ == "__main__":

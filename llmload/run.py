@@ -24,7 +24,7 @@ monkey.patch_all()
 import logging  # noqa: E402  (everything below comes after the patch)
 import os  # noqa: E402
 import sys  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -68,12 +68,20 @@ def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = N
     return runner.run(opts, argv, extra_info, sinks=sinks, report=report)
 
 
+#: what runs once the target is there: ``run``, or another plan (``llmload.capacity``)
+RunFn = Callable[[RunOptions, list[str], dict[str, Any] | None], int]
+
+
 def loadtest(
-    opts: RunOptions, argv: list[str], engine: str = "", server_args: Sequence[str] = ()
+    opts: RunOptions,
+    argv: list[str],
+    engine: str = "",
+    server_args: Sequence[str] = (),
+    go: RunFn = run,
 ) -> int:
-    """Run against ``opts.target``, or against a bundled server started for the run."""
+    """``go`` against ``opts.target``, or against a bundled server started for the run."""
     if opts.target:
-        return run(opts, argv)
+        return go(opts, argv, None)
     candidates = [engine] if engine else [bundled.DEFAULT_ENGINE, bundled.FALLBACK_ENGINE]
     server: bundled.BundledServer | None = None
     for name in candidates:
@@ -89,7 +97,7 @@ def loadtest(
     print(f"bundled server: {server.url} (engine {server.engine})", file=sys.stderr, flush=True)
     opts.target = server.url
     try:
-        return run(opts, argv, extra_info={"bundled_server": {"engine": server.engine}})
+        return go(opts, argv, {"bundled_server": {"engine": server.engine}})
     finally:
         server.stop()
 

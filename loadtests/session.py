@@ -65,9 +65,12 @@ def plan_phases(opts: RunOptions) -> list[Phase]:
 
 
 def phase_shape(opts: RunOptions, phase: Phase) -> PhaseShape:
-    """The user-count shape of one phase (open loop: the whole pool at once)."""
-    if opts.rate is not None:
-        return Constant(opts.users, phase.duration, min(100.0, max(opts.spawn_rate, opts.users)))
+    """The user-count shape of one phase (open loop, or a load of its own: all users at once)."""
+    users, rate = phase.load(opts.users, opts.rate)
+    if rate is not None:
+        return Constant(users, phase.duration, min(100.0, max(opts.spawn_rate, users)))
+    if phase.users is not None:
+        return Constant(users, phase.duration, max(opts.spawn_rate, float(users)))
     return make_shape(
         opts.shape, users=opts.users, spawn_rate=opts.spawn_rate, duration=phase.duration
     )
@@ -75,11 +78,12 @@ def phase_shape(opts: RunOptions, phase: Phase) -> PhaseShape:
 
 def scheduled_arrivals(opts: RunOptions, phase: Phase, shards: int) -> int:
     """How many open-loop arrivals the seeded schedules hold for a phase."""
-    assert opts.rate is not None
+    _, rate = phase.load(opts.users, opts.rate)
+    assert rate is not None
     total = 0
     for shard in range(shards):
         sched = ArrivalSchedule(
-            opts.rate, opts.arrival, opts.seed, phase.duration, shard, shards, phase.requests
+            rate, opts.arrival, opts.seed, phase.duration, shard, shards, phase.requests
         )
         while sched.claim() is not None:
             total += 1
@@ -171,13 +175,14 @@ class Session:
         got = stats.requests if stats is not None else 0
         if got != issued:
             self._warn(f"phase {phase.name}: {issued} requests issued but {got} records arrived")
-        if self.opts.rate is None or self.interrupted or stats is None:
+        _, rate = phase.load(self.opts.users, self.opts.rate)
+        if rate is None or self.interrupted or stats is None:
             return
         expected = scheduled_arrivals(self.opts, phase, driver.shards)
         late = percentile(stats.delays, 95) or 0.0
         if got < 0.95 * expected or late > LATE_P95_S:
             self._warn(
-                f"phase {phase.name}: target rate {self.opts.rate:g}/s not achieved: "
+                f"phase {phase.name}: target rate {rate:g}/s not achieved: "
                 f"{got} of {expected} scheduled requests sent, schedule delay p95 "
                 f"{late * 1000:.0f} ms (raise --users, the open-loop concurrency cap)"
             )

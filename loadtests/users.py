@@ -48,6 +48,16 @@ class Phase:
     warmup: bool = False
     #: requests in the phase, all processes together (``--num-prompts``); None: by duration
     requests: int | None = None
+    #: a load of the phase's own (the steps of a capacity search); None: the run's
+    users: int | None = None
+    rate: float | None = None
+
+    def load(self, users: int, rate: float | None) -> tuple[int, float | None]:
+        """``(users, rate)`` of this phase, given the run's ``--users`` and ``--rate``."""
+        return (
+            self.users if self.users is not None else users,
+            self.rate if self.rate is not None else rate,
+        )
 
 
 class RequestFailed(Exception):
@@ -106,9 +116,10 @@ class LoadContext:
         self._next_user = 0
         self.issued.setdefault(phase.name, 0)
         self.budget = shard_share(phase.requests, self.shard, self.shards)
-        if self.options.rate is not None:
+        _, rate = phase.load(self.options.users, self.options.rate)
+        if rate is not None:
             self.schedule = ArrivalSchedule(
-                self.options.rate,
+                rate,
                 self.options.arrival,
                 self.options.seed,
                 phase.duration,

@@ -1,0 +1,402 @@
+"""``llmload capacity``: the highest load a deployment sustains within its SLOs, searched for.
+
+The driver of the capacity search.  Each step is an ordinary phase of one run
+(``loadtests.runner.run(phases=...)``), so ``requests.jsonl``, ``run.json``,
+the exporter, Grafana annotations, the report and the gate see every step.
+After each step this module judges the step's records against the SLOs
+(``reports.capacity.judge``), notes whether the load generator itself was
+starved (``loadtests.healthlog``), and asks the pure search
+(``loadtests.search.decide``) for the next load.
+
+Open loop (``--rate``): the load is requests/s, latency counts from the
+intended send time, and ``--users`` caps concurrency (256).  Closed loop
+(``--users``): the load is back-to-back users.  A step lasts long enough for
+``--step-requests`` requests (2x the fewest that can show the percentile at
+``--confidence``), within ``--min-step``..``--max-step``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import llmload.run as wiring  # before locust: gevent-patches the process
+from loadtests import cli as loadtests_cli
+from loadtests import runner
+from loadtests.durations import parse_duration
+from loadtests.healthlog import HealthLog
+from loadtests.plan import RunOptions
+from loadtests.record import RequestRecord
+from loadtests.search import (
+    FAIL,
+    PASS,
+    UNRELIABLE,
+    Done,
+    SearchConfig,
+    Step,
+    answer,
+    decide,
+)
+from loadtests.session import scheduled_arrivals
+from loadtests.sinks import HarnessHealth, NullSink, RecordSink
+from loadtests.users import Phase
+from reports.capacity import (
+    Criterion,
+    answer_text,
+    judge,
+    parse_capacity_slo,
+    plateau,
+    samples_needed,
+)
+
+DEFAULT_SLO = "ttft_p95=600ms"
+OPEN_LOOP_CAP = 256
+#: flags of ``llmload run`` that a search sets itself
+NOT_HERE = ("--duration", "--num-prompts", "--shape", "--modes", "--pacing", "--rate", "--users")
+
+
+@dataclass(frozen=True)
+class CapacityOptions:
+    """What to search and how long."""
+
+    criteria: tuple[Criterion, ...]
+    open_loop: bool
+    start: float
+    minimum: float
+    maximum: float | None
+    tolerance: float
+    budget_s: float
+    confidence: float
+    mode: str = "stream"
+    step_requests: int = 0
+    min_step_s: float = 5.0
+    max_step_s: float = 120.0
+    warmup_s: float = 10.0
+    concurrency_cap: int = OPEN_LOOP_CAP
+    #: no --target: the bundled server's engine ("" = the best available) and arguments
+    engine: str = ""
+    server_args: tuple[str, ...] = ()
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self.open_loop else "users"
+
+    def requests_per_step(self) -> int:
+        """``--step-requests``, else twice the fewest that can show the strictest percentile."""
+        if self.step_requests:
+            return self.step_requests
+        q = max(c.quantile for c in self.criteria)
+        return 2 * samples_needed(q, self.confidence)
+
+
+class CapacitySearch(NullSink):
+    """The search as a run's phase plan, and a sink collecting each step's records and health."""
+
+    def __init__(self, copts: CapacityOptions, opts: RunOptions) -> None:
+        self.copts = copts
+        self.opts = opts
+        self.cfg = SearchConfig(
+            start=copts.start,
+            minimum=copts.minimum,
+            maximum=copts.maximum,
+            tolerance=copts.tolerance,
+            integer=not copts.open_loop,
+        )
+        self.steps: list[Step] = []
+        self.log: list[dict[str, Any]] = []
+        self.result: dict[str, Any] | None = None
+        self.stop_reason = ""
+        self._records: dict[str, list[RequestRecord]] = {}
+        self._times: dict[str, list[float]] = {}
+        self._health = HealthLog()
+        self._health_by_phase: dict[str, dict[str, Any]] = {}
+        self._started = 0.0
+
+    # -- sink -----------------------------------------------------------------
+    def on_record(self, record: RequestRecord) -> None:
+        self._records.setdefault(record.phase, []).append(record)
+
+    def on_health(self, source: str, snapshot: HarnessHealth) -> None:
+        self._health.add(source, snapshot)
+
+    def on_phase(self, name: str, mode: str, event: str, at: float) -> None:
+        if event == "start":
+            self._times[name] = [at]
+            self._health.begin(name)
+        elif event == "end":
+            self._times.setdefault(name, [at]).append(at)
+            block = self._health.end(name)
+            if block is not None:
+                self._health_by_phase[name] = block
+
+    # -- plan -----------------------------------------------------------------
+    def phase(self, index: int, load: float) -> Phase:
+        """The phase of step ``index`` at ``load``."""
+        c = self.copts
+        n = c.requests_per_step()
+        mode: Any = c.mode
+        if c.open_loop:
+            duration = min(c.max_step_s, max(c.min_step_s, n / load))
+            name = f"step{index:02d}-{load:g}rps"
+            return Phase(name, mode, duration, users=c.concurrency_cap, rate=load)
+        name = f"step{index:02d}-{load:g}users"
+        return Phase(name, mode, c.max_step_s, requests=n, users=int(load))
+
+    def cost_s(self, load: float) -> float:
+        """How long a step at ``load`` should take (closed loop: from the measured throughput)."""
+        c = self.copts
+        n = c.requests_per_step()
+        if c.open_loop:
+            return min(c.max_step_s, max(c.min_step_s, n / load))
+        per_user = [
+            e["point"]["throughput_per_s"] / e["load"]
+            for e in self.log
+            if e.get("point") and e["point"].get("throughput_per_s")
+        ]
+        if not per_user:
+            return c.min_step_s
+        # throughput per user falls as load grows: the lowest seen is the safe guess
+        return min(c.max_step_s, max(c.min_step_s, n / (min(per_user) * load)))
+
+    def __iter__(self) -> Iterator[Phase]:
+        c = self.copts
+        self._started = time.monotonic()
+        if c.warmup_s > 0:
+            load = c.start
+            if c.open_loop:
+                yield Phase("warmup", c.mode, c.warmup_s, True, users=c.concurrency_cap, rate=load)  # type: ignore[arg-type]
+            else:
+                yield Phase("warmup", c.mode, c.warmup_s, True, users=int(load))  # type: ignore[arg-type]
+        while True:
+            left = c.budget_s - (time.monotonic() - self._started)
+            decision = decide(self.cfg, self.steps, left, self.cost_s)
+            if isinstance(decision, Done):
+                self._finish(decision.reason, decision.why)
+                return
+            phase = self.phase(len(self.steps) + 1, decision.load)
+            yield phase
+            self._judge(phase, decision.load, decision.why)
+
+    def _judge(self, phase: Phase, load: float, why: str) -> None:
+        c = self.copts
+        records = self._records.get(phase.name, [])
+        times = self._times.get(phase.name, [])
+        wall = times[-1] - times[0] if len(times) == 2 else phase.duration
+        scheduled = scheduled_arrivals(self.opts, phase, 1) if c.open_loop else None
+        point = judge(
+            records,
+            c.criteria,
+            c.confidence,
+            duration_s=phase.duration if c.open_loop else wall,
+            open_loop=c.open_loop,
+            scheduled=scheduled,
+        )
+        health = self._health_by_phase.get(phase.name) or {}
+        starved = list(health.get("starved") or [])
+        if not c.open_loop:
+            earlier = [(e["load"], e["point"]) for e in self.log if e.get("point")]
+            flat = plateau(point, load, earlier)
+            if flat:
+                point["plateau"] = flat
+        verdict = UNRELIABLE if starved else PASS if point["verdict"] == "pass" else FAIL
+        self.steps.append(Step(load, verdict, point["ratio"], bool(point["saturated"])))
+        self.log.append(
+            {
+                "phase": phase.name,
+                "load": load,
+                "why": why,
+                "search_verdict": verdict,
+                "starved": starved,
+                "wall_s": wall,
+                "point": point,
+            }
+        )
+        _say(self._step_line(phase.name, load, verdict, point, starved))
+
+    def _step_line(
+        self, name: str, load: float, verdict: str, point: dict[str, Any], starved: list[str]
+    ) -> str:
+        crit = "; ".join(
+            f"{x['slo']}: {x['observed_ms']:.0f} ms" if x["observed_ms"] is not None
+            else f"{x['slo']}: {x['within']}/{x['n']} within"
+            for x in point["criteria"]
+        )
+        extra = "".join(f" [{s}]" for s in point["saturated"])
+        if starved:
+            extra += f" [load generator starved: {', '.join(starved)}]"
+        return (
+            f"capacity {name}: {load:g} {self.copts.unit} -> {verdict} "
+            f"({point['verdict']}; {crit}; {point['requests']} requests){extra}"
+        )
+
+    def _finish(self, reason: str, why: str) -> None:
+        self.stop_reason = why
+        a = answer(self.cfg, self.steps, reason)
+        self.result = {**asdict(a), "why": why}
+        block = self.info()["capacity"]
+        curve = [{"load": e["load"], **e["point"]} for e in self.log]
+        self.result["text"] = answer_text(block, curve)
+        _say(f"capacity: {self.result['text']} [{reason}: {why}]")
+
+    def info(self) -> dict[str, Any]:
+        """``run.json``'s ``capacity`` block (rewritten after every step)."""
+        c = self.copts
+        return {
+            "capacity": {
+                "search": "open loop (requests/s)" if c.open_loop else "closed loop (users)",
+                "unit": c.unit,
+                "mode": c.mode,
+                "criteria": [
+                    {"quantile": x.quantile, "bounds_ms": x.bounds_ms} for x in c.criteria
+                ],
+                "slo": ",".join(x.spec for x in c.criteria),
+                "confidence": c.confidence,
+                "tolerance": c.tolerance,
+                "budget_s": c.budget_s,
+                "start": c.start,
+                "minimum": c.minimum,
+                "maximum": c.maximum,
+                "requests_per_step": c.requests_per_step(),
+                "elapsed_s": time.monotonic() - self._started if self._started else 0.0,
+                "steps": [{k: v for k, v in e.items() if k != "point"} for e in self.log],
+                "answer": self.result,
+                "status": "done" if self.result is not None else "searching",
+            }
+        }
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _fraction(text: str) -> float:
+    t = text.strip()
+    return float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="llmload capacity",
+        description="Find the highest load the target sustains within its SLOs. Every "
+        "`llmload run` option for the target, the workload and the output also applies "
+        "(--target, --scenario, --dataset, --max-tokens, --out, --metrics-port, ...).",
+    )
+    g = p.add_argument_group("search")
+    how = g.add_mutually_exclusive_group()
+    how.add_argument(
+        "--rate", nargs="?", type=float, const=1.0, metavar="START",
+        help="open loop: search requests/s, from START (1)",
+    )
+    how.add_argument(
+        "--users", nargs="?", type=int, const=1, metavar="START",
+        help="closed loop: search back-to-back users, from START (1; the default search)",
+    )
+    g.add_argument("--slo", default=DEFAULT_SLO, help=f"SLOs: ttft_p95=600ms,tpot_p95=50ms or "
+                   f"goodput=95%%,ttft=600ms,tpot=50ms ({DEFAULT_SLO})")
+    g.add_argument("--budget", default="10m", help="time for the whole search (10m)")
+    g.add_argument("--tolerance", default="10%", help="stop when the bracket is this narrow (10%%)")
+    g.add_argument("--confidence", type=float, default=0.95, help="for each step's verdict (0.95)")
+    g.add_argument("--min", dest="minimum", type=float, help="lowest load to try (start/16)")
+    g.add_argument("--max", dest="maximum", type=float, help="highest load to try (none)")
+    g.add_argument("--mode", choices=("stream", "sync"), default="stream", help="request mode")
+    g.add_argument("--step-requests", type=int, default=0, help="requests per step (auto)")
+    g.add_argument("--min-step", default="5s", help="shortest step (5s)")
+    g.add_argument("--max-step", default="2m", help="longest step (2m)")
+    g.add_argument("--warmup", default="10s", help="warm-up before the first step (10s)")
+    g.add_argument("--concurrency-cap", type=int, default=OPEN_LOOP_CAP,
+                   help=f"open loop: most requests in flight ({OPEN_LOOP_CAP})")
+    g.add_argument("--engine", help="no --target: the bundled server's engine")
+    g.add_argument("--server-arg", action="append", default=[], help="bundled-server argument")
+    return p
+
+
+def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
+    """Capacity options, the run's options, the command line for run.json; ``ValueError``."""
+    ns, rest = parser().parse_known_args(list(argv))
+    for flag in NOT_HERE:
+        if any(a == flag or a.startswith(flag + "=") for a in rest):
+            raise ValueError(f"{flag} is set by the search (see llmload capacity --help)")
+    criteria = tuple(parse_capacity_slo(ns.slo))
+    open_loop = ns.rate is not None
+    start = float(ns.rate if open_loop else (ns.users or 1))
+    minimum = ns.minimum if ns.minimum is not None else (start / 16 if open_loop else 1.0)
+    tolerance = _fraction(ns.tolerance)
+    if not 0.5 <= ns.confidence < 1:
+        raise ValueError("--confidence must be in [0.5, 1)")
+    copts = CapacityOptions(
+        criteria=criteria,
+        open_loop=open_loop,
+        start=start,
+        minimum=minimum,
+        maximum=ns.maximum,
+        tolerance=tolerance,
+        budget_s=parse_duration(ns.budget),
+        confidence=ns.confidence,
+        mode=ns.mode,
+        step_requests=ns.step_requests,
+        min_step_s=parse_duration(ns.min_step),
+        max_step_s=parse_duration(ns.max_step),
+        warmup_s=parse_duration(ns.warmup),
+        concurrency_cap=ns.concurrency_cap,
+        engine=ns.engine or "",
+        server_args=tuple(ns.server_arg),
+    )
+    SearchConfig(start=start, minimum=minimum, maximum=ns.maximum, tolerance=tolerance)  # checks
+    inv = loadtests_cli.parse(["run", *rest, "--modes", ns.mode, "--pacing", "0s"])
+    assert inv.options is not None
+    opts = replace(inv.options, slo=_goodput_spec(criteria), label=inv.options.label or "capacity")
+    if opts.workers or opts.master:
+        raise ValueError("llmload capacity runs in one process (no --workers/--master yet)")
+    argv_full = ["llmload", "capacity", *argv]
+    return copts, opts, argv_full
+
+
+def _goodput_spec(criteria: Sequence[Criterion]) -> str:
+    """The report's goodput SLO: every bound of the search (the tightest per metric)."""
+    bounds: dict[str, float] = {}
+    for c in criteria:
+        for k, v in c.bounds_ms.items():
+            bounds[k] = min(v, bounds.get(k, math.inf))
+    return ",".join(f"{k}={v:g}ms" for k, v in bounds.items())
+
+
+def search(
+    copts: CapacityOptions,
+    opts: RunOptions,
+    argv: list[str],
+    extra_info: dict[str, Any] | None = None,
+) -> int:
+    """Run the search against ``opts.target``; the exit code of the run."""
+    plan = CapacitySearch(copts, opts)
+
+    def sinks(o: RunOptions, label: str) -> list[RecordSink]:
+        return [*wiring.sinks(o, label), plan]
+
+    return runner.run(
+        opts, argv, extra_info, sinks=sinks, report=wiring.report, phases=plan
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``llmload capacity``; returns the exit code."""
+    try:
+        copts, opts, argv_full = parse(list(sys.argv[1:] if argv is None else argv))
+    except (ValueError, OSError) as exc:
+        print(f"llmload capacity: {exc}", file=sys.stderr)
+        return runner.EXIT_USAGE
+    return wiring.loadtest(
+        opts,
+        argv_full,
+        engine=copts.engine,
+        server_args=copts.server_args,
+        go=lambda o, a, info: search(copts, o, a, info),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
