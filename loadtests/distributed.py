@@ -4,19 +4,30 @@ The master (this process, ``--workers N`` or ``--master``) runs no users: it
 sends each worker the run's options once (``llmload_setup``; the API key is
 not sent — every worker reads ``--api-key-env`` from its own environment),
 announces each phase (``llmload_phase``) before starting the users, and owns
-the one hub every record goes through.  A worker batches its request starts
-and records (``llmload_batch``, every ``FLUSH_S`` or ``BATCH`` records),
-forwards its health (``llmload_health``), and when locust stops its users it
-sends the rest of the phase's records and then ``llmload_flushed`` with the
-number it issued.  Messages from one worker arrive in order, so once every
-worker has acknowledged, the master holds all of the phase's records; the
-hub's request-id de-duplication is the last line of defence against a batch
+the one hub every record goes through.  A worker batches its records
+(``llmload_batch``, every ``FLUSH_S`` or ``BATCH`` records), forwards its
+health (``llmload_health``), and when locust stops its users it sends the rest
+of the phase's records and then ``llmload_flushed`` with the number it issued.
+Messages from one worker arrive in order, so once every worker has
+acknowledged, the master holds all of the phase's records; the hub's
+request-id de-duplication is the last line of defence against a batch
 delivered twice.
+
+No silent loss.  A request's *start* (its id, labels and start time) rides in
+the batch too, but the batch is sent the moment a request starts, before the
+request's own bytes leave (``LoadContext.announce``), so the master knows of
+every request a worker has begun.  When a worker dies — locust declares it
+missing after its heartbeats stop, or a worker process this master spawned
+exits — each of its requests without a record becomes one with status
+``lost`` (its worker and start time kept), the run stops after that phase and
+says so (``lost_workers`` in ``run.json``, exit code 1).  So the records
+always number at least the requests the target saw.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -39,22 +50,29 @@ from loadtests.users import LLMUser, LoadContext, Phase
 log = logging.getLogger(__name__)
 FLUSH_S = 0.25
 BATCH = 500
+#: how often the master looks for workers that went missing or exited
+WATCH_S = 0.5
 #: seconds to wait for workers to connect, set up, or acknowledge a phase
 WORKER_TIMEOUT_S = 90.0
 
 
 class Forwarder(NullSink):
-    """Worker side: batches starts and records to the master, in order."""
+    """Worker side: batches records to the master, in order; a request start sends at once."""
 
     def __init__(self, runner: Any, worker: str) -> None:
         self.runner = runner
         self.worker = worker
-        self._starts: list[list[str]] = []
+        self._starts: list[dict[str, Any]] = []
         self._records: list[dict[str, Any]] = []
         self._loop = gevent.spawn(self._flush_loop)
 
-    def on_request_start(self, mode: str, scenario: str, endpoint: str) -> None:
-        self._starts.append([mode, scenario, endpoint])
+    def announce(self, start: dict[str, Any]) -> None:
+        """A request is about to be sent: the batch goes now, so the master knows its id first.
+
+        (``on_request_start`` stays the no-op of ``NullSink``: the start travels here.)
+        """
+        self._starts.append(start)
+        self.flush()
 
     def on_record(self, record: RequestRecord) -> None:
         self._records.append(record.to_dict())
@@ -101,6 +119,14 @@ class MasterDriver:
         self.failed: list[str] = []
         self.acks: dict[str, dict[str, int]] = {}
         self.names: dict[str, str] = {}  # locust client id -> our worker name
+        #: per worker: its started requests without a record yet, by request id
+        self.open: dict[str, dict[str, dict[str, Any]]] = {}
+        self.started: dict[tuple[str, str], int] = {}  # (worker, phase) -> starts
+        self.pids: dict[str, int] = {}  # worker name -> process id (from llmload_ready)
+        #: workers lost mid-run: {"worker", "phase", "at", "lost_requests", "reason"}
+        self.lost_workers: list[dict[str, Any]] = []
+        self.phase: Phase | None = None
+        self._closing = False
         for name, handler in (
             ("llmload_batch", self._on_batch),
             ("llmload_health", self._on_health),
@@ -127,24 +153,68 @@ class MasterDriver:
         except BaseException:
             self.close()  # no worker process outlives a master that could not start
             raise
+        self._watcher = gevent.spawn(self._watch)
 
-    def _wait(self, done: Any, what: str) -> None:
+    def _wait(self, done: Any, what: str, exits_fail: bool = True) -> None:
         deadline = time.monotonic() + WORKER_TIMEOUT_S
         while not done():
             if self.session.interrupted:
                 raise RuntimeError(f"interrupted while waiting for {what}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"timed out after {WORKER_TIMEOUT_S:g}s waiting for {what}")
-            if any(p.poll() is not None for p in self.procs):
+            if exits_fail and any(p.poll() is not None for p in self.procs):
                 raise RuntimeError(f"a worker process exited while waiting for {what}")
             gevent.sleep(0.05)
+
+    # -- lost workers ------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._closing:
+            gevent.sleep(WATCH_S)
+            self.check_workers()
+
+    def check_workers(self) -> None:
+        """Declare lost each worker locust marks missing, or whose spawned process exited."""
+        if self._closing:
+            return
+        clients = self.runner.clients
+        for cid, name in self.names.items():
+            client = clients.get(cid)
+            if client is not None and client.state == STATE_MISSING:
+                self._lose(name, "it stopped sending heartbeats")
+        exited = {p.pid: p.returncode for p in self.procs if p.poll() is not None}
+        for name, pid in self.pids.items():
+            if pid in exited:
+                self._lose(name, f"its process exited (code {exited[pid]})")
+
+    def _lose(self, name: str, why: str) -> None:
+        """Every request ``name`` started without a record becomes a ``lost`` record."""
+        if any(w["worker"] == name for w in self.lost_workers):
+            return
+        opened = self.open.pop(name, {})
+        error = f"worker {name} was lost before reporting this request: {why}"
+        for start in opened.values():
+            self.hub.on_record(lost_record(start, name, error))
+        phase = self.phase.name if self.phase is not None else None
+        self.lost_workers.append(
+            {"worker": name, "phase": phase, "at": time.time(), "lost_requests": len(opened),
+             "reason": why}
+        )  # fmt: skip
+        log.error("worker %s lost in phase %s (%s): %d requests recorded as lost",
+                  name, phase, why, len(opened))  # fmt: skip
 
     # -- messages from workers ---------------------------------------------------
 
     def _on_batch(self, environment: Any, msg: Any) -> None:
-        for mode, scenario, endpoint in msg.data["starts"]:
-            self.hub.on_request_start(mode, scenario, endpoint)
+        worker = msg.data["worker"]
+        opened = self.open.setdefault(worker, {})
+        for start in msg.data["starts"]:
+            opened[start["request_id"]] = start
+            key = (worker, start["phase"])
+            self.started[key] = self.started.get(key, 0) + 1
+            self.hub.on_request_start(start["mode"], start["scenario"], start["endpoint"])
         for data in msg.data["records"]:
+            opened.pop(data.get("request_id"), None)
             self.hub.on_record(RequestRecord.from_dict(data))
 
     def _on_health(self, environment: Any, msg: Any) -> None:
@@ -154,6 +224,8 @@ class MasterDriver:
 
     def _on_ready(self, environment: Any, msg: Any) -> None:
         self.ready.add(msg.data["worker"])
+        if msg.data.get("pid") and self.procs:  # a worker this master spawned
+            self.pids[msg.data["worker"]] = int(msg.data["pid"])
 
     def _on_failed(self, environment: Any, msg: Any) -> None:
         self.failed.append(str(msg.data["error"]))
@@ -164,8 +236,13 @@ class MasterDriver:
     # -- Driver ------------------------------------------------------------------
 
     def begin(self, phase: Phase) -> None:
-        self._wait(lambda: len(self.runner.clients.ready) >= self.expect, "workers to be ready")
+        self.check_workers()  # one lost since the last phase: run on, the run stops after it
+        self._wait(
+            lambda: len(self.runner.clients.ready) >= self.expect or bool(self.lost_workers),
+            "workers to be ready",
+        )
         self.acks[phase.name] = {}
+        self.phase = phase
         self.runner.send_message("llmload_phase", asdict(phase))
 
     def set_users(self, users: int, spawn_rate: float) -> None:
@@ -191,8 +268,9 @@ class MasterDriver:
         already dropped from its clients after stopping has acknowledged.
         """
         clients = self.runner.clients
+        lost = {w["worker"] for w in self.lost_workers}
         return all(
-            name in acks
+            name in acks or name in lost
             for cid, name in self.names.items()
             if cid in clients and clients[cid].state != STATE_MISSING
         )
@@ -200,12 +278,18 @@ class MasterDriver:
     def finish(self, phase: Phase) -> int:
         acks = self.acks.setdefault(phase.name, {})
         try:
-            self._wait(lambda: self._flushed(acks), f"workers to flush phase {phase.name}")
+            self._wait(
+                lambda: self._flushed(acks), f"workers to flush phase {phase.name}", False
+            )
         except RuntimeError as exc:
             log.error("%s; records of phase %s may be missing", exc, phase.name)
-        return sum(acks.values())
+        self.check_workers()
+        # a lost worker never acknowledges: what it issued is what the master saw it start
+        lost = {w["worker"] for w in self.lost_workers} - set(acks)
+        return sum(acks.values()) + sum(self.started.get((w, phase.name), 0) for w in lost)
 
     def close(self) -> None:
+        self._closing = True  # workers now exit on purpose
         self.runner.quit()
         for proc in self.procs:
             try:
@@ -249,8 +333,9 @@ class WorkerState:
             self.runner.send_message("llmload_failed", {"worker": self.name, "error": str(exc)})
             return
         self.ctx.watch(environment)
+        self.ctx.announce = self.forwarder.announce
         self._start_health()
-        self.runner.send_message("llmload_ready", {"worker": self.name})
+        self.runner.send_message("llmload_ready", {"worker": self.name, "pid": os.getpid()})
 
     def _start_health(self) -> None:
         ctx, fwd = self.ctx, self.forwarder
@@ -277,6 +362,24 @@ class WorkerState:
         data = {"worker": self.name, "phase": ctx.phase.name, "issued": issued}
         self.runner.send_message("llmload_flushed", data)
         environment.stop_timeout = 0  # locust sleeps stop_timeout after stopping; nothing is left
+
+
+def lost_record(start: dict[str, Any], worker: str, error: str) -> RequestRecord:
+    """The record of a request whose worker died before reporting it."""
+    return RequestRecord(
+        request_id=start["request_id"],
+        phase=start["phase"],
+        scenario=start["scenario"],
+        mode=start["mode"],
+        endpoint=start["endpoint"],
+        started_at=start["started_at"],
+        status="lost",
+        error=error,
+        turn=start.get("turn", 0),
+        worker=worker,
+        user_id=start.get("user_id"),
+        warmup=bool(start.get("warmup")),
+    )
 
 
 def worker_main(master_host: str, master_port: int) -> int:

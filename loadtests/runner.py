@@ -198,9 +198,11 @@ def run(
                 previous = phase
                 if phases is not None:
                     writer.update(**phases.info())
-                if session.interrupted:
+                if session.interrupted or worker_lost(driver, writer):
                     break
             outcome = "interrupted" if session.interrupted else "completed"
+            if getattr(driver, "lost_workers", None):
+                outcome = "failed"
         finally:
             driver.close()
     except UsageError as exc:
@@ -225,6 +227,25 @@ def run(
     if outcome == "completed":
         return EXIT_OK
     return EXIT_INTERRUPTED if outcome == "interrupted" else EXIT_FAILED
+
+
+def worker_lost(driver: Driver, writer: RunWriter) -> bool:
+    """A distributed run lost a worker: say so in run.json and on stderr; the run stops.
+
+    The phases still to come would run with less load than planned, so none runs.
+    """
+    lost = list(getattr(driver, "lost_workers", ()))
+    if not lost:
+        return False
+    writer.update(lost_workers=lost)
+    for w in lost:
+        print(
+            f"error: {w['worker']} was lost in phase {w['phase']} ({w['reason']}): "
+            f"{w['lost_requests']} requests recorded as lost; the run stops here",
+            file=sys.stderr,
+            flush=True,
+        )
+    return True
 
 
 def save_locust_stats(environment: Any, out_dir: Path, phase: Phase) -> None:

@@ -86,6 +86,9 @@ class LoadContext:
     budget: int | None = None
     #: False once the phase is stopping: no new request starts (locust's kill is asynchronous)
     accepting: bool = False
+    #: a distributed worker's forwarder: told of each request (id, labels, start time) before
+    #: its bytes leave, so the master can account for it should this process die
+    announce: Callable[[dict[str, Any]], None] | None = None
     _next_user: int = 0
 
     def watch(self, environment: Any) -> None:
@@ -226,6 +229,13 @@ class LLMUser(User):
         ctx = self.ctx
         mode = phase.mode
         call = self.adapter.build(prompt, mode=mode, model=ctx.model, options=ctx.request_options())
+        request_id = uuid.uuid4().hex
+        if ctx.announce is not None:
+            ctx.announce(
+                {"request_id": request_id, "phase": phase.name, "scenario": prompt.scenario,
+                 "mode": mode, "endpoint": self.adapter.endpoint, "started_at": time.time(),
+                 "turn": prompt.turn, "user_id": self.index, "warmup": phase.warmup}
+            )  # fmt: skip
         ctx.sink.on_request_start(mode, prompt.scenario, self.adapter.endpoint)
         ctx.inflight += 1
         ctx.issued[phase.name] = ctx.issued.get(phase.name, 0) + 1
@@ -233,7 +243,7 @@ class LLMUser(User):
         t0 = clock()
         self.last_start = t0
         meta = RecordMeta(
-            request_id=uuid.uuid4().hex,
+            request_id=request_id,
             phase=phase.name,
             scenario=prompt.scenario,
             mode=mode,
