@@ -22,12 +22,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import reports
 from reports.cli import main as reports_main
 from reports.markdown import render_terminal
 from target_server.launch import LaunchFailed, launch
 
-ROOT = Path(__file__).resolve().parent.parent
-BASELINE = ROOT / "reports" / "baselines" / "ci-synthetic.json"
+#: shipped with the package (package data), so an installed wheel gates as a checkout does
+BASELINE = Path(reports.__file__).resolve().parent / "baselines" / "ci-synthetic.json"
 #: the bundled server: synthetic engine, 200 ms to first token, 10 ms per token, +-20 ms jitter
 SERVER_TTFT_MS = 200.0
 SERVER_ARGS = ("--itl-ms=10", "--jitter-ms=20")
@@ -74,7 +75,7 @@ def server_args(ttft_ms: float = SERVER_TTFT_MS) -> list[str]:
 @contextmanager
 def synthetic_server(ttft_ms: float = SERVER_TTFT_MS, timeout_s: float = 60.0) -> Iterator[str]:
     """Start the bundled synthetic server; yield its base URL once ``/health`` answers."""
-    with launch(server_args(ttft_ms), cwd=ROOT, ready_timeout=timeout_s) as server:
+    with launch(server_args(ttft_ms), ready_timeout=timeout_s) as server:
         yield server.url
 
 
@@ -84,7 +85,7 @@ def run_load(
     """Run one CI-length load test into ``out``; ``RuntimeError`` (with its output) on failure."""
     cmd = load_command(out, target, report, extra)
     proc = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+        cmd, capture_output=True, text=True, timeout=timeout_s, check=False
     )
     if proc.returncode != 0 or not (out / "requests.jsonl").exists():
         tail = (proc.stdout + proc.stderr)[-3000:]
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--write-baseline", action="store_true", help="write the baseline, no gate")
     p.add_argument("--ttft-ms", type=float, default=SERVER_TTFT_MS, help="server TTFT (200)")
     args, gate_args = p.parse_known_args(sys.argv[1:] if argv is None else list(argv))
-    out = args.out or ROOT / "runs" / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-ci-gate"
+    out = args.out or Path("runs") / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-ci-gate"
     try:
         with synthetic_server(args.ttft_ms) as url:
             print(f"ci-gate: {' '.join(load_command(out, url))}", flush=True)

@@ -59,6 +59,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
+    from reports import github
     from reports.baseline import read_baseline
     from reports.gate import GateConfig, evaluate
     from reports.gate_report import render_junit, render_markdown, render_text
@@ -86,16 +87,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
         seed=args.seed,
         from_intended=args.from_intended,
         starved_share=args.starved_share,
+        inconclusive=args.inconclusive,
     )
     result = evaluate(run, baseline, cfg)
     print(render_text(result))
     md = render_markdown(result)
     if args.summary_md:
         args.summary_md.write_text(md, encoding="utf-8")
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as fh:
-            fh.write(md)
+    github.publish(result, md, os.environ, sys.stdout)
     junit = args.junit or args.run_dir / "junit.xml"
     junit.write_text(render_junit(result), encoding="utf-8")
     return result.exit_code
@@ -107,20 +106,20 @@ def parser() -> argparse.ArgumentParser:
     slo_help = f"goodput SLOs, e.g. {DEFAULT_SLO} (the default)"
 
     b = sub.add_parser("build", help="write summary.json, summary.md, report.html into RUN_DIR")
-    b.add_argument("run_dir", type=Path)
+    b.add_argument("run_dir", type=Path, help="a run directory (run.json + requests.jsonl)")
     b.add_argument("--slo", default=None, help=slo_help)
     b.set_defaults(func=cmd_build)
 
     c = sub.add_parser("compare", help="two runs side by side (Markdown + HTML)")
-    c.add_argument("run_a", type=Path)
-    c.add_argument("run_b", type=Path)
+    c.add_argument("run_a", type=Path, help="the run before (A)")
+    c.add_argument("run_b", type=Path, help="the run after (B)")
     c.add_argument("--out", type=Path, default=None, help="folder for compare.md/html (RUN_B)")
     c.add_argument("--slo", default=None, help=slo_help)
     c.set_defaults(func=cmd_compare)
 
     bl = sub.add_parser("baseline", help="store what the gate needs of RUN_DIR's distribution")
-    bl.add_argument("run_dir", type=Path)
-    bl.add_argument("--out", type=Path, required=True)
+    bl.add_argument("run_dir", type=Path, help="a good run to compare later runs against")
+    bl.add_argument("--out", type=Path, required=True, help="baseline file to write (JSON)")
     bl.set_defaults(func=cmd_baseline)
 
     g = sub.add_parser(
@@ -128,13 +127,38 @@ def parser() -> argparse.ArgumentParser:
         help="exit 0 pass, 1 regression or limit breach, 2 inconclusive (too few samples, "
         "too noisy, a starved load generator or a lost worker)",
     )
-    g.add_argument("run_dir", type=Path)
-    g.add_argument("--baseline", type=Path, required=True)
-    g.add_argument("--metric", default="ttft", choices=("ttft", "e2e", "tpot", "itl"))
-    g.add_argument("--percentile", type=float, default=95.0)
-    g.add_argument("--max-regression", type=_percent, default=0.10, help="e.g. 10%% (default)")
-    g.add_argument("--confidence", type=float, default=0.95)
-    g.add_argument("--max-ttft-p95-ms", type=float, default=None, help="absolute TTFT p95 limit")
+    g.add_argument("run_dir", type=Path, help="the run directory to gate")
+    g.add_argument(
+        "--baseline", type=Path, required=True, help="baseline file (`report baseline` writes it)"
+    )
+    g.add_argument(
+        "--metric",
+        default="ttft",
+        choices=("ttft", "e2e", "tpot", "itl"),
+        help="per-request latency to gate (ttft)",
+    )
+    g.add_argument("--percentile", type=float, default=95.0, help="percentile compared (95)")
+    g.add_argument(
+        "--max-regression",
+        type=_percent,
+        default=0.10,
+        help="allowed increase of the percentile, e.g. 10%% (the default) or 0.1",
+    )
+    g.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="one-sided confidence a regression must reach to fail, in [0.5, 1) (0.95)",
+    )
+    g.add_argument(
+        "--max-ttft-p95-ms", type=float, default=None, help="absolute TTFT p95 limit, ms (none)"
+    )
+    g.add_argument(
+        "--inconclusive",
+        choices=("neutral", "pass", "fail"),
+        default="neutral",
+        help="exit code of an inconclusive verdict: neutral 2 (the default), pass 0, fail 1",
+    )
     g.add_argument(
         "--mode",
         action="append",
@@ -153,9 +177,16 @@ def parser() -> argparse.ArgumentParser:
         help="a failure is inconclusive (exit 2) when this share of a gated phase's harness "
         "samples was above the saturation line (default 10%%)",
     )
-    g.add_argument("--min-samples", type=int, default=None)
-    g.add_argument("--resamples", type=int, default=2000)
-    g.add_argument("--seed", type=int, default=20240607)
+    g.add_argument(
+        "--min-samples",
+        type=int,
+        default=None,
+        help="samples needed on each side (default: max(30, 3 / (1 - percentile/100)))",
+    )
+    g.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (2000)")
+    g.add_argument(
+        "--seed", type=int, default=20240607, help="bootstrap seed: same inputs, same verdict"
+    )
     g.add_argument("--junit", type=Path, default=None, help="JUnit XML path (RUN_DIR/junit.xml)")
     g.add_argument("--summary-md", type=Path, default=None, help="also write the Markdown here")
     g.set_defaults(func=cmd_gate)

@@ -36,6 +36,8 @@ from reports.trust import STARVED_SHARE, starved
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
+#: ``--inconclusive``: the exit code an inconclusive verdict gets (neutral: its own, 2)
+INCONCLUSIVE_EXIT = {"neutral": EXIT[INCONCLUSIVE], "pass": EXIT[PASS], "fail": EXIT[FAIL]}
 DEFAULT_SEED = 20240607
 DEFAULT_RESAMPLES = 2000
 
@@ -57,6 +59,8 @@ class GateConfig:
     from_intended: bool = False
     #: a failure is inconclusive when this share of a gated phase's samples was saturated
     starved_share: float = STARVED_SHARE
+    #: exit-code policy for an inconclusive verdict: neutral (2), pass (0) or fail (1)
+    inconclusive: str = "neutral"
 
     @property
     def key(self) -> str:
@@ -106,6 +110,9 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
+        """0 pass, 1 fail; inconclusive 2 unless ``config.inconclusive`` maps it to 0 or 1."""
+        if self.verdict == INCONCLUSIVE:
+            return INCONCLUSIVE_EXIT[self.config.inconclusive]
         return EXIT[self.verdict]
 
 

@@ -20,7 +20,12 @@ def test_example_workflow_validates() -> None:
     proc = check(WORKFLOW)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = WORKFLOW.read_text()
-    assert "make ci-gate" in text and "GITHUB_STEP_SUMMARY" in text
+    assert "llmload ci-gate" in text and "GITHUB_STEP_SUMMARY" in text
+    # the slim core (no torch, no make install) and only the permission it uses
+    assert "pip install .\n" in text and "make install" not in text
+    block = text.split("permissions:", 1)[1].split("\njobs:", 1)[0]
+    granted = [ln.strip() for ln in block.splitlines() if ln.strip()]
+    assert [ln for ln in granted if not ln.startswith("#")] == ["contents: read"]
 
 
 def test_schema_check_rejects_a_broken_workflow(tmp_path: Path) -> None:
