@@ -213,6 +213,9 @@ class CapacitySearch(NullSink):
                 "search_verdict": verdict,
                 "starved": starved,
                 "wall_s": wall,
+                "duration_s": point["duration_s"],
+                "scheduled": scheduled,
+                "plateau": point.get("plateau", ""),
                 "point": point,
             }
         )

@@ -353,3 +353,49 @@ def _at_hi(hi: float | None, unit: str, curve: Sequence[dict[str, Any]]) -> str:
     if share is None:
         return ""
     return f"{where} only {share:.0%} of requests were within bounds"
+
+
+def capacity_summary(run: Any) -> dict[str, Any] | None:
+    """``summary.json``'s ``capacity`` block: the curve re-judged from the records, the answer,
+    the knee; None when the run was not a capacity search."""
+    block = run.meta.get("capacity")
+    if not isinstance(block, dict) or not isinstance(block.get("steps"), list):
+        return None
+    criteria = [Criterion(float(c["quantile"]), dict(c["bounds_ms"])) for c in block["criteria"]]
+    open_loop = block.get("unit") == "req/s"
+    by_phase: dict[str, list[RequestRecord]] = {}
+    for r in run.records:
+        by_phase.setdefault(r.phase, []).append(r)
+    curve = []
+    for step in block["steps"]:
+        point = judge(
+            by_phase.get(step["phase"], []),
+            criteria,
+            float(block.get("confidence", 0.95)),
+            duration_s=float(step.get("duration_s") or step.get("wall_s") or 1.0),
+            open_loop=open_loop,
+            scheduled=step.get("scheduled"),
+        )
+        extra = {k: step.get(k) for k in ("phase", "load", "why", "search_verdict", "starved")}
+        if step.get("plateau"):
+            point["plateau"] = step["plateau"]
+        curve.append({**extra, **point})
+    answer = block.get("answer") or {}
+    return {
+        "search": block.get("search"),
+        "unit": block.get("unit"),
+        "mode": block.get("mode"),
+        "slo": block.get("slo"),
+        "criteria": block["criteria"],
+        "slo_text": " and ".join(c.text for c in criteria),
+        "confidence": block.get("confidence"),
+        "tolerance": block.get("tolerance"),
+        "budget_s": block.get("budget_s"),
+        "elapsed_s": block.get("elapsed_s"),
+        "status": block.get("status"),
+        "answer": answer,
+        "text": answer_text(block, curve) if answer else "search did not finish",
+        "steps": len(curve),
+        "knee": knee([(p["load"], p["ratio"]) for p in curve if p.get("ratio") is not None]),
+        "curve": curve,
+    }

@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 
 from reports import timeseries as ts
+from reports.capacity_view import capacity_html
 from reports.charts import Axes, render
 from reports.loader import Run
 from reports.markdown import (
@@ -338,6 +339,7 @@ def render_html(run: Run, summary: dict[str, Any]) -> str:
         f"generated {summary['generated_at']}</p>",
         _trust(summary),
         _cards(summary),
+        capacity_html(summary),
     ]
     for d in summary.get("diagnostics") or []:
         parts.append(

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from reports.capacity_view import capacity_markdown, capacity_terminal
+from reports.fmt import fmt_ms, fmt_pct, fmt_rate, table
 from reports.trust import harness_text
+
+__all__ = ["fmt_ms", "fmt_pct", "fmt_rate", "table"]  # also imported from here
 
 DIAGNOSTIC_HINTS = {
     "proxy_buffering": (
@@ -13,24 +17,6 @@ DIAGNOSTIC_HINTS = {
         "`X-Accel-Buffering: no`)."
     ),
 }
-
-
-def fmt_ms(value: float | None) -> str:
-    """Milliseconds as a short readable number."""
-    if value is None:
-        return "–"
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
-
-
-def fmt_rate(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}" if value < 100 else f"{value:.0f}"
-
-
-def fmt_pct(value: float | None) -> str:
-    """An improvement: ``↓77%`` when streaming is faster, ``↑12%`` when slower."""
-    if value is None:
-        return "–"
-    return f"↓{value:.0f}%" if value >= 0 else f"↑{-value:.0f}%"
 
 
 def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -51,13 +37,6 @@ def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
             ]
         )
     return rows
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _pair(d: dict[str, Any] | None) -> str:
@@ -170,6 +149,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
     trust = trust_markdown(summary)
     if trust:
         out.append(trust)
+    capacity = capacity_markdown(summary)
+    if capacity:
+        out.append(capacity)
     rows = comparison_rows(summary)
     if rows:
         out.append("## Sync vs streaming\n\nMedian (p50) of successful requests, milliseconds.")
@@ -268,6 +250,7 @@ def render_terminal(summary: dict[str, Any]) -> str:
             for i in trust["items"]
             if i["level"] in ("amber", "red")
         ]
+    lines += capacity_terminal(summary)
     rows = comparison_rows(summary)
     if rows:
         lines.append("sync vs streaming (p50 ms):")

@@ -10,6 +10,7 @@ from typing import Any
 from loadtests.record import ERROR_CLASSES, RequestRecord
 from loadtests.slo import format_slo, parse_slo
 from reports import diagnostics
+from reports.capacity import capacity_summary
 from reports.loader import Run, is_warmup
 from reports.redact import redact_value
 from reports.stats import PERCENTILE_METHOD, describe
@@ -203,6 +204,7 @@ def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:
         "phases": phases,
         "comparison": comparison(phases),
         "diagnostics": list(codes.values()),
+        "capacity": capacity_summary(run),
         "run": meta,
     }
     summary["trust"] = assess(summary)
