@@ -7,8 +7,6 @@ one way either reports a bad option or an unreachable target (exit code 2).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from loadtests import tokencount
 from loadtests.http import Target, TargetUnreachable
 from loadtests.plan import RunOptions
@@ -50,10 +48,14 @@ def build_context(
     try:
         workload = load_workload(
             scenario=opts.scenario,
-            dataset=Path(opts.dataset) if opts.dataset else None,
+            dataset=opts.dataset,
             max_tokens=opts.max_tokens,
             seed=opts.seed,
             turns=opts.turns,
+            tokenizer=opts.tokenizer,
+            input_len=opts.input_len,
+            output_len=opts.output_len,
+            range_ratio=opts.range_ratio,
         )
         if opts.tokenizer:
             tokenizer = tokencount.load(opts.tokenizer)

@@ -52,6 +52,8 @@ def build_call(
     }
     if mode == "stream":
         body["stream_options"] = {"include_usage": True}
+    if prompt.min_tokens:
+        body["min_tokens"] = prompt.min_tokens  # vLLM/SGLang extension; exact output lengths
     headers = apply_options(body, options)
     return HttpCall("POST", endpoint, body, headers, stream=mode == "stream")
 

@@ -61,6 +61,8 @@ class Prompt:
     prompt: str | None = None
     max_tokens: int = 256
     turn: int = 0
+    #: at least this many output tokens (sent where the protocol has a field for it)
+    min_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

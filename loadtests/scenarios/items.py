@@ -19,6 +19,8 @@ class Item:
     prompt: str | None = None
     max_tokens: int | None = None
     lang: str = "en"
+    #: ask for at least this many output tokens (``--dataset random``: exact output length)
+    min_tokens: int | None = None
 
     def first_messages(self) -> list[dict[str, Any]]:
         """The chat messages of turn 0."""

@@ -1,17 +1,25 @@
-"""What each simulated user sends: a weighted, seeded choice of prompts, optionally multi-turn."""
+"""What each simulated user sends: a weighted, seeded choice of prompts, optionally multi-turn.
+
+Prompts come from the built-in scenarios, a JSONL or ShareGPT file
+(``--dataset FILE``), or are made per request (``--dataset random``).
+"""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loadtests.adapters.base import Prompt
+from loadtests.scenarios import random_dataset, sharegpt
 from loadtests.scenarios.dataset import file_sha256, load_dataset
 from loadtests.scenarios.items import BUILTIN, Item, builtin_items, followups_for
+from loadtests.tokencount import Codec, load_codec
 
 MIX = "mix"
+RANDOM = "random"
 #: ``max_tokens`` of dataset lines that name none
 DATASET_MAX_TOKENS = 256
 
@@ -24,6 +32,8 @@ class Pool:
     items: tuple[Item, ...]
     weight: float
     max_tokens: int
+    #: a pool whose prompts are made per request from the user's generator (``random``)
+    make: Callable[[random.Random], Item] | None = None
 
 
 def parse_mix(spec: str) -> dict[str, float]:
@@ -73,7 +83,8 @@ class Workload:
     @property
     def names(self) -> list[str]:
         """Scenario names present (dataset lines carry their own labels)."""
-        return sorted({item.scenario for pool in self.pools for item in pool.items})
+        made = {pool.name for pool in self.pools if pool.make is not None}
+        return sorted(made | {item.scenario for pool in self.pools for item in pool.items})
 
     def for_user(self, user_index: int) -> UserPrompts:
         """User ``user_index``'s prompt sequence; the same for the same (seed, index)."""
@@ -92,6 +103,11 @@ class Workload:
                     "prompts": len(p.items),
                     "weight": p.weight,
                     "max_tokens": self.max_tokens or p.max_tokens,
+                    **(
+                        {"generator": p.make.describe()}
+                        if isinstance(p.make, random_dataset.RandomPrompts)
+                        else {}
+                    ),
                 }
                 for p in self.pools
             },
@@ -160,6 +176,7 @@ class UserPrompts:
             prompt=item.prompt if item.messages is None else None,
             max_tokens=self._max_tokens,
             turn=0,
+            min_tokens=item.min_tokens,
         )
 
     def _follow_up(self, item: Item) -> Prompt:
@@ -177,6 +194,8 @@ class UserPrompts:
 
     def _draw(self, pool: Pool) -> Item:
         """Deal from a per-user shuffled deck, reshuffled when empty: every prompt gets used."""
+        if pool.make is not None:
+            return pool.make(self._rng)
         deck = self._decks.get(pool.name)
         if not deck:
             deck = list(pool.items)
@@ -187,18 +206,37 @@ class UserPrompts:
 
 def load_workload(
     scenario: str = MIX,
-    dataset: Path | None = None,
+    dataset: Path | str | None = None,
     max_tokens: int | None = None,
     seed: int = 0,
     turns: int = 1,
+    *,
+    tokenizer: str | None = None,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    range_ratio: float = 0.0,
 ) -> Workload:
     """Build the run's workload: built-in scenarios (``mix``, a name, or ``a:5,b:1``) or a dataset.
 
-    With ``dataset``, ``scenario`` other than ``mix`` keeps only the lines with that label.
+    ``dataset`` is a JSONL or ShareGPT file, or ``"random"`` (exact ``input_len`` /
+    ``output_len`` tokens in ``tokenizer``, else the embedded model's).  With a
+    file, ``scenario`` other than ``mix`` keeps only the lines with that label.
     """
+    if str(dataset) == RANDOM:
+        if max_tokens is not None:
+            raise ValueError("--dataset random: give output lengths with --output-len")
+        make = random_dataset.RandomPrompts(
+            _codec(tokenizer),
+            input_len or random_dataset.INPUT_LEN,
+            output_len or random_dataset.OUTPUT_LEN,
+            range_ratio,
+        )
+        make.words  # noqa: B018  (a tokenizer without word tokens fails here, before the run)
+        pool = Pool(RANDOM, (), 1.0, make.output_len, make=make)
+        return Workload([pool], scenario=scenario, seed=seed, turns=turns, max_tokens=None)
     if dataset is not None:
         dataset = Path(dataset)
-        items = load_dataset(dataset)
+        items = _file_items(dataset, tokenizer, seed, output_len)
         if scenario != MIX:
             items = tuple(i for i in items if i.scenario == scenario)
             if not items:
@@ -212,3 +250,24 @@ def load_workload(
     return Workload(
         pools, scenario=scenario, seed=seed, turns=turns, max_tokens=max_tokens, dataset=dataset
     )
+
+
+def _codec(tokenizer: str | None) -> Codec:
+    return load_codec(tokenizer) if tokenizer else random_dataset.default_codec()
+
+
+def _file_items(
+    path: Path, tokenizer: str | None, seed: int, output_len: int | None
+) -> tuple[Item, ...]:
+    """A JSONL dataset, or a ShareGPT JSON one (told apart by the first character)."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            head = f.read(64)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read dataset: {exc}") from None
+    if not sharegpt.looks_like_sharegpt(head):
+        if output_len is not None:
+            raise ValueError("--output-len applies to --dataset random or a ShareGPT file")
+        return load_dataset(path)
+    text = path.read_text(encoding="utf-8")
+    return sharegpt.load_sharegpt(path, text, _codec(tokenizer), seed, output_len)

@@ -8,19 +8,22 @@ removes requests at every step).  Importing this package registers the factory.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from target_server.engine import Engine, register
-from target_server.model.base import ModelEngine
+
+if TYPE_CHECKING:  # torch and transformers load with the engine, not with the package
+    from target_server.model.base import ModelEngine
 
 
 @register("transformers")
 def build(settings: Any) -> Engine:
     """The engine for ``settings.batching``."""
+    engine: ModelEngine
     if settings.batching == "none":
         from target_server.model.threaded import ThreadedEngine
 
-        engine: ModelEngine = ThreadedEngine(settings)
+        engine = ThreadedEngine(settings)
     else:
         from target_server.model.batched import BatchedEngine
 

@@ -109,10 +109,9 @@ def embedded_model_dir() -> Path:
     return final
 
 
-def build_tokenizer() -> Any:
-    """Train the byte-level BPE tokenizer on the bundled corpus (a ``PreTrainedTokenizerFast``)."""
+def train_tokenizer() -> Any:
+    """Train the byte-level BPE tokenizer on the bundled corpus (a ``tokenizers.Tokenizer``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -125,8 +124,36 @@ def build_tokenizer() -> Any:
     )
     lines = corpus_text().splitlines(keepends=True)
     tok.train_from_iterator(lines, trainer=trainer)
+    return tok
+
+
+def tokenizer_file() -> Path:
+    """The embedded model's ``tokenizer.json``, without torch or transformers.
+
+    The built model's own file when it is cached; else the tokenizer alone is
+    trained (a few seconds, deterministic: the same merges as the model's) and
+    cached under ``$LLMLOAD_CACHE/tokenizers/``.  The load generator uses it to
+    build exact-length prompts (``--dataset random``) on a slim install.
+    """
+    name = f"{MODEL_NAME}-{config_hash()}"
+    built = cache_root() / "models" / name / "tokenizer.json"
+    if built.exists():
+        return built
+    alone = cache_root() / "tokenizers" / f"{name}.json"
+    if not alone.exists():
+        alone.parent.mkdir(parents=True, exist_ok=True)
+        tmp = alone.with_name(f".{alone.name}.{os.getpid()}.tmp")
+        train_tokenizer().save(str(tmp))
+        os.replace(tmp, alone)
+    return alone
+
+
+def build_tokenizer() -> Any:
+    """Train the byte-level BPE tokenizer on the bundled corpus (a ``PreTrainedTokenizerFast``)."""
+    from transformers import PreTrainedTokenizerFast
+
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+        tokenizer_object=train_tokenizer(),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         additional_special_tokens=["<|im_start|>"],

@@ -53,3 +53,20 @@ def test_duration_still_bounds_a_num_prompts_phase(start_server_proc, tmp_path: 
     assert run.rc == 0, run.stderr
     n = len(run.records)
     assert 2 <= n < 1000 and math.isclose(run.run_json["config"]["duration"], 2.0)
+
+
+def test_random_dataset_gets_exact_output_lengths(start_server_proc, tmp_path: Path) -> None:
+    """``min_tokens`` = ``max_tokens``: the server's usage says exactly --output-len, every time."""
+    server = start_server_proc("--ttft-ms", "20", "--itl-ms", "2")
+    run = run_cli(
+        tmp_path / "random",
+        *("--target", server.url, "--dataset", "random", "--input-len", "48"),
+        *("--output-len", "12", "--max-concurrency", "3", "--num-prompts", "9"),
+        *("--protocol", "openai-completions", "--modes", "stream"),
+    )
+    assert run.rc == 0, run.stderr
+    assert len(run.records) == 9
+    assert all(r["output_tokens"] == 12 and r["token_source"] == "usage" for r in run.records)
+    assert {r["scenario"] for r in run.records} == {"random"}
+    pool = run.run_json["workload"]["pools"]["random"]
+    assert pool["generator"]["input_len"] == 48 and pool["generator"]["output_len"] == 12
