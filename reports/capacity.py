@@ -78,30 +78,40 @@ def parse_capacity_slo(spec: str) -> list[Criterion]:
     joint: dict[str, float] = {}
     goodput = DEFAULT_GOODPUT
     for part in filter(None, (p.strip() for p in spec.split(","))):
-        name, sep, value = part.partition("=")
-        name = name.strip().lower()
-        if not sep:
-            raise ValueError(f"bad SLO {part!r}: expected NAME=VALUE")
-        if name == "goodput":
-            goodput = _share(value)
-            continue
-        m = _PCT.match(name)
-        if m:
-            q = float(m.group(2)) / 100.0
-            if not 0 < q < 1:
-                raise ValueError(f"bad SLO {part!r}: percentile must be between 0 and 100")
-            percentiles.append(Criterion(q, {m.group(1): parse_duration_ms(value)}))
-        elif name in METRICS:
-            joint[name] = parse_duration_ms(value)
-        else:
-            raise ValueError(
-                f"bad SLO {part!r}: use METRIC_pNN=DURATION (e.g. ttft_p95=600ms) or "
-                f"METRIC=DURATION with goodput=NN% (METRIC in {', '.join(METRICS)})"
-            )
+        try:
+            goodput = _criterion(part, percentiles, joint, goodput)
+        except ValueError as exc:
+            raise ValueError(f"bad SLO {part!r}: {exc}") from None
     out = percentiles + ([Criterion(goodput, joint)] if joint else [])
     if not out:
         raise ValueError(f"empty SLO {spec!r}")
     return out
+
+
+def _criterion(
+    part: str, percentiles: list[Criterion], joint: dict[str, float], goodput: float
+) -> float:
+    """Add one ``NAME=VALUE`` to ``percentiles`` or ``joint``; the goodput share (updated)."""
+    name, sep, value = part.partition("=")
+    name = name.strip().lower()
+    if not sep:
+        raise ValueError("expected NAME=VALUE")
+    if name == "goodput":
+        return _share(value)
+    m = _PCT.match(name)
+    if m:
+        q = float(m.group(2)) / 100.0
+        if not 0 < q < 1:
+            raise ValueError("the percentile must be between 0 and 100")
+        percentiles.append(Criterion(q, {m.group(1): parse_duration_ms(value)}))
+    elif name in METRICS:
+        joint[name] = parse_duration_ms(value)
+    else:
+        raise ValueError(
+            f"use METRIC_pNN=DURATION (e.g. ttft_p95=600ms) or "
+            f"METRIC=DURATION with goodput=NN% (METRIC in {', '.join(METRICS)})"
+        )
+    return goodput
 
 
 def _share(text: str) -> float:

@@ -1,0 +1,66 @@
+"""``llmload capacity`` against the synthetic engine, whose capacity is known by hand.
+
+With ``--itl-growth-ms G`` every token of a request waits ``ITL + G x (other running
+requests)``; back-to-back users keep ``u`` requests running, so TPOT is
+``ITL + G (u - 1)``.  ITL 10 ms, G 10 ms and an SLO of p90 TPOT <= 85 ms give a
+capacity of 8 users (80 ms) with 9 failing (90 ms): the search must say 8..9.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fixtures.loadtests import ROOT
+
+SYNTH = ("--ttft-ms", "20", "--itl-ms", "10", "--itl-growth-ms", "10")
+
+
+def test_search_lands_on_the_hand_computed_capacity(start_server_proc, tmp_path: Path) -> None:
+    server = start_server_proc(*SYNTH)
+    out = tmp_path / "cap"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--users",
+            "--slo", "tpot_p90=85ms", "--confidence", "0.9", "--step-requests", "40",
+            "--min-step", "1s", "--warmup", "2s", "--budget", "120s",
+            "--max-tokens", "6", "--ignore-eos", "--seed", "3", "--out", str(out),
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    cap = info["capacity"]
+    assert cap["status"] == "done", cap
+    ans = cap["answer"]
+    assert (ans["lo"], ans["hi"]) == (8, 9), cap["steps"]
+    assert ans["reason"] == "converged"
+    # every step is an ordinary phase with its records
+    steps = [s["phase"] for s in cap["steps"]]
+    assert [p["name"] for p in info["phases"]] == ["warmup", *steps]
+    records = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    for s in cap["steps"]:
+        assert sum(r["phase"] == s["phase"] for r in records) >= 40
+    # the answer and the curve reach summary.json, summary.md and report.html
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    curve = summary["capacity"]["curve"]
+    assert sorted(p["load"] for p in curve) == sorted(s["load"] for s in cap["steps"])
+    at8 = next(p for p in curve if p["load"] == 8)
+    assert 70 < at8["tpot_ms"]["p50"] < 85
+    text = summary["capacity"]["text"]
+    assert text.startswith("sustains 8 users (between 8 and 9) at p90 TPOT ≤ 85 ms"), text
+    assert "## Capacity" in (out / "summary.md").read_text(encoding="utf-8")
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="chart-capacity-latency"' in html and 'id="capacity-table"' in html
+    assert "capacity: sustains 8 users" in proc.stdout + proc.stderr
+
+
+def test_bad_slo_is_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmload", "capacity", "--slo", "ttft_p95=fast"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "ttft_p95=fast" in proc.stderr
