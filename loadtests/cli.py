@@ -87,7 +87,19 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="DIR", help="run directory (runs/<UTC>-<label>/)")
     g.add_argument("--label", help="run label")
-    g.add_argument("--no-report", dest="report", action="store_false", default=S)
+    g.add_argument(
+        "--no-report",
+        dest="report",
+        action="store_false",
+        default=S,
+        help="skip summary.json, summary.md and report.html at the end (`report build` later)",
+    )
+    g.add_argument(
+        "--max-error-rate",
+        metavar="FRACTION",
+        help="exit 3 when more than this share of measured requests failed, e.g. 5%% "
+        "(default: only when every one failed)",
+    )
     g.add_argument("--slo", help="goodput SLOs: ttft=600ms,tpot=50ms,e2e=5s (the default)")
     g.add_argument(
         "--goodput",

@@ -1,4 +1,5 @@
-"""The one duration parser: ``"250ms"``, ``"3s"``, ``"5m"``, ``"1h"``, ``"1m30s"`` or seconds."""
+"""The one duration parser (``"250ms"``, ``"3s"``, ``"5m"``, ``"1h"``, ``"1m30s"`` or seconds)
+and the one fraction parser (``"10%"`` or ``"0.1"``)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,18 @@ def parse_duration(value: str | float | int) -> float:
     if not parts or re.sub(r"\s+", "", text) != "".join(n + u for n, u in parts):
         raise ValueError(f"bad duration {value!r} (use e.g. 500ms, 3s, 5m, 1h)")
     return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def parse_fraction(value: str | float | int) -> float:
+    """``"10%"`` or ``"0.1"`` (or a number) -> 0.1; ``ValueError`` unless in [0, 1]."""
+    if isinstance(value, int | float):
+        out = float(value)
+    else:
+        text = value.strip()
+        try:
+            out = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        except ValueError:
+            raise ValueError(f"bad fraction {value!r} (use e.g. 5% or 0.05)") from None
+    if not 0.0 <= out <= 1.0:
+        raise ValueError(f"fraction {value!r} is outside 0..1 (0%..100%)")
+    return out

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from loadtests.durations import parse_duration
+from loadtests.durations import parse_duration, parse_fraction
 from loadtests.slo import parse_slo
 
 MODES = ("sync", "stream")
@@ -92,6 +92,8 @@ class RunOptions:
     web_port: int = 8089
     report: bool = True
     slo: str | None = None
+    #: exit 3 when more than this share of measured requests failed (None: only when all did)
+    max_error_rate: float | None = None
     status_interval: float = 1.0
 
     def validate(self) -> RunOptions:
@@ -134,6 +136,11 @@ class RunOptions:
                 raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
         if self.workers < 0:
             raise ValueError("--workers must be >= 0")
+        if self.max_error_rate is not None:
+            try:
+                self.max_error_rate = parse_fraction(self.max_error_rate)
+            except ValueError as exc:
+                raise ValueError(f"--max-error-rate: {exc}") from None
         self._validate_workload()
         return self
 

@@ -33,12 +33,14 @@ from loadtests.hub import RecordHub
 from loadtests.plan import RunOptions, redact_argv, redact_url
 from loadtests.session import EXIT_INTERRUPTED, Driver, Session, plan_phases
 from loadtests.sinks import RecordSink
-from loadtests.status import StatusLine
+from loadtests.status import PhaseStats, StatusLine
 from loadtests.users import LLMUser, LoadContext, Phase
 from loadtests.writer import RunWriter
 
 log = logging.getLogger("loadtests")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: the run completed but more of its measured requests failed than ``--max-error-rate`` allows
+EXIT_ERROR_RATE = 3
 #: seconds in-flight requests get beyond ``--request-timeout`` at a phase end
 DRAIN_SLACK_S = 5.0
 
@@ -217,6 +219,10 @@ def run(
             sampler.stop()
         if phases is not None:
             writer.update(**phases.info())
+        if ctx.fit is not None:
+            writer.update(context_fit=ctx.fit.describe())
+            if line := ctx.fit.summary_line():
+                print(f"note: {line}", file=sys.stderr, flush=True)
         writer.set_status(outcome)
         hub.close()
     print(f"run directory: {out_dir} ({writer.records} records, {outcome})", flush=True)
@@ -225,8 +231,41 @@ def run(
     else:
         print(status.summary(), flush=True)
     if outcome == "completed":
+        breach = error_rate_breach(status.phases, opts.max_error_rate)
+        if breach:
+            print(f"error: {breach} (exit {EXIT_ERROR_RATE})", file=sys.stderr, flush=True)
+            return EXIT_ERROR_RATE
         return EXIT_OK
     return EXIT_INTERRUPTED if outcome == "interrupted" else EXIT_FAILED
+
+
+def error_rate_breach(phases: Sequence[PhaseStats], max_rate: float | None) -> str | None:
+    """Why the measured phases failed too many requests, or ``None``.
+
+    ``max_rate`` None: only a run whose every measured request failed (a wrong key, a
+    dead route) breaches.  Warm-up phases are not measured and do not count.
+    """
+    measured = [p for p in phases if p.name != "warmup"]  # session.plan_phases names it
+    total = sum(p.requests for p in measured)
+    failed = sum(sum(p.errors.values()) for p in measured)
+    if not total:
+        return None
+    classes: dict[str, int] = {}
+    for p in measured:
+        for status, n in p.errors.items():
+            classes[status] = classes.get(status, 0) + n
+    top = ", ".join(f"{k} {v}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1]))
+    rate = failed / total
+    if max_rate is None:
+        if failed < total:
+            return None
+        return f"every measured request failed ({total}: {top}); see requests.jsonl"
+    if rate <= max_rate:
+        return None
+    return (
+        f"{failed} of {total} measured requests failed ({rate:.1%} > --max-error-rate "
+        f"{max_rate:.1%}; {top})"
+    )
 
 
 def worker_lost(driver: Driver, writer: RunWriter) -> bool:
