@@ -188,6 +188,6 @@ def nginx_case(kind: str) -> Row:
 
 def server_started(**overrides: Any) -> Any:
     """An in-process server (``start_server_thread``) with quiet logs."""
-    from tests.fixtures.server_thread import start_server_thread
+    from target_server.serving import start_server_thread
 
     return start_server_thread(log_level="warning", **overrides)

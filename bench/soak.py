@@ -14,25 +14,23 @@ RELIABILITY.md, labelled with the duration that really ran.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
 from bench.mdsection import ROOT, machine, write_section
 from bench.reliability import RELIABILITY, ensure_file
 from loadtests.plan import parse_duration
+from target_server.serving import ThreadedServer, start_server_thread
+from target_server.settings import parse_settings
 
 
 @dataclass
@@ -44,62 +42,10 @@ class Sample:
     loadgen: dict[str, float] | None
 
 
-@dataclass
-class InProcessServer:
-    """The bundled server on a uvicorn thread with its own event loop."""
-
-    url: str
-    app: Any
-    loop: asyncio.AbstractEventLoop
-    server: Any
-    thread: threading.Thread
-    started: float = field(default_factory=time.monotonic)
-
-    def tasks(self) -> int:
-        """asyncio tasks alive on the server's loop."""
-
-        async def count() -> int:
-            return len(asyncio.all_tasks())
-
-        return asyncio.run_coroutine_threadsafe(count(), self.loop).result(10)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
-def start_server(engine: str, extra: list[str]) -> InProcessServer:
-    """Build the engine and app from server flags, serve on 127.0.0.1:0, wait for /health."""
-    import uvicorn
-
-    from target_server.__main__ import bind, url_of, uvicorn_config
-    from target_server.app import build_app
-    from target_server.engine import build_engine
-    from target_server.settings import parse_settings
-
-    settings = parse_settings(
-        ["--engine", engine, "--host", "127.0.0.1", "--port", "0", "--log-level", "warning", *extra]
-    )
-    engine_obj = build_engine(settings)
-    app = build_app(engine_obj, settings)
-    sock = bind(settings.host, settings.port)
-    config = uvicorn_config(app, settings)
-    server = uvicorn.Server(config)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(
-        target=loop.run_until_complete, args=(server.serve(sockets=[sock]),), daemon=True
-    )
-    thread.start()
-    handle = InProcessServer(url_of(sock), app, loop, server, thread)
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(handle.url + "/health", timeout=5).status_code == 200:
-                return handle
-        if app.state.server.start_error:
-            raise RuntimeError(f"engine failed: {app.state.server.start_error}")
-        time.sleep(0.5)
-    raise TimeoutError("the server never became healthy")
+def start_server(engine: str, extra: list[str]) -> ThreadedServer:
+    """The bundled server from its own flags, on a thread of this process (to count its tasks)."""
+    settings = parse_settings(["--engine", engine, "--log-level", "warning", *extra])
+    return start_server_thread(settings, ready_timeout=900.0)
 
 
 def process_stats(proc: psutil.Process) -> dict[str, float]:
@@ -135,7 +81,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     """Run it; everything the section needs."""
     me = psutil.Process()
     server = start_server(args.engine, args.server_arg or [])
-    state = server.app.state.server
+    state = server.state
     before = {**process_stats(me), "tasks": float(server.tasks())}
     out = Path(args.run_dir)
     cmd = [sys.executable, "-m", "loadtests", "run", "--target", server.url, "--out", str(out),

@@ -14,50 +14,17 @@ import asyncio
 import contextlib
 import gc
 import logging
-import socket
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 import uvicorn
 
 from target_server.app import build_app
 from target_server.engine import build_engine
-from target_server.http_protocol import http_protocol
+from target_server.serving import bind, url_of, uvicorn_config
 from target_server.settings import Settings, parse_settings
 
 log = logging.getLogger("target_server")
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0 = any free port)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
-def url_of(sock: socket.socket) -> str:
-    """``http://host:port`` for a bound socket."""
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
-    """How the bundled server runs under uvicorn (its write deadline and JSON 400s included)."""
-    options: dict[str, Any] = {
-        "loop": settings.loop,
-        "http": http_protocol(settings.send_timeout),
-        "log_config": None,
-        "access_log": False,
-        "timeout_keep_alive": 30,
-        "timeout_graceful_shutdown": 5,
-        "backlog": 2048,
-    }
-    return uvicorn.Config(app, **{**options, **overrides})
 
 
 async def serve(settings: Settings) -> int:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from target_server.serving import ThreadedServer, start_server_thread
 from tests.fixtures.server_proc import ServerProcess, start_server_process
-from tests.fixtures.server_thread import ThreadedServer, start_server_thread
 
 pytest_plugins: list[str] = [
     "tests.fixtures.prometheus",

@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 
 from dashboards import llm_load, validate
+from target_server.serving import ThreadedServer, start_server_thread
 from tests.fixtures.grafana import STANDIN_TOKEN, GrafanaStandIn
 from tests.fixtures.prometheus import Prometheus
-from tests.fixtures.server_thread import ThreadedServer, start_server_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Metric prefixes whose queries may come back empty here, and why.

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from target_server.engine import build_engine
+from target_server.serving import start_server_thread
 from target_server.settings import Settings
-from tests.fixtures.server_thread import start_server_thread
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "How do I measure inter-token latency?"}]

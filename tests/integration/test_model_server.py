@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from target_server.serving import ThreadedServer, start_server_thread
 from target_server.settings import Settings
-from tests.fixtures.server_thread import ThreadedServer, start_server_thread
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "Write a short poem about autumn rain. 写一首诗。"}]

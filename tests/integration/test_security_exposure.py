@@ -22,9 +22,9 @@ import pytest
 
 from loadtests.plan import RunOptions
 from target_server import app as server_app
+from target_server.launch import wait_healthy
 from target_server.settings import Settings
 from tests.fixtures.server_proc import ROOT
-from tests.fixtures.server_thread import wait_healthy
 
 KEY = "sk-exposure-test-4b1d9e0c"
 CHAT = "/v1/chat/completions"

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from target_server.launch import wait_healthy
 from tests.fixtures.grafana import STANDIN_TOKEN
 from tests.fixtures.reliability import RunResult, free_port, run_loadtests
 from tests.fixtures.server_proc import ROOT
-from tests.fixtures.server_thread import wait_healthy
 
 KEY = "sk-canary-K3y-9f1e2d"  # the server's API key, sent via --api-key-env
 HEADER = "hdr-canary-7c4b1a"  # a custom auth header's value
