@@ -1,4 +1,5 @@
-"""Thin I/O: read a run directory, write ``summary.json``, ``summary.md`` and ``report.html``."""
+"""Thin I/O: read a run directory, write ``summary.json``, ``summary.md``, ``report.html``
+and, per measured phase, vLLM ``bench serve``'s result JSON (``vllm_bench_<phase>.json``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from reports.html import render_html
 from reports.loader import load_run
 from reports.markdown import render_markdown
 from reports.summary import build_summary
+from reports.vllm_bench import phase_results
 
 
 def build_run(run_dir: Path | str, slo: str | None = None) -> dict[str, Any]:
@@ -20,6 +22,8 @@ def build_run(run_dir: Path | str, slo: str | None = None) -> dict[str, Any]:
     _write(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     _write(out / "summary.md", render_markdown(summary))
     _write(out / "report.html", render_html(run, summary))
+    for phase, result in phase_results(run.measured, run.meta, summary).items():
+        _write(out / f"vllm_bench_{phase}.json", json.dumps(result, indent=2) + "\n")
     return summary
 
 
