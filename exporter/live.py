@@ -18,6 +18,12 @@ What feeds what:
   has no meaningful latency; its failure shows in ``requests_total{status}``.
 * ``llmload_schedule_delay_seconds`` takes every non-warm-up record that has a
   schedule delay, whatever its status: the delay is the harness's, not the target's.
+* User-derived label values are capped: the first ``MAX_SCENARIOS`` scenarios and
+  ``MAX_ENDPOINTS`` endpoints keep their names, later ones are exported as
+  ``other`` (``exporter.labels``), so a dataset naming hundreds of scenarios
+  cannot multiply the series count.
+* ``llmload_run_info{run,label,model,target_host} 1`` names the run
+  (``describe_run``), so a dashboard can tell runs apart.
 * Harness health is the maximum over the load-generator processes that
   reported within ``health_ttl_s``: the busiest one is the one that can become
   the bottleneck, and the label set stays fixed.  CPU % is each process's
@@ -34,10 +40,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
+from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest, push_to_gateway
 
-from exporter.buckets import E2E_BUCKETS, ITL_BUCKETS, SCHEDULE_DELAY_BUCKETS, TTFT_BUCKETS
+from exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
 from exporter.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
+from exporter.labels import CappedLabel, target_host
 from exporter.server import MetricsServer
 from loadtests.record import RequestRecord
 from loadtests.sinks import HarnessHealth
@@ -52,6 +59,10 @@ DEFAULT_GRACE_S = 5.0
 DEFAULT_HEALTH_TTL_S = 10.0
 #: ``llmload_event_loop_lag_seconds`` is the worst lag reported within this window.
 LAG_WINDOW_S = 5.0
+#: scenario names past this many are exported as ``scenario="other"``
+MAX_SCENARIOS = 20
+#: endpoints past this many are exported as ``endpoint="other"``
+MAX_ENDPOINTS = 5
 
 LATENCY_LABELS = ("mode", "scenario", "endpoint")
 REQUEST_LABELS = (*LATENCY_LABELS, "status")
@@ -63,6 +74,7 @@ Key = tuple[str, str, str]
 class _Series:
     """The per-(mode, scenario, endpoint) children, looked up once."""
 
+    key: Key  # the label values after capping
     ttft: HistogramChild
     itl: HistogramChild
     tpot: HistogramChild
@@ -85,6 +97,8 @@ class LiveMetrics:
         push_job: str = "llmload",
         health_ttl_s: float = DEFAULT_HEALTH_TTL_S,
         clock: Callable[[], float] = time.monotonic,
+        max_scenarios: int = MAX_SCENARIOS,
+        max_endpoints: int = MAX_ENDPOINTS,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.grace_s = grace_s
@@ -92,8 +106,10 @@ class LiveMetrics:
         self.push_job = push_job
         self.health_ttl_s = health_ttl_s
         self._clock = clock
-        self._server = MetricsServer(self.registry)
+        self._server = MetricsServer(self.render)
         self._series: dict[Key, _Series] = {}
+        self._scenarios = CappedLabel("scenario", max_scenarios)
+        self._endpoints = CappedLabel("endpoint", max_endpoints)
         self._health: dict[str, tuple[HarnessHealth, float]] = {}
         self._lags: deque[tuple[float, float]] = deque()  # (seen, loop_lag_s), oldest first
         self._lock = threading.Lock()
@@ -106,22 +122,22 @@ class LiveMetrics:
         self._ttft = LabelledHistogram(
             "llmload_time_to_first_token_seconds",
             "Client-side time to first content token (sync: full response), ok requests.",
-            lat, registry=reg, buckets=TTFT_BUCKETS,
+            lat, registry=reg, buckets=LATENCY_BUCKETS,
         )  # fmt: skip
         self._itl = LabelledHistogram(
             "llmload_inter_token_latency_seconds",
             "Client-side gaps between consecutive content events, ok requests.",
-            lat, registry=reg, buckets=ITL_BUCKETS,
+            lat, registry=reg, buckets=LATENCY_BUCKETS,
         )  # fmt: skip
         self._tpot = LabelledHistogram(
             "llmload_time_per_output_token_seconds",
             "Client-side time per output token after the first, ok requests.",
-            lat, registry=reg, buckets=ITL_BUCKETS,
+            lat, registry=reg, buckets=LATENCY_BUCKETS,
         )  # fmt: skip
         self._e2e = LabelledHistogram(
             "llmload_e2e_request_latency_seconds",
             "Client-side request start to end of body, ok requests.",
-            lat, registry=reg, buckets=E2E_BUCKETS,
+            lat, registry=reg, buckets=LATENCY_BUCKETS,
         )  # fmt: skip
         self._schedule_delay = LabelledHistogram(
             "llmload_schedule_delay_seconds",
@@ -140,7 +156,12 @@ class LiveMetrics:
             "llmload_requests_in_flight", "Requests handed to the HTTP client and not yet ended.",
             lat, kind="gauge", registry=reg,
         )  # fmt: skip
+        self._lean = (self._ttft, self._itl, self._tpot, self._e2e, self._schedule_delay,
+                      self._requests, self._output_tokens, self._in_flight)  # fmt: skip
         self._users = Gauge("llmload_active_users", "Simulated users running now.", registry=reg)
+        self._run_info = Info(
+            "llmload_run", "The run this load generator is running (always 1).", registry=reg
+        )
         cpu = Gauge(
             "llmload_client_cpu_percent",
             "CPU percent of the busiest load-generator process (100 = one core).",
@@ -159,6 +180,20 @@ class LiveMetrics:
             registry=reg,
         )
         procs.set_function(lambda: float(len(self._fresh_health())))
+        # the plain prometheus_client metrics also in a registry of their own, for render()
+        self._plain = CollectorRegistry(auto_describe=True)
+        for metric in (self._users, self._run_info, cpu, lag, procs):
+            self._plain.register(metric)
+
+    def render(self) -> bytes:
+        """The ``/metrics`` body: the lean families rendered directly, then the plain metrics."""
+        return "".join(f.render() for f in self._lean).encode() + generate_latest(self._plain)
+
+    def describe_run(self, *, run: str, label: str, model: str, target: str) -> None:
+        """Set ``llmload_run_info``: run id, label, model and the target's host:port only."""
+        self._run_info.info(
+            {"run": run, "label": label, "model": model, "target_host": target_host(target)}
+        )
 
     # -- serving -------------------------------------------------------------
 
@@ -211,30 +246,35 @@ class LiveMetrics:
 
     def _children(self, key: Key) -> _Series:
         series = self._series.get(key)
-        if series is None:
-            # Create every child (zeros) at a label set's first request, so the
-            # first scrape sees zeros and rate()/increase() miss no observation.
-            series = _Series(
-                ttft=self._ttft.labels(*key),
-                itl=self._itl.labels(*key),
-                tpot=self._tpot.labels(*key),
-                e2e=self._e2e.labels(*key),
-                schedule_delay=self._schedule_delay.labels(*key),
-                output_tokens=self._output_tokens.labels(*key),
-                in_flight=self._in_flight.labels(*key),
-                ok=self._requests.labels(*key, "ok"),
-            )
-            self._series[key] = series
+        if series is None:  # a new label set, or one folded into "other" (not cached by name)
+            capped = (key[0], self._scenarios.value(key[1]), self._endpoints.value(key[2]))
+            series = self._series.get(capped) or self._new_series(capped)
+        return series
+
+    def _new_series(self, key: Key) -> _Series:
+        # Create every child (zeros) at a label set's first request, so the
+        # first scrape sees zeros and rate()/increase() miss no observation.
+        series = _Series(
+            key=key,
+            ttft=self._ttft.labels(*key),
+            itl=self._itl.labels(*key),
+            tpot=self._tpot.labels(*key),
+            e2e=self._e2e.labels(*key),
+            schedule_delay=self._schedule_delay.labels(*key),
+            output_tokens=self._output_tokens.labels(*key),
+            in_flight=self._in_flight.labels(*key),
+            ok=self._requests.labels(*key, "ok"),
+        )
+        self._series[key] = series
         return series
 
     def on_request_start(self, mode: str, scenario: str, endpoint: str) -> None:
         self._children((mode, scenario, endpoint)).in_flight.inc()
 
     def on_record(self, record: RequestRecord) -> None:
-        key = (record.mode, record.scenario, record.endpoint)
-        series = self._children(key)
+        series = self._children((record.mode, record.scenario, record.endpoint))
         series.in_flight.dec()
-        (series.ok if record.ok else self._requests.labels(*key, record.status)).inc()
+        (series.ok if record.ok else self._requests.labels(*series.key, record.status)).inc()
         if record.output_tokens:
             series.output_tokens.inc(record.output_tokens)
         if record.warmup:

@@ -1,6 +1,7 @@
-"""Serve one registry on ``/metrics`` from a background thread, noting every scrape.
+"""Serve ``/metrics`` from a background thread, noting every scrape.
 
-Uses the standard library's WSGI server with prometheus_client's WSGI app.
+Uses the standard library's WSGI server; the body is whatever ``render()``
+returns, in the text exposition format (0.0.4), uncompressed.
 Under gevent monkey-patching (locust applies it) ``threading.Thread`` is a
 greenlet and the sockets are cooperative, so the server runs on the load
 generator's hub like locust's own web UI; without patching it is an OS thread.
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import ThreadingWSGIServer
 
 #: At the end of a run, wait only for clients that scraped this recently (a
@@ -46,10 +47,10 @@ class _Body:
 
 
 class MetricsServer:
-    """``/metrics`` for one registry; knows who scraped and when."""
+    """``/metrics`` (any path, as prometheus_client serves it); knows who scraped and when."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._app = make_wsgi_app(registry)
+    def __init__(self, render: Callable[[], bytes]) -> None:
+        self._render = render
         self._httpd: ThreadingWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -113,7 +114,11 @@ class MetricsServer:
 
     def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         began = time.monotonic()
-        body = self._app(environ, start_response)
+        text = self._render()
+        start_response(
+            "200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(text)))]
+        )
+        body = [text]
         if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
             return body
         who = (str(environ.get("REMOTE_ADDR", "")), str(environ.get("HTTP_USER_AGENT", "")))

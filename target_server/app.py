@@ -195,7 +195,10 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # ~240 buckets per histogram and label set: format off the event loop, so a
+        # scrape does not hold up the streams for its whole duration
+        body = await asyncio.to_thread(generate_latest, state.metrics.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     if settings.ui == "gradio":
         from target_server.ui import mount

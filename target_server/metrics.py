@@ -2,7 +2,8 @@
 
 Every request is counted exactly once in ``llmserve_requests_total`` with one
 of ``STATUSES``; latency histograms are observed when the request finishes
-(ITL gaps as they happen).  Running/waiting gauges and the engine's extra
+(ITL gaps as they happen), on ``target_server.buckets.LATENCY_BUCKETS``, the
+grid the client-side exporter uses too.  Running/waiting gauges and the engine's extra
 gauges are read at scrape time, so they are never stale.
 """
 
@@ -11,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from target_server.buckets import LATENCY_BUCKETS
 
 #: ``status`` label values of ``llmserve_requests_total``
 STATUSES = {
@@ -32,18 +35,6 @@ STATUSES = {
     "malformed": "injected: one broken SSE line was sent (--malformed-rate)",
 }
 
-#: TTFT, e2e and queue time: 1 ms steps at the low end, minutes at the top
-LATENCY_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075,
-    0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0,
-    7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0,
-)  # fmt: skip
-#: inter-token gaps: sub-millisecond resolution up to 100 ms, then stalls
-ITL_BUCKETS = (
-    0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01,
-    0.0125, 0.015, 0.0175, 0.02, 0.0225, 0.025, 0.03, 0.035, 0.04, 0.045, 0.05, 0.06, 0.07,
-    0.08, 0.09, 0.1, 0.125, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-)  # fmt: skip
 #: per-request decode speed, tokens/s
 TPS_BUCKETS = (
     1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 75.0, 100.0, 125.0,
@@ -66,6 +57,9 @@ class ServerMetrics:
     """The ``llmserve_*`` metric objects of one app."""
 
     def __init__(self, gauges: Callable[[], dict[str, tuple[str, float]]]):
+        # no ``*_created`` series (one per label set, of no use to a dashboard); the
+        # library's switch is process-wide, and this process is the server
+        disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=False)
         reg, lbl = self.registry, ("endpoint", "stream")
         self.ttft = Histogram(
@@ -76,7 +70,7 @@ class ServerMetrics:
         self.itl = Histogram(
             "llmserve_inter_token_latency_seconds",
             "Gap between consecutive content events (non-stream: tokens generated).",
-            lbl, buckets=ITL_BUCKETS, registry=reg,
+            lbl, buckets=LATENCY_BUCKETS, registry=reg,
         )  # fmt: skip
         self.e2e = Histogram(
             "llmserve_e2e_request_latency_seconds",

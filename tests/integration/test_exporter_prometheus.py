@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from exporter import LiveMetrics
-from exporter.buckets import TTFT_BUCKETS
+from exporter.buckets import LATENCY_BUCKETS
 from exporter.promconfig import ScrapeJob, render
 from loadtests.record import RequestRecord
 from tests.fixtures.prometheus import promtool
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EP = "/v1/chat/completions"
 
 
-def bucket_of(value: float, bounds: tuple[float, ...] = TTFT_BUCKETS) -> tuple[float, float]:
+def bucket_of(value: float, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> tuple[float, float]:
     """The histogram bucket ``(lower, upper]`` that holds ``value``."""
     i = bisect.bisect_left(bounds, value)
     return (bounds[i - 1] if i else 0.0), bounds[i]

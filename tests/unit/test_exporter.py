@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import bisect
+import logging
 import math
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.utils import floatToGoString
 
 from exporter import LiveMetrics
-from exporter.buckets import E2E_BUCKETS, ITL_BUCKETS, SCHEDULE_DELAY_BUCKETS, TTFT_BUCKETS
+from exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
 from exporter.live import LAG_WINDOW_S
 from loadtests.record import STATUSES, RequestRecord
 from loadtests.sinks import HarnessHealth, RecordSink
@@ -24,6 +28,12 @@ def rec(n: int = 0, **kw: object) -> RequestRecord:
     )  # fmt: skip
     base.update(kw)
     return RequestRecord(**base)  # type: ignore[arg-type]
+
+
+def le(v: float, below: bool = False) -> str:
+    """The ``le`` label of the latency bucket holding ``v`` (``below``: the one under it)."""
+    i = bisect.bisect_left(LATENCY_BUCKETS, v)
+    return floatToGoString(LATENCY_BUCKETS[i - 1 if below else i])
 
 
 def run(m: LiveMetrics, *records: RequestRecord) -> None:
@@ -70,11 +80,11 @@ def test_histograms_take_ok_requests_only() -> None:
     run(m, rec(0, ttft_s=0.2), rec(1, ttft_s=0.4), rec(2, status="stall", ttft_s=9.0, e2e_s=30.0))
     assert value(m, "llmload_time_to_first_token_seconds_count", **LAB) == 2
     assert value(m, "llmload_time_to_first_token_seconds_sum", **LAB) == pytest.approx(0.6)
-    assert value(m, "llmload_time_to_first_token_seconds_bucket", **LAB, le="0.2") == 1
-    assert value(m, "llmload_time_to_first_token_seconds_bucket", **LAB, le="0.3") == 1
-    assert value(m, "llmload_time_to_first_token_seconds_bucket", **LAB, le="0.4") == 2
+    assert value(m, "llmload_time_to_first_token_seconds_bucket", **LAB, le=le(0.2)) == 1
+    assert value(m, "llmload_time_to_first_token_seconds_bucket", **LAB, le=le(0.4, True)) == 1
+    assert value(m, "llmload_time_to_first_token_seconds_bucket", **LAB, le=le(0.4)) == 2
     assert value(m, "llmload_e2e_request_latency_seconds_count", **LAB) == 2
-    assert value(m, "llmload_e2e_request_latency_seconds_bucket", **LAB, le="20.0") == 2
+    assert value(m, "llmload_e2e_request_latency_seconds_bucket", **LAB, le=le(30.0)) == 2
     assert value(m, "llmload_time_per_output_token_seconds_count", **LAB) == 2
 
 
@@ -82,10 +92,10 @@ def test_itl_observes_every_gap() -> None:
     m = LiveMetrics()
     run(m, rec(0, itl_s=[0.0004, 0.001, 0.004]), rec(1, itl_s=[]))
     assert value(m, "llmload_inter_token_latency_seconds_count", **LAB) == 3
-    assert value(m, "llmload_inter_token_latency_seconds_bucket", **LAB, le="0.0005") == 1
-    assert value(m, "llmload_inter_token_latency_seconds_bucket", **LAB, le="0.001") == 2
-    assert value(m, "llmload_inter_token_latency_seconds_bucket", **LAB, le="0.003") == 2
-    assert value(m, "llmload_inter_token_latency_seconds_bucket", **LAB, le="0.005") == 3
+    assert value(m, "llmload_inter_token_latency_seconds_bucket", **LAB, le=le(0.0004)) == 1
+    assert value(m, "llmload_inter_token_latency_seconds_bucket", **LAB, le=le(0.001)) == 2
+    assert value(m, "llmload_inter_token_latency_seconds_bucket", **LAB, le=le(0.004, True)) == 2
+    assert value(m, "llmload_inter_token_latency_seconds_bucket", **LAB, le=le(0.004)) == 3
     assert value(m, "llmload_inter_token_latency_seconds_sum", **LAB) == pytest.approx(0.0054)
 
 
@@ -210,9 +220,8 @@ def test_close_without_start_is_harmless_and_idempotent() -> None:
 
 @pytest.mark.parametrize(
     ("buckets", "lo", "hi"),
-    [(TTFT_BUCKETS, 0.001, 60), (ITL_BUCKETS, 0.0005, 5), (E2E_BUCKETS, 0.01, 600),
-     (SCHEDULE_DELAY_BUCKETS, 0.0001, 30)],
-)  # fmt: skip
+    [(LATENCY_BUCKETS, 0.0001, 631), (SCHEDULE_DELAY_BUCKETS, 0.0001, 30)],
+)
 def test_buckets_sorted_and_span_the_documented_range(
     buckets: tuple[float, ...], lo: float, hi: float
 ) -> None:
@@ -226,3 +235,71 @@ def test_every_status_class_is_accepted() -> None:
     run(m, *(rec(i, status=s) for i, s in enumerate(STATUSES)))
     total = sum(value(m, "llmload_requests_total", **LAB, status=s) or 0 for s in STATUSES)
     assert total == len(STATUSES)
+
+
+def test_scenarios_past_the_cap_are_exported_as_other_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    m = LiveMetrics(max_scenarios=3)
+    with caplog.at_level(logging.WARNING, logger="exporter.labels"):
+        for i in range(8):
+            name = f"s{i}"
+            m.on_request_start("stream", name, EP)
+            m.on_record(rec(i, scenario=name, status="ok" if i % 2 else "timeout"))
+        m.on_request_start("stream", "s1", EP)  # an admitted name stays itself
+        m.on_record(rec(9, scenario="s1"))
+    kept = {"s0", "s1", "s2"}
+    names = {s.labels["scenario"] for f in m.registry.collect() for s in f.samples
+             if "scenario" in s.labels}  # fmt: skip
+    assert names == kept | {"other"}
+    other = {**LAB, "scenario": "other"}
+    assert value(m, "llmload_requests_total", **other, status="ok") == 3  # s3, s5, s7
+    assert value(m, "llmload_requests_total", **other, status="timeout") == 2  # s4, s6
+    assert value(m, "llmload_requests_in_flight", **other) == 0
+    assert value(m, "llmload_time_to_first_token_seconds_count", **other) == 3
+    assert value(m, "llmload_requests_total", **LAB | {"scenario": "s1"}, status="ok") == 2
+    warnings = [r for r in caplog.records if "other" in r.getMessage()]
+    assert len(warnings) == 1 and "'s3'" in warnings[0].getMessage()
+
+
+def test_endpoints_are_capped_too() -> None:
+    m = LiveMetrics(max_endpoints=1)
+    run(m, rec(0), rec(1, endpoint="/gradio_api/call/chat"))
+    assert value(m, "llmload_requests_total", **LAB, status="ok") == 1
+    assert value(m, "llmload_requests_total", **LAB | {"endpoint": "other"}, status="ok") == 1
+
+
+def test_run_info_names_the_run_without_credentials() -> None:
+    m = LiveMetrics()
+    assert value(m, "llmload_run_info", run="r", label="l", model="m", target_host="h") is None
+    m.describe_run(run="20260101T000000Z-ci", label="ci", model="qwen",
+                   target="https://alice:s3cret@llm.example.com:8443/v1?key=abc")  # fmt: skip
+    labels = {"run": "20260101T000000Z-ci", "label": "ci", "model": "qwen",
+              "target_host": "llm.example.com:8443"}  # fmt: skip
+    assert value(m, "llmload_run_info", **labels) == 1
+    text = generate_latest(m.registry).decode()
+    assert "s3cret" not in text and "alice" not in text and "abc" not in text
+
+
+def test_no_created_series() -> None:
+    m = LiveMetrics()
+    run(m, rec(0))
+    m.describe_run(run="r", label="l", model="m", target="http://127.0.0.1:1")
+    assert "_created" not in generate_latest(m.registry).decode()
+
+
+def test_render_writes_what_generate_latest_would() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+
+    m = LiveMetrics()
+    run(m, rec(0), rec(1, status="timeout"), rec(2, mode="sync", scenario='we"ird\\name\n'),
+        rec(3, ttft_s=12.5, itl_s=[0.0001, 7.0], schedule_delay_s=0.02))  # fmt: skip
+    m.on_users(3)
+    m.describe_run(run="r", label="l", model="m", target="http://h:1")
+    fast, slow = m.render().decode(), generate_latest(m.registry).decode()
+    assert parsed(fast) == parsed(slow)
+    assert fast.count("# TYPE") == slow.count("# TYPE")

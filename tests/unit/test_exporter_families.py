@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.buckets import ITL_BUCKETS, TTFT_BUCKETS
+from exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
 from exporter.families import LabelledHistogram, LabelledValue
 
 
@@ -26,7 +26,7 @@ values = st.lists(st.floats(min_value=0, max_value=120, allow_nan=False), max_si
 
 
 @settings(max_examples=60, deadline=None)
-@given(values, values, st.sampled_from([TTFT_BUCKETS, ITL_BUCKETS]))
+@given(values, values, st.sampled_from([LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS]))
 def test_histogram_matches_prometheus_client(a: list[float], b: list[float], bounds) -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
     lean = LabelledHistogram("x_seconds", "x", ["mode"], bounds, registry=ours)
