@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.record import RequestRecord
+from reports.capacity import capacity_doc
 from reports.loader import Run
 from reports.redact import redact_value
 from reports.stats import percentile
@@ -86,6 +87,7 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "records": len(measured),
         "run": meta,
         "metrics": metrics,
+        **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),
     }
 
 

@@ -409,3 +409,28 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
         "knee": knee([(p["load"], p["ratio"]) for p in curve if p.get("ratio") is not None]),
         "curve": curve,
     }
+
+
+def capacity_doc(run: Any) -> dict[str, Any] | None:
+    """What the capacity gate keeps of a run (``reports.capacity_gate``, baselines): the loads,
+    each request's scores per criterion (rounded, capped), the answer."""
+    block = run.meta.get("capacity")
+    if not isinstance(block, dict) or not block.get("steps"):
+        return None
+    criteria = [Criterion(float(c["quantile"]), dict(c["bounds_ms"])) for c in block["criteria"]]
+    open_loop = block.get("unit") == "req/s"
+    steps = []
+    for step in block["steps"]:
+        if step.get("search_verdict") == "unreliable":
+            continue  # a starved load generator measured nothing about the server
+        recs = [r for r in run.records if r.phase == step["phase"]]
+        per = [scores(recs, c, open_loop) for c in criteria]
+        rows = [[round(min(s, RATIO_CAP), 4) for s in col] for col in per]
+        steps.append({"load": step["load"], "n": len(recs), "scores": rows})
+    return {
+        "unit": block.get("unit"),
+        "criteria": block["criteria"],
+        "quantiles": [c.quantile for c in criteria],
+        "answer": block.get("answer"),
+        "steps": steps,
+    }

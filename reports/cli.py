@@ -61,6 +61,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 def cmd_gate(args: argparse.Namespace) -> int:
     from reports import github
     from reports.baseline import read_baseline
+    from reports.capacity_gate import evaluate_capacity
     from reports.gate import GateConfig, evaluate
     from reports.gate_report import render_junit, render_markdown, render_text
     from reports.loader import load_run
@@ -89,7 +90,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         starved_share=args.starved_share,
         inconclusive=args.inconclusive,
     )
-    result = evaluate(run, baseline, cfg)
+    result = (evaluate_capacity if args.metric == "capacity" else evaluate)(run, baseline, cfg)
     print(render_text(result))
     md = render_markdown(result)
     if args.summary_md:
@@ -134,8 +135,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--metric",
         default="ttft",
-        choices=("ttft", "e2e", "tpot", "itl"),
-        help="per-request latency to gate (ttft)",
+        choices=("ttft", "e2e", "tpot", "itl", "capacity"),
+        help="per-request latency to gate (ttft); capacity: two `llmload capacity` searches",
     )
     g.add_argument("--percentile", type=float, default=95.0, help="percentile compared (95)")
     g.add_argument(
