@@ -152,7 +152,10 @@ def nginx_case(kind: str) -> Row:
         proxy = start_nginx(f"http://127.0.0.1:{free_port()}", buffering=False, gzip=False,
                             workdir=tmp)  # fmt: skip
         try:
-            run = run_loadtests(tmp / "run", "--target", proxy.url, "--model", "m", *args)
+            # every request fails: --max-error-rate 100% keeps the exit code about the run itself
+            run = run_loadtests(
+                tmp / "run", "--target", proxy.url, "--model", "m", *args, "--max-error-rate", "1"
+            )
             logged = sum(nginx_upstream_errors(proxy).values())
         finally:
             proxy.stop()

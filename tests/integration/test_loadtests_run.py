@@ -203,7 +203,9 @@ def test_plan_key_headers_warmup_and_turns(start_server_proc, tmp_path: Path) ->
         *("--target", server.url, "--users", "2", "--pacing", "0.2s", "--duration", "1s"),
         *("--modes", "stream", "--max-tokens", "4"),
     )
-    assert denied.rc == 0, denied.stderr
+    # ... and the run says so in its exit code (3: every measured request failed)
+    assert denied.rc == 3, denied.stderr
+    assert "every measured request failed" in denied.stderr
     assert {r["status"] for r in denied.records} == {"http_4xx"}
     assert all(r["http_status"] == 401 for r in denied.records)
 
@@ -255,7 +257,7 @@ def test_request_timeout_is_one_timeout_record(start_server_proc, tmp_path: Path
         *("--target", server.url, "--users", "2", "--pacing", "0.2s", "--duration", "1s"),
         *("--modes", "sync", "--max-tokens", "4", "--request-timeout", "0.5s"),
     )
-    assert run.rc == 0, run.stderr
+    assert run.rc == 3, run.stderr  # every measured request timed out
     assert time.monotonic() - began < 30
     records = run.records
     assert records and {r["status"] for r in records} == {"timeout"}

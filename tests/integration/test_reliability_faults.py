@@ -124,6 +124,7 @@ def test_nginx_502_when_the_upstream_is_dead(nginx_proxy, tmp_path: Path) -> Non
         tmp_path / "502",
         *("--target", proxy.url, "--model", "m", "--users", "3", "--spawn-rate", "50"),
         *("--pacing", "0.3s", "--duration", "1.5s", "--max-tokens", "8"),
+        *("--max-error-rate", "100%"),  # every request fails here: exit 0, not 3
     )
     assert_complete_run(run)
     assert {r["phase"] for r in run.records} == {"sync", "stream"}

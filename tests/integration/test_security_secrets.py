@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.faults import RunResult, free_port, run_loadtests
 from target_server.launch import wait_healthy
 from tests.fixtures.grafana import STANDIN_TOKEN
-from tests.fixtures.reliability import RunResult, free_port, run_loadtests
 from tests.fixtures.server_proc import ROOT
 
 KEY = "sk-canary-K3y-9f1e2d"  # the server's API key, sent via --api-key-env
@@ -109,7 +109,8 @@ def test_planted_secrets_appear_nowhere(
     assert {r["status"] for r in good.records} == {"ok"}
     auth = {r["headers"].get("Authorization") for r in grafana.requests}
     assert f"Bearer {STANDIN_TOKEN}" in auth and f"Bearer {BAD_GRAFANA}" in auth
-    assert refused.rc == 0 and {r["http_status"] for r in refused.records} == {401}
+    # every request refused: the run exits 3 (--max-error-rate default), records kept
+    assert refused.rc == 3 and {r["http_status"] for r in refused.records} == {401}
     assert unreachable.rc == 2 and "cannot reach target" in unreachable.stderr
     assert '"status": "ok"' in server_log and '"status": "unauthorized"' in server_log
 
