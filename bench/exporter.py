@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.mdsection import load_note, machine, write_section
 
     sys.path.insert(0, str(ROOT))
-    from tests.fixtures.server_proc import start_server_process
+    from bench.procs import start_server_process
 
     if (os.cpu_count() or 1) < 2:
         print("exporter bench needs 2 CPUs (client and server pinned apart)", file=sys.stderr)

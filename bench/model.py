@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "none": ("none", {}),
         "none-torch": ("none", {"LLMLOAD_TORCH_THREADS": str(os.cpu_count() or 1)}),
     }
-    from tests.fixtures.server_proc import start_server_process
+    from bench.procs import start_server_process
 
     for name, (batching, env) in runs.items():
         server = start_server_process(

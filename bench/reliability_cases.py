@@ -47,13 +47,13 @@ def _tmp() -> Path:
 def synthetic_fault(knob: str, client_class: str, seconds: int) -> Row:
     """One fault knob at 30 %, a sync then a stream phase: injected per the server,
     recorded per the harness, mode by mode."""
-    from tests.fixtures.reliability import (
+    from bench.faults import (
         as_client_classes,
         free_port,
         run_loadtests,
         server_statuses,
     )
-    from tests.fixtures.server_proc import start_server_process
+    from bench.procs import start_server_process
 
     server_args = ["--ttft-ms", "20", "--itl-ms", "10", knob, "0.3", "--stall-s", "3"]
     run_args = ["--users", "10", "--spawn-rate", "50", "--pacing", "0.2s", "--duration",
@@ -97,7 +97,7 @@ def synthetic_fault(knob: str, client_class: str, seconds: int) -> Row:
 
 def kill_restart(rounds: int) -> Row:
     """SIGKILL the target with every user mid-stream, restart it on the same port."""
-    from tests.fixtures.reliability import kill_and_restart
+    from bench.faults import kill_and_restart
 
     users, lost, requests, disconnects, connects, ok_after = 4, 0, 0, 0, 0, 0
     survived = True
@@ -135,15 +135,15 @@ def kill_restart(rounds: int) -> Row:
 
 def nginx_case(kind: str) -> Row:
     """Real nginx: 502 with the upstream dead, 504/cut stream with a slow upstream."""
-    from tests.fixtures.nginx import start_nginx
-    from tests.fixtures.reliability import (
+    from bench.faults import (
         free_port,
         nginx_read_timeout,
         nginx_upstream_errors,
         run_loadtests,
         server_statuses,
     )
-    from tests.fixtures.server_proc import start_server_process
+    from bench.nginx import start_nginx
+    from bench.procs import start_server_process
 
     tmp = _tmp()
     args = ["--users", "4", "--spawn-rate", "50", "--pacing", "0.3s", "--duration", "3s",

@@ -17,7 +17,7 @@ def random_bodies(examples: int) -> Row:
     """Hypothesis-generated bodies on both endpoints: never a 5xx, always an OpenAI error."""
     from hypothesis import HealthCheck, given, settings
 
-    from tests.fixtures.bad_bodies import request_bodies, send_checked
+    from bench.bad_bodies import request_bodies, send_checked
 
     server = server_started(ttft_ms=0, itl_ms=0)
     statuses: Counter[int] = Counter()
@@ -54,8 +54,8 @@ def random_bodies(examples: int) -> Row:
 
 def oversized(rounds: int) -> Row:
     """Bodies over 4 MiB: declared, absurdly declared, streamed without Content-Length."""
+    from bench.server_abuse import oversized as send_oversized
     from target_server.settings import MAX_BODY_BYTES
-    from tests.fixtures.server_abuse import oversized as send_oversized
 
     server = server_started(ttft_ms=0, itl_ms=0)
     answers: Counter[str] = Counter()
@@ -81,7 +81,7 @@ def oversized(rounds: int) -> Row:
 
 def slow_readers(n: int) -> Row:
     """Clients that never read a 400k-token stream: bounded, timed out, slot freed."""
-    from tests.fixtures.server_abuse import dechunk, open_streams, read_to_eof, wait_until
+    from bench.server_abuse import dechunk, open_streams, read_to_eof, wait_until
 
     tokens = 400_000
     server = server_started(ttft_ms=0, itl_ms=0, request_timeout=2.0, max_output_tokens=tokens,
@@ -115,7 +115,7 @@ def slow_readers(n: int) -> Row:
 
 def mass_disconnect(n: int, rounds: int) -> Row:
     """``n`` clients mid-stream drop at once (half RST, half FIN), ``rounds`` times."""
-    from tests.fixtures.server_abuse import close_abruptly, open_streams, wait_until
+    from bench.server_abuse import close_abruptly, open_streams, wait_until
 
     server = server_started(ttft_ms=10, itl_ms=20)
     clean = 0
@@ -145,9 +145,9 @@ def mass_disconnect(n: int, rounds: int) -> Row:
 
 def overload_case(seconds: float) -> Row:
     """40 clients against ``--max-concurrency 4 --max-queue 4`` (10×)."""
-    from tests.fixtures.reliability import server_statuses
-    from tests.fixtures.server_abuse import overload, percentile
-    from tests.fixtures.server_proc import start_server_process
+    from bench.faults import server_statuses
+    from bench.procs import start_server_process
+    from bench.server_abuse import overload, percentile
 
     args = ("--ttft-ms", "50", "--itl-ms", "10", "--max-concurrency", "4", "--max-queue", "4")
     with start_server_process(*args, "--log-level", "warning") as server:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.reliability import (
+from bench.faults import (
     RunResult,
     as_client_classes,
     free_port,
@@ -23,7 +23,7 @@ from tests.fixtures.reliability import (
     run_loadtests,
     server_statuses,
 )
-from tests.fixtures.server_abuse import wait_until
+from bench.server_abuse import wait_until
 
 FAULTS = ("--fail-rate", "0.15", "--disconnect-rate", "0.15", "--stall-rate", "0.15",
           "--malformed-rate", "0.15", "--stall-s", "3", "--seed", "11")  # fmt: skip

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import psutil
 
-from tests.fixtures.reliability import gauge, server_statuses
-from tests.fixtures.server_abuse import overload, percentile
+from bench.faults import gauge, server_statuses
+from bench.server_abuse import overload, percentile
 
 CONCURRENCY, QUEUE = 4, 4
 TTFT_MS, ITL_MS, TOKENS = 50, 10, 16

@@ -12,8 +12,7 @@ from typing import Any
 import httpx
 from hypothesis import HealthCheck, given, settings
 
-from target_server.settings import MAX_BODY_BYTES
-from tests.fixtures.bad_bodies import (
+from bench.bad_bodies import (
     CHAT,
     COMPLETIONS,
     error_problems,
@@ -21,7 +20,7 @@ from tests.fixtures.bad_bodies import (
     request_bodies,
     send_checked,
 )
-from tests.fixtures.server_abuse import (
+from bench.server_abuse import (
     close_abruptly,
     connect,
     dechunk,
@@ -33,6 +32,7 @@ from tests.fixtures.server_abuse import (
     wait_until,
 )
 
+from target_server.settings import MAX_BODY_BYTES
 
 def test_random_bodies_get_an_answer_never_a_5xx(start_server: Callable[..., Any]) -> None:
     server = start_server(ttft_ms=0, itl_ms=0)

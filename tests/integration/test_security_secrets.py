@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.reliability import RunResult, free_port, run_loadtests
+from bench.faults import RunResult, free_port, run_loadtests
 from target_server.launch import wait_healthy
 from tests.fixtures.grafana import STANDIN_TOKEN
 from tests.fixtures.server_proc import ROOT

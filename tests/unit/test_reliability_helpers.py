@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from bench.bad_bodies import error_problems, stream_problems
+from bench.faults import as_client_classes
 from bench.mdsection import write_section
 from bench.reliability import INTRO, ensure_file, render
 from bench.reliability_cases import Row
+from bench.server_abuse import dechunk, percentile
 from bench.soak import Sample, halves, slope_per_min
 from bench.soak import render as render_soak
-from tests.fixtures.bad_bodies import error_problems, stream_problems
-from tests.fixtures.reliability import as_client_classes
-from tests.fixtures.server_abuse import dechunk, percentile
 
 GOOD = {"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}
 
