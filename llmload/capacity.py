@@ -28,7 +28,7 @@ from typing import Any
 import llmload.run as wiring  # before locust: gevent-patches the process
 from loadtests import cli as loadtests_cli
 from loadtests import runner
-from loadtests.durations import parse_duration
+from loadtests.durations import parse_duration, parse_fraction
 from loadtests.healthlog import HealthLog
 from loadtests.plan import RunOptions
 from loadtests.record import RequestRecord
@@ -81,6 +81,8 @@ class CapacityOptions:
     #: no --target: the bundled server's engine ("" = the best available) and arguments
     engine: str = ""
     server_args: tuple[str, ...] = ()
+    #: instead of searching, step through this many loads evenly from minimum to maximum
+    sweep: int = 0
 
     @property
     def unit(self) -> str:
@@ -172,6 +174,9 @@ class CapacitySearch(NullSink):
                 yield Phase("warmup", c.mode, c.warmup_s, True, users=c.concurrency_cap, rate=load)  # type: ignore[arg-type]
             else:
                 yield Phase("warmup", c.mode, c.warmup_s, True, users=int(load))  # type: ignore[arg-type]
+        if c.sweep:
+            yield from self._sweep()
+            return
         while True:
             left = c.budget_s - (time.monotonic() - self._started)
             decision = decide(self.cfg, self.steps, left, self.cost_s)
@@ -181,6 +186,24 @@ class CapacitySearch(NullSink):
             phase = self.phase(len(self.steps) + 1, decision.load)
             yield phase
             self._judge(phase, decision.load, decision.why)
+
+    def sweep_loads(self) -> list[float]:
+        """``--sweep N``: N loads evenly spaced from ``--min`` to ``--max`` (whole users)."""
+        c = self.copts
+        assert c.maximum is not None
+        n = c.sweep
+        xs = [c.minimum + (c.maximum - c.minimum) * i / max(1, n - 1) for i in range(n)]
+        if not c.open_loop:
+            return sorted({float(max(1, round(x))) for x in xs})
+        return [float(f"{x:.3g}") for x in xs]
+
+    def _sweep(self) -> Iterator[Phase]:
+        """A fixed sweep (guidellm's way), for comparison: every load, whatever the answer."""
+        for i, load in enumerate(self.sweep_loads(), start=1):
+            phase = self.phase(i, load)
+            yield phase
+            self._judge(phase, load, "fixed sweep")
+        self._finish("sweep", f"fixed sweep of {len(self.steps)} loads")
 
     def _judge(self, phase: Phase, load: float, why: str) -> None:
         c = self.copts
@@ -203,7 +226,8 @@ class CapacitySearch(NullSink):
             flat = plateau(point, load, earlier)
             if flat:
                 point["plateau"] = flat
-        verdict = UNRELIABLE if starved else PASS if point["verdict"] == "pass" else FAIL
+        # a starved client only adds delay: a pass still counts, a failure is not evidence
+        verdict = PASS if point["verdict"] == "pass" else UNRELIABLE if starved else FAIL
         self.steps.append(Step(load, verdict, point["ratio"], bool(point["saturated"])))
         self.log.append(
             {
@@ -251,7 +275,8 @@ class CapacitySearch(NullSink):
         c = self.copts
         return {
             "capacity": {
-                "search": "open loop (requests/s)" if c.open_loop else "closed loop (users)",
+                "search": ("fixed sweep, " if c.sweep else "")
+                + ("open loop (requests/s)" if c.open_loop else "closed loop (users)"),
                 "unit": c.unit,
                 "mode": c.mode,
                 "criteria": [
@@ -275,11 +300,6 @@ class CapacitySearch(NullSink):
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def _fraction(text: str) -> float:
-    t = text.strip()
-    return float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -313,6 +333,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup", default="10s", help="warm-up before the first step (10s)")
     g.add_argument("--concurrency-cap", type=int, default=OPEN_LOOP_CAP,
                    help=f"open loop: most requests in flight ({OPEN_LOOP_CAP})")
+    g.add_argument(
+        "--sweep", type=int, default=0, metavar="N",
+        help="no search: N loads evenly from --min to --max (for comparison)",
+    )
     g.add_argument("--engine", help="no --target: the bundled server's engine")
     g.add_argument("--server-arg", action="append", default=[], help="bundled-server argument")
     return p
@@ -328,7 +352,7 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
     open_loop = ns.rate is not None
     start = float(ns.rate if open_loop else (ns.users or 1))
     minimum = ns.minimum if ns.minimum is not None else (start / 16 if open_loop else 1.0)
-    tolerance = _fraction(ns.tolerance)
+    tolerance = parse_fraction(ns.tolerance)
     if not 0.5 <= ns.confidence < 1:
         raise ValueError("--confidence must be in [0.5, 1)")
     copts = CapacityOptions(
@@ -348,7 +372,10 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
         concurrency_cap=ns.concurrency_cap,
         engine=ns.engine or "",
         server_args=tuple(ns.server_arg),
+        sweep=ns.sweep,
     )
+    if ns.sweep and (ns.sweep < 2 or ns.minimum is None or ns.maximum is None):
+        raise ValueError("--sweep N needs N >= 2, --min and --max")
     SearchConfig(start=start, minimum=minimum, maximum=ns.maximum, tolerance=tolerance)  # checks
     inv = loadtests_cli.parse(["run", *rest, "--modes", ns.mode, "--pacing", "0s"])
     assert inv.options is not None

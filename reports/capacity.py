@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loadtests.durations import parse_fraction
 from loadtests.record import RequestRecord
 from loadtests.search import RATIO_CAP
 from loadtests.slo import METRICS, parse_duration_ms
@@ -115,8 +116,7 @@ def _criterion(
 
 
 def _share(text: str) -> float:
-    t = text.strip()
-    value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+    value = parse_fraction(text)
     if not 0 < value < 1:
         raise ValueError(f"goodput must be a share between 0 and 100%, got {text!r}")
     return value

@@ -35,8 +35,11 @@ def test_search_lands_on_the_hand_computed_capacity(start_server_proc, tmp_path:
     cap = info["capacity"]
     assert cap["status"] == "done", cap
     ans = cap["answer"]
-    assert (ans["lo"], ans["hi"]) == (8, 9), cap["steps"]
-    assert ans["reason"] == "converged"
+    assert ans["lo"] == 8, cap["steps"]
+    # 9 fails; on a machine so busy that the load generator was starved there twice,
+    # the search may only say it could not tell (a failure a starved client measured is
+    # not evidence), never that 9 passed
+    assert (ans["hi"], ans["reason"]) in ((9, "converged"), (None, "harness")), cap["steps"]
     # every step is an ordinary phase with its records
     steps = [s["phase"] for s in cap["steps"]]
     assert [p["name"] for p in info["phases"]] == ["warmup", *steps]
@@ -50,11 +53,13 @@ def test_search_lands_on_the_hand_computed_capacity(start_server_proc, tmp_path:
     at8 = next(p for p in curve if p["load"] == 8)
     assert 70 < at8["tpot_ms"]["p50"] < 85
     text = summary["capacity"]["text"]
-    assert text.startswith("sustains 8 users (between 8 and 9) at p90 TPOT ≤ 85 ms"), text
+    assert text.startswith("sustains 8 users (between 8 and 9) at p90 TPOT ≤ 85 ms") or (
+        ans["hi"] is None and text.startswith("sustains at least 8 users")
+    ), text
     assert "## Capacity" in (out / "summary.md").read_text(encoding="utf-8")
     html = (out / "report.html").read_text(encoding="utf-8")
     assert 'id="chart-capacity-latency"' in html and 'id="capacity-table"' in html
-    assert "capacity: sustains 8 users" in proc.stdout + proc.stderr
+    assert "capacity: sustains " in proc.stdout + proc.stderr
 
 
 def test_bad_slo_is_one_line(tmp_path: Path) -> None:
