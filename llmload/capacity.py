@@ -352,6 +352,8 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
     open_loop = ns.rate is not None
     start = float(ns.rate if open_loop else (ns.users or 1))
     minimum = ns.minimum if ns.minimum is not None else (start / 16 if open_loop else 1.0)
+    if ns.sweep and ns.minimum is not None:
+        start = minimum  # a sweep starts (and warms up) at its lowest load
     tolerance = parse_fraction(ns.tolerance)
     if not 0.5 <= ns.confidence < 1:
         raise ValueError("--confidence must be in [0.5, 1)")
@@ -404,8 +406,8 @@ def search(
     """Run the search against ``opts.target``; the exit code of the run."""
     plan = CapacitySearch(copts, opts)
 
-    def sinks(o: RunOptions, label: str) -> list[RecordSink]:
-        return [*wiring.sinks(o, label), plan]
+    def sinks(o: RunOptions, info: dict[str, Any]) -> list[RecordSink]:
+        return [*wiring.sinks(o, info), plan]
 
     return runner.run(
         opts, argv, extra_info, sinks=sinks, report=wiring.report, phases=plan

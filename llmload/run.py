@@ -4,8 +4,9 @@ Every other module imports only downward (``docs/development.md`` draws the
 layers); this is the one place that knows all of them:
 
 * ``sinks``     — beyond the run's own writer and status line: the client-side
-  exporter (``exporter.LiveMetrics``) and Grafana phase annotations
-  (``dashboards.annotations``), as the options ask;
+  exporter (``exporter.LiveMetrics``), Grafana phase annotations
+  (``dashboards.annotations``) and the web UI's llmload tabs (``llmload.webui``),
+  as the options ask;
 * ``report``    — ``reports.build_run`` + ``reports.render_terminal`` at the end;
 * ``run``       — ``loadtests.runner.run`` with those two;
 * ``loadtest``  — ``run``, starting the bundled server first when no target is given;
@@ -40,11 +41,18 @@ from loadtests.sinks import RecordSink  # noqa: E402
 log = logging.getLogger("loadtests")
 
 
-def sinks(opts: RunOptions, label: str) -> list[RecordSink]:
+def sinks(opts: RunOptions, info: dict[str, Any]) -> list[RecordSink]:
     """The exporter (started) and Grafana annotation sinks the options ask for."""
     out: list[RecordSink] = []
+    label = str(info.get("label") or "run")
     if opts.metrics_port is not None or opts.pushgateway:
         live = LiveMetrics(pushgateway=opts.pushgateway)
+        live.describe_run(
+            run=str(info.get("run_id", "")),
+            label=label,
+            model=str(info.get("model", "")),
+            target=str(info.get("target", "")),
+        )
         if opts.metrics_port is not None:
             try:
                 port = live.start(opts.metrics_host, opts.metrics_port)

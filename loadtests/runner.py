@@ -32,7 +32,7 @@ from loadtests.health import HealthSampler
 from loadtests.hub import RecordHub
 from loadtests.plan import RunOptions, redact_argv, redact_url
 from loadtests.session import EXIT_INTERRUPTED, Driver, Session, plan_phases
-from loadtests.sinks import RecordSink
+from loadtests.sinks import RecordSink, WebTab
 from loadtests.status import PhaseStats, StatusLine
 from loadtests.users import LLMUser, LoadContext, Phase
 from loadtests.writer import RunWriter
@@ -116,8 +116,9 @@ def _health(hub: RecordHub, ctx: LoadContext | None, source: str = "local") -> H
 
 
 #: builds the sinks beyond the run's own writer and status line (exporter, annotations),
-#: given the options and the run label; ``llmload.run`` is the one place that supplies it
-SinkFactory = Callable[[RunOptions, str], Sequence[RecordSink]]
+#: given the options and ``run_info`` (run_id, label, redacted target, model: what
+#: run.json starts with); ``llmload.run`` is the one place that supplies it
+SinkFactory = Callable[[RunOptions, dict[str, Any]], Sequence[RecordSink]]
 #: builds the report of a finished run directory and returns its terminal text
 ReportFn = Callable[[Path, str | None], str]
 
@@ -167,7 +168,8 @@ def run(
     status = StatusLine()
     hub.add(writer)
     hub.add(status)
-    for sink in sinks(opts, label) if sinks is not None else ():
+    extra = list(sinks(opts, info)) if sinks is not None else []
+    for sink in extra:
         hub.add(sink)
     env = Environment(user_classes=[LLMUser], host=target.base_url)
     env.stop_timeout = opts.request_timeout + DRAIN_SLACK_S
@@ -190,7 +192,10 @@ def run(
             # locust's web UI re-parses sys.argv with its own parser (on every page view):
             # our flags are parsed already, and would make it exit
             del sys.argv[1:]
-            env.create_web_ui(opts.web_host, opts.web_port)
+            web_ui = env.create_web_ui(opts.web_host, opts.web_port)
+            for sink in extra:
+                if isinstance(sink, WebTab):
+                    sink.attach(web_ui)
             print(f"web UI: http://{opts.web_host}:{opts.web_port}", file=sys.stderr)
         try:
             previous: Phase | None = None

@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 
 from loadtests.record import RequestRecord
+from reports.stats import percentile
+from target_server.buckets import FINE_RANGE_S
 from tests.fixtures.prometheus import Prometheus, promtool
 from tests.integration.test_exporter_prometheus import bucket_of
 
@@ -78,6 +80,24 @@ def final(prom: Prometheus, expr: str, run: Run) -> float | None:
     return prom.last_value(expr, run.began, run.ended + 1, step=0.5)
 
 
+def assert_quantiles_match(
+    prom: Prometheus, metric: str, job: str, exact: list[float], run: Run, qs: tuple[float, ...]
+) -> None:
+    """``histogram_quantile`` over the run's final buckets is within 5 % of the records' own.
+
+    Checked where the grid promises it (``FINE_RANGE_S``); at least one quantile per metric.
+    """
+    values, checked = sorted(exact), []
+    for q in qs:
+        expr = f'histogram_quantile({q}, sum by (le) ({metric}_bucket{{job="{job}"}}))'
+        got = final(prom, expr, run)
+        want = percentile(values, 100 * q)
+        if FINE_RANGE_S[0] <= want <= FINE_RANGE_S[1]:
+            assert got is not None and abs(got - want) <= 0.05 * want, (metric, q, got, want)
+            checked.append(q)
+    assert checked, (metric, "no quantile in the fine range", values[:: len(values) // 10])
+
+
 def mean_ttft(prom: Prometheus, metric: str, window: int, at: float) -> float | None:
     return prom.scalar(
         f"sum(increase({metric}_sum[{window}s])) / sum(increase({metric}_count[{window}s]))", at
@@ -124,6 +144,23 @@ def test_runs_seen_by_prometheus_match_the_records(
     p95 = float(np.percentile(measured, 95, method="inverted_cdf"))
     lo, hi = bucket_of(p95)
     assert q is not None and lo < q <= hi, (q, p95)
+
+    # Grafana's numbers are the report's: client and server quantiles off the one grid
+    measured_ok = [r for r in records if r.ok and not r.warmup]
+    for metric, exact, qs in (
+        ("llmload_time_to_first_token_seconds", [r.ttft_s for r in measured_ok], (0.5, 0.9, 0.95)),
+        ("llmload_e2e_request_latency_seconds", [r.e2e_s for r in measured_ok], (0.5, 0.9, 0.95)),
+        ("llmload_inter_token_latency_seconds", [g for r in measured_ok for g in r.itl_s],
+         (0.5, 0.95, 0.99)),
+    ):  # fmt: skip
+        assert_quantiles_match(prom, metric, "llmload", exact, run, qs)  # type: ignore[arg-type]
+    served = [r for r in records if r.server_ttft_s is not None]  # warm-up too: the server saw it
+    assert len(served) > 50
+    assert_quantiles_match(prom, "llmserve_time_to_first_token_seconds", "target",
+                           [r.server_ttft_s for r in served], run, (0.5, 0.9, 0.95))  # type: ignore[misc]
+    info = prom.query_range("llmload_run_info", run.began, run.ended + 1, step=0.5)
+    assert [s["metric"]["target_host"] for s in info] == [hostport(server.url)]
+    assert info[0]["metric"]["run"] == "local" and info[0]["metric"]["label"] == "run"
 
     client = mean_ttft(prom, "llmload_time_to_first_token_seconds", window, run.ended + 0.5)
     server_mean = mean_ttft(prom, "llmserve_time_to_first_token_seconds", window, run.ended + 0.5)
