@@ -22,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from target_server.launch import launch
 
 CLIENTS = ("httpx", "HttpSession", "FastHttpSession")
 STREAMS = (20, 200, 1000)
@@ -130,27 +131,22 @@ def _child(client: str, url: str, streams: int, itl_ms: int) -> dict[str, Any]:
 # -- parent --------------------------------------------------------------------------------
 
 
-def _start(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        m = re.search(r"listening on (http://\S+)", line)
-        if m:
-            os.sched_setaffinity(proc.pid, {1})
-            proc.stderr.close()
-            time.sleep(0.5)
-            return proc, m.group(1)
-    raise RuntimeError(f"{cmd[2]} did not start")
+def _start(module: str, args: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """The server on CPU 1 (the one launcher: ``target_server.launch``)."""
+    server = launch(args, module=module, cwd=ROOT, loopback=False, health=False)
+    os.sched_setaffinity(server.proc.pid, {1})
+    time.sleep(0.5)
+    return server.proc, server.url
 
 
 def _bundled(itl_ms: int) -> tuple[subprocess.Popen[str], str]:
     args = ["--port", "0", "--engine", "synthetic", "--log-level", "warning"]
     args += ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(itl_ms)]
-    return _start([sys.executable, "-m", "target_server", *args])
+    return _start("target_server", args)
 
 
 def _reference(itl_ms: int) -> tuple[subprocess.Popen[str], str]:
-    return _start([sys.executable, "-m", "bench.harness_server", str(TTFT_MS), str(itl_ms)])
+    return _start("bench.harness_server", [str(TTFT_MS), str(itl_ms)])
 
 
 def _measure(

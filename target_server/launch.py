@@ -85,25 +85,34 @@ def wait_healthy(url: str, timeout: float, alive: Callable[[], bool] | None = No
 def launch(
     args: Sequence[str],
     *,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     ready_timeout: float = 120.0,
     new_session: bool = False,
     preexec_fn: Callable[[], Any] | None = None,
     on_start: Callable[[subprocess.Popen[str]], None] | None = None,
+    module: str = "target_server",
+    loopback: bool = True,
+    health: bool = True,
 ) -> ServerProcess:
     """``python -m target_server --host 127.0.0.1 --port 0 *args``, healthy when returned.
 
-    ``env`` is added to the inherited environment.  ``on_start`` sees the process
-    as soon as it exists (to register it for cleanup).  A ``BaseException`` while
+    ``env`` is added to the inherited environment (a ``None`` value removes the
+    variable).  ``on_start`` sees the process as soon as it exists (to register
+    it for cleanup).  ``loopback=False`` passes ``args`` exactly (no ``--host``/
+    ``--port``: a test of the server's own defaults); ``module`` runs another
+    server that prints the same line (the benchmarks' reference server), and
+    ``health=False`` returns once it listens.  A ``BaseException`` while
     waiting (Ctrl-C) stops the server and propagates; a server that exits, never
     listens or never gets healthy raises ``LaunchFailed`` with its stderr tail.
     """
-    cmd = [sys.executable, "-m", "target_server", "--host", "127.0.0.1", "--port", "0", *args]
+    where = ["--host", "127.0.0.1", "--port", "0"] if loopback else []
+    cmd = [sys.executable, "-m", module, *where, *args]
+    environ = {**os.environ, **(env or {})}
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,
-        env={**os.environ, **(env or {})},
+        env={k: v for k, v in environ.items() if v is not None},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -130,10 +139,11 @@ def launch(
     try:
         listening.wait(ready_timeout)
         if not handle.url:
-            raise LaunchFailed(f"target_server never listened (rc={proc.poll()})")
-        wait_healthy(
-            handle.url, max(1.0, deadline - time.monotonic()), alive=lambda: proc.poll() is None
-        )
+            raise LaunchFailed(f"{module} never listened (rc={proc.poll()})")
+        if health:
+            wait_healthy(
+                handle.url, max(1.0, deadline - time.monotonic()), alive=lambda: proc.poll() is None
+            )
     except (LaunchFailed, TimeoutError) as exc:
         handle.stop()
         raise LaunchFailed(f"{exc}\n{handle.tail()}") from None

@@ -7,12 +7,8 @@ from __future__ import annotations
 import ast
 import hmac
 import inspect
-import os
-import re
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +18,7 @@ import pytest
 
 from loadtests.plan import RunOptions
 from target_server import app as server_app
-from target_server.launch import wait_healthy
+from target_server.launch import launch, wait_healthy
 from target_server.settings import Settings
 from tests.fixtures.server_proc import ROOT
 
@@ -32,25 +28,16 @@ BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
 def listen(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
-    """``python -m target_server --port 0 ARGS`` exactly as given; ``(process, url)``."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "target_server", "--port", "0", "--log-level", "warning", *args],
+    """``python -m target_server --port 0 ARGS``, no --host given; ``(process, url)``."""
+    server = launch(
+        ["--port", "0", "--log-level", "warning", *args],
+        env={"LLMLOAD_HOST": None, **(env or {})},
         cwd=ROOT,
-        env={**{k: v for k, v in os.environ.items() if k != "LLMLOAD_HOST"}, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        ready_timeout=60,
+        loopback=False,
+        health=False,
     )
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 60
-    for line in proc.stderr:
-        m = re.search(r"listening on (http://\S+)", line)
-        if m:
-            return proc, m.group(1)
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    raise RuntimeError(f"no 'listening on' line (rc={proc.poll()})")
+    return server.proc, server.url
 
 
 def listening_addresses(pid: int) -> set[str]:
