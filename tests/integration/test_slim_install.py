@@ -1,0 +1,110 @@
+"""The slim core for real: a wheel built here, a fresh venv from it, no torch, a run.
+
+``pip install llmload`` must give the load generator, the reports and gate and the
+synthetic server without torch, transformers or gradio.  This test builds the
+wheel from a clean copy of the sources (a stale ``build/`` cannot leak into it),
+installs it into a new venv (its dependencies from the package index; pip's cache
+makes a second time quick), checks that torch is not importable there, starts
+``llmload serve`` from that venv and runs ``llmload run`` against it, then reads
+the run with ``llmload report`` — all with the slim venv's own executables.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from target_server.launch import LISTENING, wait_healthy
+
+ROOT = Path(__file__).resolve().parents[2]
+#: what the wheel is built from (pyproject's packages plus its readme)
+SOURCES = ("pyproject.toml", "README.md", "target_server", "loadtests", "exporter", "reports",
+           "dashboards", "llmload")  # fmt: skip
+
+
+def sh(*cmd: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def slim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with only the wheel and its core dependencies; its ``bin/`` directory."""
+    tmp = tmp_path_factory.mktemp("slim")
+    src = tmp / "src"
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=ignore)
+        else:
+            shutil.copy2(path, src / name)
+    # the dev venv's setuptools builds it (no isolated build env to download)
+    built = sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+               "-w", tmp / "dist", src)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (tmp / "dist").glob("llmload-*.whl")
+    venv.create(tmp / "venv", with_pip=False)
+    py = tmp / "venv" / "bin" / "python"
+    # this pip installs into the new venv (--python): no pip of its own needed there
+    done = sh(sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-compile",
+              "--prefer-binary", wheel, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return tmp / "venv" / "bin"
+
+
+def test_no_torch_transformers_or_gradio(slim: Path) -> None:
+    probe = "import importlib.util as u; print([m for m in ('torch', 'transformers', 'gradio') if u.find_spec(m)])"  # noqa: E501
+    proc = sh(slim / "python", "-c", probe)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+    assert sh(slim / "python", "-c", "import torch").returncode != 0
+    # the transformers engine says what to install instead of a traceback
+    asked = sh(slim / "llmload", "serve", "--engine", "transformers", "--port", "0", timeout=60)
+    assert asked.returncode == 1
+    assert "pip install 'llmload[server]'" in asked.stderr and "Traceback" not in asked.stderr
+
+
+def test_run_against_the_synthetic_server_from_the_slim_venv(slim: Path, tmp_path: Path) -> None:
+    server = subprocess.Popen(
+        [slim / "llmload", "serve", "--engine", "synthetic", "--port", "0", "--ttft-ms", "20",
+         "--itl-ms", "5", "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stderr is not None
+        url = ""
+        for line in server.stderr:
+            m = LISTENING.search(line)
+            if m:
+                url = m.group(1)
+                break
+        assert url, "the slim venv's server never listened"
+        wait_healthy(url, 30, alive=lambda: server.poll() is None)
+        out = tmp_path / "run"
+        run = sh(slim / "llmload", "run", "--target", url, "--users", "2", "--spawn-rate", "10",
+                 "--pacing", "0.2s", "--duration", "2s", "--modes", "sync,stream",
+                 "--max-tokens", "8", "--out", out, "--status-interval", "60",
+                 timeout=120)  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(15)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    records = [json.loads(ln) for ln in (out / "requests.jsonl").read_text().splitlines()]
+    assert records and {r["status"] for r in records} == {"ok"}
+    assert {r["mode"] for r in records} == {"sync", "stream"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["phases"]["stream"]["ttft_ms"]["p50"] > 0 and (out / "report.html").exists()
+    # the reports and the gate need no torch either
+    base = tmp_path / "base.json"
+    assert sh(slim / "llmload", "report", "baseline", out, "--out", base).returncode == 0
+    gate = sh(slim / "llmload", "report", "gate", out, "--baseline", base, "--min-samples", "5")
+    assert gate.returncode in (0, 2), gate.stdout + gate.stderr  # same data: never a regression
+    assert "llmload gate" in gate.stdout
