@@ -5,7 +5,10 @@ a budget of prompt tokens on prefilling newcomers (shortest first, in chunks, wi
 their own KV cache), and a newcomer whose prefill completes gets its first token
 at once and joins the running batch (``kvbatch``), (3) runs one decode step for
 every running request, (4) drops the finished ones.  Pieces go to the event loop
-with one ``call_soon_threadsafe`` per batch of pieces.  A short request never
+with one ``call_soon_threadsafe`` per batch of pieces.  The cache is ``kvbatch``'s
+pre-allocated slot cache (a step writes one column per row; nothing is
+concatenated or re-allocated per token) and a batch samples in one fused
+softmax/cumsum/searchsorted (``sampling.choose_rows``).  A short request never
 waits for a long one to finish, and a long prompt never stalls the others for its
 whole prefill.
 
@@ -33,7 +36,7 @@ from transformers.generation.logits_process import LogitsProcessorList
 from target_server.engine import EngineFault, EngineInputError, PreparedRequest, TokenPiece
 from target_server.model import genconfig
 from target_server.model.base import ModelEngine, PieceMaker, Plan, next_piece
-from target_server.model.kvbatch import PaddedBatch, Prefill
+from target_server.model.kvbatch import Prefill, SlotBatch, swap_remove_order
 from target_server.model.sampling import Sampler, choose_rows, penalty_processors
 
 log = logging.getLogger(__name__)
@@ -77,12 +80,22 @@ class BatchedEngine(ModelEngine):
         self._prefills: list[tuple[list[_Row], Prefill]] = []
         self.prefill_budget = PREFILL_BUDGET_CPU
         self._active = 0
+        # queue depth = put - taken; each counter is written by one thread only
+        self._put = 0
+        self._taken = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
 
     def running(self) -> int:
         """Requests inside the engine (in the batch or about to join it)."""
         return self._active
+
+    def waiting(self) -> int:
+        """Requests queued for the batch or still prefilling."""
+        return max(0, self._put - self._taken) + sum(len(g) for g, _ in self._prefills)
+
+    def batch_size(self) -> int:
+        return len(self._rows)
 
     def _check(self, gc: Any) -> None:
         if (gc.num_beams or 1) > 1:
@@ -112,6 +125,7 @@ class BatchedEngine(ModelEngine):
         loop = asyncio.get_running_loop()
         row = _Row(prepared.payload, loop, asyncio.Queue(), loop.create_future())
         self._active += 1
+        self._put += 1
         self._inbox.put(row)
         try:
             while True:
@@ -136,7 +150,7 @@ class BatchedEngine(ModelEngine):
 
     def _loop(self) -> None:
         lm = self._loaded()
-        batch = PaddedBatch(lm.model, lm.cache_kwarg, lm.device)
+        batch = SlotBatch(lm.model, lm.cache_kwarg, lm.device, rows=min(self.max_batch, 8))
         with torch.inference_mode():
             while not self._stopping:
                 try:
@@ -168,10 +182,20 @@ class BatchedEngine(ModelEngine):
                 item = self._inbox.get_nowait()
                 if item is not None:
                     rows.append(item)
+        self._taken += len(rows)
         return rows
 
-    def _turn(self, batch: PaddedBatch) -> None:
+    def _turn(self, batch: SlotBatch) -> None:
         new = self._drain(block=not self._rows and not self._prefills)
+        if not (new or self._rows or self._prefills):
+            return
+        self.busy.begin()
+        try:
+            self._work(batch, new)
+        finally:
+            self.busy.end()
+
+    def _work(self, batch: SlotBatch, new: list[_Row]) -> None:
         for row in new:
             if row.cancelled:
                 self._finish(row)
@@ -184,12 +208,11 @@ class BatchedEngine(ModelEngine):
         if self._prefills:  # newcomers first: their first token goes out before the next step
             self._prefill(batch)
         if self._rows:  # then one decode step for every running request
-            ids = [r.tokens[-1] for r in self._rows]
-            logits = batch.decode(ids, [len(r.tokens) - 1 for r in self._rows])
+            logits = batch.decode([r.tokens[-1] for r in self._rows])
             self._send(self._step(self._rows, logits))
             self._retire(batch, _finished)
 
-    def _prefill(self, batch: PaddedBatch) -> None:
+    def _prefill(self, batch: SlotBatch) -> None:
         """Spend this turn's prefill budget, shortest job first; finished jobs join the batch."""
         budget = self.prefill_budget
         self._prefills.sort(key=lambda job: job[1].remaining)
@@ -211,15 +234,16 @@ class BatchedEngine(ModelEngine):
             self._send(self._step(group, logits))
         self._retire(batch, lambda r: _finished(r) or r.cancelled)
 
-    def _retire(self, batch: PaddedBatch, gone: Callable[[_Row], bool]) -> None:
+    def _retire(self, batch: SlotBatch, gone: Callable[[_Row], bool]) -> None:
         """Drop the rows for which ``gone`` holds from the list and the cache."""
-        keep = [i for i, r in enumerate(self._rows) if not gone(r)]
-        if len(keep) == len(self._rows):
+        leaving = {i for i, r in enumerate(self._rows) if gone(r)}
+        if not leaving:
             return
-        for i in set(range(len(self._rows))) - set(keep):
+        for i in leaving:
             self._finish(self._rows[i])
-        self._rows = [self._rows[i] for i in keep]
-        batch.select(keep)
+        order = swap_remove_order(len(self._rows), leaving)
+        self._rows = [self._rows[i] for i in order]
+        batch.select(order)
 
     def _admit(self, rows: list[_Row]) -> None:
         tok = self._loaded().tokenizer
@@ -243,7 +267,7 @@ class BatchedEngine(ModelEngine):
             scores[rows_idx, torch.tensor(eos, device=dev).unsqueeze(0)] = float("-inf")
         histories: list[torch.Tensor | None] = []
         for i, row in enumerate(rows):
-            needs = bool(row.procs) or (row.sampler is not None and row.sampler.adjusts)
+            needs = bool(row.procs) or (row.sampler is not None and bool(row.sampler.warpers))
             history = torch.tensor([row.tokens], device=scores.device) if needs else None
             if row.procs:
                 scores[i : i + 1] = row.procs(cast(torch.LongTensor, history), scores[i : i + 1])

@@ -45,12 +45,17 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-#: Qwen2 dimensions: chosen so one decode step costs a few ms on a 2-core CPU
+#: Qwen2 dimensions, sized for the job: the default load (20 users, one request every
+#: 3 s, ~130 tokens each on the ``mix`` scenario) must stay well inside one core of a
+#: slow 2-core machine beside the load generator.  At 2 layers x 256 (2 M parameters,
+#: ~4 MFLOP per token) a decode step is mostly the forward's fixed per-call cost, so a
+#: batch of 20 costs a few times one row, not twenty (docs/engines.md; the 10 M-parameter
+#: 6 x 384 model before it saturated at the seeds' load on such a machine).
 MODEL_DIMS: dict[str, Any] = {
-    "hidden_size": 384,
-    "intermediate_size": 1024,
-    "num_hidden_layers": 6,
-    "num_attention_heads": 6,
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "max_position_embeddings": 4096,
     "rope_theta": 1000000.0,

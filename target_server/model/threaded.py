@@ -109,6 +109,8 @@ class ThreadedEngine(ModelEngine):
             name=f"generate-{prepared.request.request_id}",
             daemon=True,
         )
+        if self._running == 0:
+            self.busy.begin()
         self._running += 1
         self._threads[thread] = cancel
         thread.start()
@@ -125,6 +127,8 @@ class ThreadedEngine(ModelEngine):
                 thread.join()  # it has returned from its work; this only reaps it
                 self._threads.pop(thread, None)
                 self._running -= 1
+                if self._running == 0:
+                    self.busy.end()
 
             try:
                 await asyncio.shield(done)

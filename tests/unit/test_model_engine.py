@@ -20,7 +20,12 @@ def test_factory_picks_the_engine_by_batching() -> None:
     none = ENGINES["transformers"](Settings(engine="transformers", batching="none"))
     cont = ENGINES["transformers"](Settings(engine="transformers", batching="continuous"))
     assert (type(none).__name__, type(cont).__name__) == ("ThreadedEngine", "BatchedEngine")
-    assert not none.ready and none.running() == 0 and none.extra_metrics() == {}
+    assert not none.ready and none.running() == 0
+    assert none.extra_metrics() == {
+        "engine_busy_ratio": 0.0,
+        "engine_queue_depth": 0.0,
+        "engine_batch_size": 0.0,
+    }
     assert none.model_name == "llmload-tiny-qwen2"
 
 
@@ -32,10 +37,25 @@ def test_gpu_memory_gauges(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 17 * 2**30)
     engine = ThreadedEngine(Settings(engine="transformers", batching="none"))
     engine.lm = SimpleNamespace(device=torch.device("cuda", 0))  # type: ignore[assignment]
-    assert engine.extra_metrics() == {
-        "gpu_memory_allocated_bytes": float(16 * 2**30),
-        "gpu_memory_reserved_bytes": float(17 * 2**30),
-    }
+    gauges = engine.extra_metrics()
+    assert gauges["gpu_memory_allocated_bytes"] == float(16 * 2**30)
+    assert gauges["gpu_memory_reserved_bytes"] == float(17 * 2**30)
+
+
+def test_busy_meter_reports_the_busy_share_of_its_window() -> None:
+    from target_server.model.base import BusyMeter
+
+    meter = BusyMeter(window_s=10.0, mark_every_s=0.5)
+    t0 = meter._marks[0][0]
+    for k in range(20):  # 20 s of 0.25 s busy in every second
+        meter.begin(t0 + k)
+        meter.end(t0 + k + 0.25)
+    assert meter.busy_s(t0 + 20) == pytest.approx(5.0)
+    assert meter.ratio(t0 + 20) == pytest.approx(0.25, abs=0.03)
+    meter.begin(t0 + 20)  # work in progress counts
+    assert meter.ratio(t0 + 30) > 0.9
+    meter.end(t0 + 30)
+    assert meter.ratio(t0 + 60) < 0.35  # idle since: the share decays
 
 
 def test_min_tokens_masks_eos_until_reached() -> None:
