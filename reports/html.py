@@ -283,6 +283,14 @@ def _details(summary: dict[str, Any]) -> str:
                 f"{m['mismatched']} of "
                 f"{m['compared']} requests ({m['rate']:.1%}).</p>"
             )
+        m = g.get("multi_token_events")
+        if m:
+            out.append(
+                f"<p>Token counts ({escape(name)}): in {m['requests']} of {m['compared']} "
+                "responses some events carried several tokens (server usage &gt; content "
+                "events). Expected, not a fault: without <code>--tokenizer</code> the client "
+                "counts events, and a server may hold back a partial character.</p>"
+            )
     return "".join(out)
 
 

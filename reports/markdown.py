@@ -218,6 +218,14 @@ def _extras(summary: dict[str, Any]) -> list[str]:
                 f"- {name}: server usage vs client token count differ in "
                 f"{m['mismatched']}/{m['compared']} requests ({m['rate']:.1%})"
             )
+        if "multi_token_events" in g:
+            m = g["multi_token_events"]
+            quality.append(
+                f"- {name}: in {m['requests']}/{m['compared']} responses some events carried "
+                "several tokens (server usage > content events) — expected, not a fault: the "
+                "client counts events without --tokenizer, and a server may hold back a "
+                "partial character; pass --tokenizer to compare token counts"
+            )
         if "client_minus_server_ttft_ms" in g:
             d = g["client_minus_server_ttft_ms"]
             quality.append(

@@ -45,9 +45,17 @@ def _span_s(records: Sequence[RequestRecord]) -> float:
 
 
 def group_stats(
-    records: Sequence[RequestRecord], duration_s: float, slo: dict[str, float]
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    slo: dict[str, float],
+    client_counts_events: bool = False,
 ) -> dict[str, Any]:
-    """Counts, errors by class, latency distributions (ms) and rates for one group of records."""
+    """Counts, errors by class, latency distributions (ms) and rates for one group of records.
+
+    ``client_counts_events``: the run had no ``--tokenizer``, so the client's count is
+    of content events; a difference from the server's usage then means events that
+    carried several tokens (``multi_token_events``), not a token-count mismatch.
+    """
     ok = [r for r in records if r.ok]
     errors = Counter(r.status for r in records if not r.ok)
     modes = sorted({r.mode for r in records})
@@ -92,7 +100,11 @@ def group_stats(
         }
     both = [r for r in records if r.usage_output_tokens is not None]
     both = [r for r in both if r.client_output_tokens is not None]
-    if both:
+    if both and client_counts_events:
+        more = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
+        if more:
+            out["multi_token_events"] = {"compared": len(both), "requests": more}
+    elif both:
         bad = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
         out["token_count_mismatch"] = {
             "compared": len(both),
@@ -169,14 +181,16 @@ def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:
     durations = _phase_durations(run.meta)
     health = phase_health(run.meta)
     phases: dict[str, dict[str, Any]] = {}
+    config = run.meta.get("config")
+    events = isinstance(config, dict) and "tokenizer" in config and not config["tokenizer"]
     for name in _ordered_phases(run.meta, measured):
         recs = [r for r in measured if r.phase == name]
         if not recs:
             continue
         duration = durations.get(name) or _span_s(recs)
-        stats = group_stats(recs, duration, slo)
+        stats = group_stats(recs, duration, slo, events)
         stats["scenarios"] = {
-            scen: group_stats([r for r in recs if r.scenario == scen], duration, slo)
+            scen: group_stats([r for r in recs if r.scenario == scen], duration, slo, events)
             for scen in dict.fromkeys(r.scenario for r in recs)
         }
         stats["diagnostics"] = _diagnose(recs, stats)

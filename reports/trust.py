@@ -118,6 +118,9 @@ def _tokens_item(summary: dict[str, Any]) -> TrustItem:
     found = [(n, g["token_count_mismatch"]) for n, g in summary["phases"].items()
              if g.get("token_count_mismatch")]  # fmt: skip
     if not found:
+        if any(g.get("multi_token_events") for g in summary["phases"].values()):
+            why = "not compared: without --tokenizer the client counts events, not tokens"
+            return TrustItem("token counts", NA, why)
         return TrustItem("token counts", NA, "not compared (needs server usage and a client count)")
     bad = sum(m["mismatched"] for _, m in found)
     total = sum(m["compared"] for _, m in found)

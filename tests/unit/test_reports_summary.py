@@ -276,6 +276,23 @@ def test_itl_per_token_and_token_truth_are_rendered(tmp_path: Path) -> None:
     assert "token count differ" not in render_markdown(s2)
 
 
+def test_without_a_tokenizer_usage_above_the_event_count_is_not_called_a_mismatch(
+    tmp_path: Path,
+) -> None:
+    recs = make_records("stream", "stream", 30, t_start=T, jitter=0.0, scenarios=("a",))
+    meta = {"config": {"tokenizer": None}}  # the client counted content events
+    s = build_summary(load_run(write_run(tmp_path / "ev", recs, meta=meta)))
+    stream = s["phases"]["stream"]
+    assert "token_count_mismatch" not in stream
+    assert stream["multi_token_events"] == {"compared": 30, "requests": 3}
+    md = render_markdown(s)
+    assert "token count differ" not in md
+    assert "in 3/30 responses some events carried several tokens" in md
+    assert "expected, not a fault" in md
+    html = render_html(load_run(tmp_path / "ev"), s)
+    assert "differ in" not in html and "Expected, not a fault" in html
+
+
 def test_open_loop_latency_from_the_intended_send_time_is_rendered(tmp_path: Path) -> None:
     recs = make_records("stream", "stream", 30, t_start=T, open_loop=True, jitter=0.0)
     s = build_summary(load_run(write_run(tmp_path / "ol", recs)))
