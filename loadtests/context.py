@@ -7,7 +7,11 @@ one way either reports a bad option or an unreachable target (exit code 2).
 
 from __future__ import annotations
 
+import sys
+
 from loadtests import tokencount
+from loadtests.discovery import discover
+from loadtests.fit import ContextFit
 from loadtests.http import Target, TargetUnreachable
 from loadtests.plan import RunOptions
 from loadtests.scenarios import load_workload
@@ -59,8 +63,13 @@ def build_context(
         )
         if opts.tokenizer:
             tokenizer = tokencount.load(opts.tokenizer)
+        facts = discover(target, opts.protocol, model, opts.api_name)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
+    if worker == "local":
+        for note in facts.notes:
+            print(note, file=sys.stderr, flush=True)
+    limit = facts.context_limit
     return LoadContext(
         options=opts,
         target=target,
@@ -71,4 +80,6 @@ def build_context(
         shard=shard,
         shards=shards,
         tokenizer=tokenizer,
+        fit=None if limit is None else ContextFit(limit, tokenizer),
+        adapter_options=facts.adapter_options,
     )

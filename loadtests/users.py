@@ -26,6 +26,7 @@ from locust import User, task
 
 from loadtests.adapters import get_adapter
 from loadtests.adapters.base import Adapter, Prompt, follow_up_of
+from loadtests.fit import ContextFit
 from loadtests.http import Target, clock, perform
 from loadtests.plan import RunOptions
 from loadtests.record import Mode, RequestRecord
@@ -36,6 +37,8 @@ from loadtests.timing import RecordMeta, StreamTimer
 #: warm-up users draw prompts from a separate range, so measured phases do not repeat them
 WARMUP_USER_OFFSET = 1_000_000
 CANCELLED = "cancelled by the client: run stopped"
+#: prompts drawn per request at most, looking for one that fits the target's context
+MAX_DRAWS = 20
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,10 @@ class LoadContext:
     #: a distributed worker's forwarder: told of each request (id, labels, start time) before
     #: its bytes leave, so the master can account for it should this process die
     announce: Callable[[dict[str, Any]], None] | None = None
+    #: the target's context length, when it tells one: prompts trimmed or skipped to fit
+    fit: ContextFit | None = None
+    #: adapter options read from the target itself (``loadtests.discovery``)
+    adapter_options: dict[str, Any] = field(default_factory=dict)
     _next_user: int = 0
 
     def watch(self, environment: Any) -> None:
@@ -109,7 +116,19 @@ class LoadContext:
             opts["ignore_eos"] = True
         if self.options.api_name:
             opts["api_name"] = self.options.api_name
+        opts.update(self.adapter_options)
         return opts
+
+    def draw(self, source: Any) -> Prompt | None:
+        """The next prompt of ``source`` that fits the target's context (None: none of a few)."""
+        for _ in range(MAX_DRAWS):
+            prompt: Prompt = source.next()
+            if self.fit is None:
+                return prompt
+            fitted = self.fit.fit(prompt)
+            if fitted is not None:
+                return fitted
+        return None
 
     def begin_phase(self, phase: Phase) -> None:
         """Start a phase in this process: user numbering restarts, so prompts repeat exactly."""
@@ -141,6 +160,11 @@ class LoadContext:
             return False
         self.budget -= 1
         return True
+
+    def give_back(self) -> None:
+        """Closed loop: a ``take`` that sent nothing (its prompt did not fit)."""
+        if self.budget is not None:
+            self.budget += 1
 
     def next_user_index(self) -> int:
         """A run-wide user number: shard ``k`` of ``n`` numbers its users ``k, k+n, ...``."""
@@ -210,7 +234,12 @@ class LLMUser(User):
             if not ctx.take():
                 gevent.sleep(0.2)  # the phase's requests are all started: idle until stopped
                 return
-            self.issue(phase, self.prompts.next(), self.prompts)
+            prompt = ctx.draw(self.prompts)
+            if prompt is None:  # nothing drawn fits the target's context
+                ctx.give_back()
+                gevent.sleep(0.5)
+                return
+            self.issue(phase, prompt, self.prompts)
             return
         slot, self.slot = self.slot or ctx.schedule.claim(), None
         if slot is None:
@@ -220,7 +249,9 @@ class LLMUser(User):
         gevent.sleep(max(0.0, intended - clock()))
         if not ctx.accepting:
             return
-        self.issue(phase, ctx.workload.for_user(index).next(), None, intended=intended)
+        prompt = ctx.draw(ctx.workload.for_user(index))
+        if prompt is not None:
+            self.issue(phase, prompt, None, intended=intended)
 
     def issue(
         self, phase: Phase, prompt: Prompt, prompts: Any, intended: float | None = None

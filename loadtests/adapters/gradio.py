@@ -8,17 +8,93 @@ whole reply so far), so each event's new text is the suffix past what was seen;
 an update that does not extend the previous one (a fn that yields deltas, like
 the seeds' ``predict_stream``) counts whole.  A non-streaming fn sends one
 ``complete``.  Gradio reports no token usage.
+
+Which fn: Gradio names a ``ChatInterface``'s endpoint after its function
+(``fn=predict_stream`` -> ``/predict_stream``), not ``chat``.  At start-up the
+runner reads the app's ``/gradio_api/info`` and ``choose_endpoint`` picks the
+chat endpoint (the one asked for, else the only named one, else the one whose
+input is ChatInterface's ``message``) or fails with the app's endpoint list.
+Gradio 6 also takes ``POST /gradio_api/call/v2/<api_name>`` with *named*
+parameters (``{"message": ..., "history": ...}``; parameters with defaults may
+be left out); options ``gradio_v2`` and ``gradio_params`` select that form.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from loadtests.adapters.base import EventInfo, HttpCall, Prompt, register
 from loadtests.record import Mode
 
 CALL_PREFIX = "/gradio_api/call"
+INFO_PATH = "/gradio_api/info"
+#: the input name of a ``gr.ChatInterface`` endpoint
+MESSAGE = "message"
+HISTORY = "history"
+
+
+@dataclass(frozen=True, slots=True)
+class GradioEndpoint:
+    """The app's chat endpoint as ``/gradio_api/info`` describes it."""
+
+    api_name: str
+    #: its parameter names, in order (Gradio 6 ``parameter_name``; empty when not given)
+    params: tuple[str, ...] = ()
+    #: parameters without a default, which a call must fill
+    required: tuple[str, ...] = ()
+
+    def options(self, v2: bool) -> dict[str, Any]:
+        """The adapter options that call this endpoint (``v2``: named parameters)."""
+        if v2 and self.params:
+            return {"api_name": self.api_name, "gradio_v2": True, "gradio_params": self.params}
+        return {"api_name": self.api_name}
+
+
+def endpoints(info: Any) -> dict[str, GradioEndpoint]:
+    """The named endpoints of a ``/gradio_api/info`` answer, by api_name (no slash)."""
+    named = info.get("named_endpoints") if isinstance(info, dict) else None
+    if not isinstance(named, dict):
+        raise ValueError("gradio: /gradio_api/info has no 'named_endpoints'")
+    out: dict[str, GradioEndpoint] = {}
+    for name, spec in named.items():
+        params = spec.get("parameters") if isinstance(spec, dict) else None
+        names, required = [], []
+        for p in params if isinstance(params, list) else []:
+            pname = p.get("parameter_name") if isinstance(p, dict) else None
+            if isinstance(pname, str):
+                names.append(pname)
+                if not p.get("parameter_has_default"):
+                    required.append(pname)
+        api = str(name).strip("/")
+        out[api] = GradioEndpoint(api, tuple(names), tuple(required))
+    return out
+
+
+def choose_endpoint(info: Any, requested: str | None) -> GradioEndpoint:
+    """The chat endpoint to load-test, or ``ValueError`` naming the app's endpoints."""
+    found = endpoints(info)
+    listing = ", ".join(f"/{n}" for n in found) or "none"
+    if requested:
+        name = requested.strip("/")
+        if name in found:
+            return found[name]
+        raise ValueError(
+            f"gradio: the app has no API endpoint /{name}; its endpoints: {listing} "
+            "(pass one with --api-name)"
+        )
+    if len(found) == 1:
+        return next(iter(found.values()))
+    chats = [e for e in found.values() if e.params[:1] == (MESSAGE,)]
+    if len(chats) == 1:
+        return chats[0]
+    if "chat" in found:
+        return found["chat"]
+    raise ValueError(
+        f"gradio: cannot tell which endpoint is the chat; the app's endpoints: {listing} "
+        "(pass one with --api-name)"
+    )
 
 
 def text_of(value: Any) -> str:
@@ -65,12 +141,20 @@ class GradioAdapter:
         self._seen = ""
 
     def build(self, prompt: Prompt, *, mode: Mode, model: str, options: dict[str, Any]) -> HttpCall:
-        """Step one: join the app's queue.  ``options["api_name"]`` picks the fn (default chat)."""
+        """Step one: join the app's queue.  ``options["api_name"]`` picks the fn (default chat);
+        ``gradio_v2`` + ``gradio_params`` send Gradio 6's named-parameter form."""
         self.api_name = str(options.get("api_name") or "chat").strip("/")
-        self.endpoint = f"{CALL_PREFIX}/{self.api_name}"
         self._mode = mode
         self._seen = ""
         message, history = _message_and_history(prompt)
+        params = options.get("gradio_params")
+        if options.get("gradio_v2") and params:
+            self.endpoint = f"{CALL_PREFIX}/v2/{self.api_name}"
+            body: dict[str, Any] = {MESSAGE if MESSAGE in params else params[0]: message}
+            if HISTORY in params:
+                body[HISTORY] = history
+            return HttpCall("POST", self.endpoint, body)
+        self.endpoint = f"{CALL_PREFIX}/{self.api_name}"
         data: list[Any] = [message, history] if history else [message]
         return HttpCall("POST", self.endpoint, {"data": data})
 

@@ -8,9 +8,12 @@ keeps Gradio's default ``concurrency_limit=1``, so concurrent users queue.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +24,7 @@ import pytest
 from loadtests import tokencount
 from reports.diagnostics import detect
 from reports.summary import group_stats
-from tests.fixtures.drive import drive, drive_together, loadtest
+from tests.fixtures.drive import ROOT, drive, drive_together, loadtest
 from tests.fixtures.nginx import NginxProxy
 from tests.fixtures.tokenizer import train_tokenizer
 
@@ -206,3 +209,60 @@ def test_gradio_behind_buffering_nginx_is_flagged(
     off = drive_together(3, nginx_proxy(gradio_url, buffering=False).url, "gradio")
     assert all(r.ok for r in off), [r.error for r in off]
     assert detect(off, "stream") == []
+
+
+@pytest.fixture(scope="module")
+def predict_stream_url() -> Iterator[str]:
+    """A Gradio 6 app as the seeds write it: ``ChatInterface(fn=predict_stream)``, no api_name."""
+    demo = gr.ChatInterface(predict_stream, concurrency_limit=None)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=_free_port(),
+                quiet=True)  # fmt: skip
+    try:
+        yield demo.local_url.rstrip("/")
+    finally:
+        demo.close()
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    lines = (out / "requests.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def test_without_api_name_the_chat_endpoint_is_read_from_the_app(
+    predict_stream_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    summary = loadtest(out, "--target", predict_stream_url, "--protocol", "gradio",
+                       "--modes", "stream,sync", "--users", "2", "--pacing", "0s",
+                       "--duration", "2s")  # fmt: skip
+    for name in ("stream", "sync"):
+        phase = summary["phases"][name]
+        assert phase["count"] > 0 and phase["errors"] == {}, phase["errors"]
+    endpoints = {r["endpoint"] for r in _records(out)}
+    # Gradio 6: the named-parameter call form
+    assert endpoints == {"/gradio_api/call/v2/predict_stream"}
+
+
+def test_a_wrong_api_name_stops_at_start_up_listing_the_endpoints(
+    predict_stream_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "loadtests", "run", "--out", str(out), "--target",
+           predict_stream_url, "--protocol", "gradio", "--api-name", "chat",
+           "--duration", "2s"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "no API endpoint /chat; its endpoints: /predict_stream" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (out / "requests.jsonl").exists()  # no run of 100 % errors
+
+
+def test_both_call_forms_reach_the_same_fn(predict_stream_url: str) -> None:
+    from loadtests.adapters.gradio import GradioEndpoint
+
+    endpoint = GradioEndpoint("predict_stream", ("message",), ("message",))
+    for v2 in (False, True):
+        rec, text = drive(predict_stream_url, "gradio", options=endpoint.options(v2))
+        assert rec.status == "ok", rec.error
+        assert text == REPLY and rec.output_tokens == len(TOKENS)
+        assert rec.endpoint.endswith("/v2/predict_stream") == v2

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from loadtests.adapters.base import Prompt, follow_up_of
-from loadtests.adapters.gradio import GradioAdapter, text_of
+from loadtests.adapters.gradio import GradioAdapter, GradioEndpoint, choose_endpoint, text_of
 from loadtests.timing import RecordMeta, StreamTimer
 
 
@@ -129,3 +129,64 @@ def test_build_resets_state_between_requests() -> None:
     for _ in range(2):
         a.build(Prompt("s", "p", prompt="q"), mode="stream", model="m", options={})
         assert a.parse_event("generating", '["same start"]').content == "same start"
+
+
+def _info(*endpoints: tuple[str, list[tuple[str, bool]]]) -> dict:
+    named = {
+        f"/{name}": {
+            "parameters": [
+                {"parameter_name": p, "parameter_has_default": has_default} for p, has_default in ps
+            ],
+            "returns": [],
+        }
+        for name, ps in endpoints
+    }
+    return {"named_endpoints": named, "unnamed_endpoints": {}}
+
+
+def test_the_only_named_endpoint_is_the_chat() -> None:
+    ep = choose_endpoint(_info(("predict_stream", [("message", False)])), None)
+    assert (ep.api_name, ep.params, ep.required) == ("predict_stream", ("message",), ("message",))
+
+
+def test_the_chat_interface_endpoint_is_chosen_among_several() -> None:
+    info = _info(("lambda_14", [("x", False)]), ("respond", [("message", False)]))
+    assert choose_endpoint(info, None).api_name == "respond"
+    assert choose_endpoint(info, "/lambda_14").api_name == "lambda_14"
+
+
+def test_a_wrong_or_ambiguous_name_lists_the_endpoints() -> None:
+    info = _info(("predict_stream", [("message", False)]), ("other", [("message", False)]))
+    with pytest.raises(ValueError, match=r"no API endpoint /chat; its endpoints: "
+                       r"/predict_stream, /other \(pass one with --api-name\)"):  # fmt: skip
+        choose_endpoint(info, "chat")
+    with pytest.raises(ValueError, match="cannot tell which endpoint"):
+        choose_endpoint(info, None)
+    with pytest.raises(ValueError, match="named_endpoints"):
+        choose_endpoint({"oops": 1}, None)
+
+
+def test_v2_call_form_sends_named_parameters() -> None:
+    a = GradioAdapter()
+    prompt = Prompt(
+        "s", "p", messages=[{"role": "user", "content": "hi"},
+                            {"role": "assistant", "content": "yo"},
+                            {"role": "user", "content": "more"}],
+    )  # fmt: skip
+    opts = GradioEndpoint("predict_stream", ("message", "history")).options(v2=True)
+    call = a.build(prompt, mode="stream", model="m", options=opts)
+    assert call.path == "/gradio_api/call/v2/predict_stream"
+    assert call.json == {
+        "message": "more",
+        "history": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+    }
+    assert a.endpoint == "/gradio_api/call/v2/predict_stream"
+    hook = follow_up_of(a)
+    assert hook is not None
+    assert hook(b'{"event_id": "e1"}').path == "/gradio_api/call/v2/predict_stream/e1"
+    # without parameter names (an older Gradio), the data-list form
+    plain = GradioEndpoint("predict_stream").options(v2=True)
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    assert a.build(prompt, mode="stream", model="m", options=plain).json == {
+        "data": ["more", history]
+    }
