@@ -24,7 +24,7 @@ ARGS ?=
 PORT ?= 8000
 
 .PHONY: help install system-deps serve loadtest test test-unit test-integration test-gpu lint \
-        bench bench-gpu gate ci-gate soak reliability up down dashboards clean
+        bench bench-gpu gate ci-gate soak reliability up down dashboards clean capacity
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -49,6 +49,14 @@ loadtest: install ## sync-vs-stream run; TARGET unset = start the bundled server
 	$(PY) -m loadtests loadtest --target "$(TARGET)" --model "$(MODEL)" --engine "$(ENGINE)" \
 	  --users $(USERS) --spawn-rate $(SPAWN_RATE) --pacing $(PACING) --duration $(DURATION) --warmup $(WARMUP) \
 	  --modes $(MODES) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
+
+# capacity search (docs/capacity.md): open loop unless SEARCH=users
+SLO ?= ttft_p95=600ms
+BUDGET ?= 10m
+SEARCH ?= rate
+capacity: install ## highest load within SLO= (ttft_p95=600ms) in BUDGET= (10m); SEARCH=rate|users; TARGET unset = bundled server
+	$(PY) -m llmload capacity --target "$(TARGET)" --model "$(MODEL)" --engine "$(ENGINE)" --$(SEARCH) \
+	  --slo "$(SLO)" --budget $(BUDGET) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
 
 test: install system-deps lint ## lint, then the full test suite (unit + integration)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration $(ARGS)

@@ -33,6 +33,7 @@ import reports  # noqa: E402
 from dashboards.annotations import GrafanaAnnotations  # noqa: E402
 from exporter import LiveMetrics  # noqa: E402
 from llmload import bundled  # noqa: E402
+from llmload.webui import LiveTab  # noqa: E402
 from loadtests import cli, runner  # noqa: E402
 from loadtests.distributed import worker_main  # noqa: E402
 from loadtests.plan import RunOptions  # noqa: E402
@@ -42,7 +43,7 @@ log = logging.getLogger("loadtests")
 
 
 def sinks(opts: RunOptions, info: dict[str, Any]) -> list[RecordSink]:
-    """The exporter (started) and Grafana annotation sinks the options ask for."""
+    """The exporter (started), Grafana annotation and web UI sinks the options ask for."""
     out: list[RecordSink] = []
     label = str(info.get("label") or "run")
     if opts.metrics_port is not None or opts.pushgateway:
@@ -63,6 +64,8 @@ def sinks(opts: RunOptions, info: dict[str, Any]) -> list[RecordSink]:
     if opts.grafana_url:
         token = os.environ.get("GRAFANA_TOKEN")
         out.append(GrafanaAnnotations(opts.grafana_url, token=token, run_label=label))
+    if opts.web:
+        out.append(LiveTab(opts.slo))  # the llmload tabs of locust's web UI
     return out
 
 

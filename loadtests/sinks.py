@@ -56,6 +56,14 @@ class RecordSink(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class WebTab(Protocol):
+    """A sink that also shows itself in locust's web UI (``--web``): the runner calls
+    ``attach(environment.web_ui)`` once the UI exists."""
+
+    def attach(self, web_ui: object) -> None: ...
+
+
 class NullSink:
     """A sink that ignores everything; subclass it to implement only what you need."""
 
