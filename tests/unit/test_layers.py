@@ -1,0 +1,190 @@
+"""The layers hold: no import cycle, no upward import, no ``except ImportError`` around our code.
+
+Reads every module of the repository with ``ast`` (nothing is imported), so
+it sees imports inside functions too — the ones that hide a cycle.  The rules
+(``docs/development.md`` draws them):
+
+    target_server                 the bundled server: imports no harness code
+    loadtests                     record, timing core, adapters, users, writer
+    exporter  reports  dashboards read records; import loadtests (and the grid
+                                  in target_server), never each other's upward
+    llmload                       the composition point: run, ci, the CLI
+    bench                         may import every package; tests may import bench
+
+A package imports only packages of a lower layer (or itself); ``__main__``
+modules are thin entry points and may delegate upward; nothing imports
+``tests``.  Run it alone: ``python -m pytest tests/unit/test_layers.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: package -> layer; a module may import packages of a strictly lower layer, or its own
+LAYER = {
+    "target_server": 0,
+    "loadtests": 1,
+    "exporter": 2,
+    "reports": 2,
+    "dashboards": 2,
+    "llmload": 3,
+    "bench": 4,
+    "tests": 5,
+}
+#: same-layer imports that are allowed (siblings that read one another's definitions)
+SIDEWAYS: set[tuple[str, str]] = set()
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, ast.Module]:
+    found = {}
+    for package in LAYER:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[module_name(path)] = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return found
+
+
+def imported(tree: ast.Module, known: set[str]) -> Iterator[tuple[str, int]]:
+    """``(module, line)`` for every import of one of ``known``, at any depth."""
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # ``from pkg import mod`` imports pkg.mod when that is a module, else pkg
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+                for a in node.names
+            ]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                yield name, node.lineno
+
+
+def graph(mods: dict[str, ast.Module]) -> tuple[dict[str, set[str]], list[str]]:
+    """The module import graph (entry points left out) and every upward import in it."""
+    known = set(mods)
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    upward = []
+    for mod, tree in mods.items():
+        src = mod.split(".")[0]
+        entry = mod.endswith("__main__")
+        for target, line in imported(tree, known):
+            if target == mod or mod.startswith(target + "."):  # a package's own __init__
+                continue
+            if not entry:
+                edges[mod].add(target)
+            dst = target.split(".")[0]
+            if src == dst or entry or (src, dst) in SIDEWAYS:
+                continue
+            if dst == "tests" or LAYER[dst] >= LAYER[src]:
+                upward.append(f"{mod}:{line} imports {target} ({src} -> {dst})")
+    return edges, upward
+
+
+def guarded(mods: dict[str, ast.Module]) -> list[str]:
+    """Imports of our own packages inside a ``try`` that catches ``ImportError``."""
+    bad = []
+    for mod, tree in mods.items():
+        if mod.split(".")[0] in ("bench", "tests"):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Try):
+                continue
+            caught = {
+                n.id
+                for h in node.handlers
+                if h.type is not None
+                for n in ast.walk(h.type)
+                if isinstance(n, ast.Name)
+            }
+            if caught & {"ImportError", "ModuleNotFoundError"}:
+                body = ast.Module(body=node.body, type_ignores=[])
+                bad += [f"{mod}:{line} guards {t}" for t, line in imported(body, set(mods))]
+    return bad
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    for start in edges:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(edges[nxt]))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    top = stack.pop()
+                    on.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+MODULES = modules()
+
+
+def test_no_import_cycle_between_modules() -> None:
+    edges, _ = graph(MODULES)
+    assert cycles(edges) == []
+
+
+def test_no_upward_imports() -> None:
+    _, upward = graph(MODULES)
+    assert upward == []
+
+
+def test_no_except_import_error_around_our_packages() -> None:
+    assert guarded(MODULES) == []
+
+
+def test_the_checker_sees_a_cycle_an_upward_import_and_a_guard() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    fake = {
+        "reports": ast.parse(""),
+        "reports.summary": ast.parse("def f():\n    from loadtests.runner import run\n"),
+        "loadtests": ast.parse(""),
+        "loadtests.runner": ast.parse(
+            "try:\n    from reports.summary import build_summary\nexcept ImportError:\n    pass\n"
+        ),
+        "loadtests.__main__": ast.parse("from reports import summary\n"),  # entry point: allowed
+    }
+    edges, upward = graph(fake)
+    assert cycles(edges) == [["loadtests.runner", "reports.summary"]]
+    assert upward == ["loadtests.runner:2 imports reports.summary (loadtests -> reports)"]
+    assert guarded(fake) == ["loadtests.runner:2 guards reports.summary"]
