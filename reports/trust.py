@@ -103,7 +103,7 @@ def _harness_item(summary: dict[str, Any]) -> TrustItem:
     for name, h in healths.items():
         why = starved(h, phase=name)
         if why:
-            return TrustItem("harness health", RED, why)
+            return TrustItem("harness health", RED, why + _bundled_note(summary))
     touched = {n: h for n, h in healths.items() if any(
         p["saturated_share"] > 0 for p in _load_procs(h).values()
     )}
@@ -148,7 +148,19 @@ def _gap_item(summary: dict[str, Any]) -> TrustItem:
     level = worst(levels)
     note = {GREEN: "", AMBER: " (network, proxy or a busy client)", RED: " — more than the "
             "network explains: check the harness health and any proxy"}.get(level, "")  # fmt: skip
+    if level in (AMBER, RED):
+        note += _bundled_note(summary)
     return TrustItem("client − server TTFT", level, "; ".join(texts) + note)
+
+
+def _bundled_note(summary: dict[str, Any]) -> str:
+    """When the server was the bundled one: it ran beside the load generator, on its cores."""
+    if not (summary.get("run") or {}).get("bundled_server"):
+        return ""
+    return (
+        "; the bundled server ran on this machine beside the load generator and competed "
+        "for its cores — lower the load, or run the server elsewhere and pass --target"
+    )
 
 
 def _delay_item(summary: dict[str, Any]) -> TrustItem:

@@ -12,8 +12,8 @@ import pytest
 from loadtests.healthlog import CPU_LINE_PCT, LAG_LINE_S, HealthLog, phase_health
 from loadtests.sinks import HarnessHealth
 from loadtests.writer import RunWriter
-from reports.__main__ import main
 from reports.build import build_run
+from reports.cli import main
 from reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
 from reports.loader import load_run
 from reports.trust import AMBER, GREEN, NA, RED, assess, starved
@@ -144,6 +144,12 @@ def test_trust_box_levels_and_reasons(run_factory: Callable[..., Path]) -> None:
     trust = assess(build_run(starving))
     harness = trust["items"][0]
     assert harness["level"] == RED and "starved in phase stream" in harness["reason"]
+    assert "bundled server" not in harness["reason"]
+    meta = json.loads((starving / "run.json").read_text())
+    meta["bundled_server"] = {"engine": "transformers"}  # loadtest started our own server
+    (starving / "run.json").write_text(json.dumps(meta))
+    harness = assess(build_run(starving))["items"][0]
+    assert "the bundled server ran on this machine beside the load generator" in harness["reason"]
     briefly = with_health(run, {"stream": health(local=[QUIET] * 19 + [BUSY])})
     assert assess(build_run(briefly))["items"][0]["level"] == AMBER
     old = run_factory("old")  # a run without health blocks
