@@ -33,10 +33,11 @@ from reports.summary import group_stats
 LATENCY_TAB, HEALTH_TAB = "llmload", "llmload-health"
 _LATENCY = [
     ("phase", "Phase"), ("mode", "Mode"), ("scenario", "Scenario"), ("requests", "Requests"),
-    ("errors", "Errors"), ("ttft50", "TTFT p50"), ("ttft90", "TTFT p90"), ("ttft95", "TTFT p95"),
-    ("ttft99", "TTFT p99"), ("ttst50", "TTST p50"), ("ttst95", "TTST p95"),
-    ("itl50", "ITL p50"), ("itl95", "ITL p95"), ("itl99", "ITL p99"), ("tpot50", "TPOT p50"),
-    ("tpot95", "TPOT p95"), ("e2e50", "E2E p50"), ("e2e95", "E2E p95"),
+    ("errors", "Errors"),
+    *((f"{m}{p}", f"{m.upper()} p{p} ms") for m, ps in (
+        ("ttft", (50, 90, 95, 99)), ("ttst", (50, 95)), ("itl", (50, 95, 99)),
+        ("tpot", (50, 95)), ("e2e", (50, 95)),
+    ) for p in ps),
     ("tokens", "Output tok/s"), ("goodput", "Goodput req/s"),
 ]  # fmt: skip
 _HEALTH = [("kind", "What"), ("name", "Which"), ("value", "Value")]

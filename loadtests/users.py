@@ -4,8 +4,9 @@ Each request is timed by the SSE timing core from ``t0`` (the moment the call
 is handed to the HTTP client) and becomes exactly one ``RequestRecord`` —
 whatever happened, including a cancellation when the run stops it mid-flight
 (``disconnect``, error ``cancelled by the client: run stopped``).  The record
-goes to this process's sink; locust's own stats get two entries per request,
-``"<scenario> TTFT"`` and ``"<scenario> E2E"`` with ``request_type`` = mode.
+goes to this process's sink; locust's own stats count it once, as entry
+``<scenario>`` with ``request_type`` = mode and the E2E latency as its response
+time (TTFT, ITL, TPOT: the web UI's llmload tab, ``llmload.webui``).
 
 What a user does is read from the process's ``LoadContext``: the current
 phase (name, mode, warm-up flag), closed-loop pacing (start-to-start) or the
@@ -306,20 +307,10 @@ class LLMUser(User):
         ctx.sink.on_record(record)
         if prompts is not None and record.ok:
             prompts.record_reply(text)
-        fire = self.environment.events.request.fire
         failure = None if record.ok else RequestFailed(f"{record.status}: {record.error}"[:300])
-        if record.ttft_s is not None:
-            fire(
-                request_type=record.mode,
-                name=f"{record.scenario} TTFT",
-                response_time=record.ttft_s * 1000.0,
-                response_length=record.output_tokens or 0,
-                exception=failure,
-                context={},
-            )
-        fire(
+        self.environment.events.request.fire(
             request_type=record.mode,
-            name=f"{record.scenario} E2E",
+            name=record.scenario,
             response_time=(record.e2e_s if record.e2e_s is not None else elapsed) * 1000.0,
             response_length=record.output_tokens or 0,
             exception=failure,
