@@ -9,7 +9,7 @@ starved (``loadtests.healthlog``), and asks the pure search
 (``loadtests.search.decide``) for the next load.
 
 Open loop (``--rate``): the load is requests/s, latency counts from the
-intended send time, and ``--users`` caps concurrency (256).  Closed loop
+intended send time, and ``--users`` caps concurrency (64).  Closed loop
 (``--users``): the load is back-to-back users.  A step lasts long enough for
 ``--step-requests`` requests (2x the fewest that can show the percentile at
 ``--confidence``), within ``--min-step``..``--max-step``.
@@ -55,7 +55,8 @@ from reports.capacity import (
 )
 
 DEFAULT_SLO = "ttft_p95=600ms"
-OPEN_LOOP_CAP = 256
+#: open loop: concurrency cap; reaching it (the schedule slips) is a sign of saturation
+OPEN_LOOP_CAP = 64
 #: flags of ``llmload run`` that a search sets itself
 NOT_HERE = ("--duration", "--num-prompts", "--shape", "--modes", "--pacing", "--rate", "--users")
 
@@ -118,6 +119,9 @@ class CapacitySearch(NullSink):
         self._health = HealthLog()
         self._health_by_phase: dict[str, dict[str, Any]] = {}
         self._started = 0.0
+        #: the step under way: judged when its phase ends (its records are all in by then),
+        #: so run.json's capacity block, rewritten right after, already holds it
+        self._pending: tuple[Phase, float, str] | None = None
 
     # -- sink -----------------------------------------------------------------
     def on_record(self, record: RequestRecord) -> None:
@@ -135,6 +139,7 @@ class CapacitySearch(NullSink):
             block = self._health.end(name)
             if block is not None:
                 self._health_by_phase[name] = block
+            self._judge_pending(name)
 
     # -- plan -----------------------------------------------------------------
     def phase(self, index: int, load: float) -> Phase:
@@ -184,8 +189,9 @@ class CapacitySearch(NullSink):
                 self._finish(decision.reason, decision.why)
                 return
             phase = self.phase(len(self.steps) + 1, decision.load)
+            self._pending = (phase, decision.load, decision.why)
             yield phase
-            self._judge(phase, decision.load, decision.why)
+            self._judge_pending(phase.name)
 
     def sweep_loads(self) -> list[float]:
         """``--sweep N``: N loads evenly spaced from ``--min`` to ``--max`` (whole users)."""
@@ -201,9 +207,15 @@ class CapacitySearch(NullSink):
         """A fixed sweep (guidellm's way), for comparison: every load, whatever the answer."""
         for i, load in enumerate(self.sweep_loads(), start=1):
             phase = self.phase(i, load)
+            self._pending = (phase, load, "fixed sweep")
             yield phase
-            self._judge(phase, load, "fixed sweep")
+            self._judge_pending(phase.name)
         self._finish("sweep", f"fixed sweep of {len(self.steps)} loads")
+
+    def _judge_pending(self, name: str) -> None:
+        if self._pending is not None and self._pending[0].name == name:
+            pending, self._pending = self._pending, None
+            self._judge(*pending)
 
     def _judge(self, phase: Phase, load: float, why: str) -> None:
         c = self.copts
