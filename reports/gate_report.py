@@ -16,6 +16,12 @@ HEADLINE = {
 
 def _setting(result: GateResult) -> str:
     c = result.config
+    if c.metric == "capacity":
+        return (
+            f"metric capacity (where the SLO ratio crosses 1), max drop "
+            f"{c.max_regression * 100:g}% at {c.confidence:.0%} confidence (bootstrap of both "
+            f"searches' steps, {c.resamples} resamples, seed {c.seed})"
+        )
     text = (
         f"metric {c.label}, p{c.percentile:g}, max regression +{c.max_regression * 100:g}% "
         f"at {c.confidence:.0%} confidence (bootstrap of both samples, {c.resamples} resamples, "
