@@ -36,6 +36,8 @@ responses stutter, and ``proxy_buffering`` (the same cause, held to the end) did
 not already explain it.  When the records carry no server timings, both
 diagnostics say which numbers can no longer be split into server and path.
 
+``target_saturated``: the target could not keep up (``reports.saturation``).
+
 ``no_done_marker``: the server ends its streams without ``data: [DONE]`` (for
 example ``transformers serve``); each such stream delivered its finish_reason
 and a clean end of body, so it counted as ``ok`` (record field ``stream_end``
@@ -50,6 +52,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loadtests.record import RequestRecord
+from reports import saturation
 
 BURST_GAP_S = 0.002
 BURST_SHARE = 0.8
@@ -305,4 +308,7 @@ def detect(
             found.append(stream_stutter(records))
         found.append(no_done_marker(records))
     found.append(token_count_mismatch(records))
+    saturated = saturation.target_saturated(records)
+    if saturated is not None:
+        found.append(Diagnostic("target_saturated", *saturated))
     return [d for d in found if d is not None]
