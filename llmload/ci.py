@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import reports
+from reports.cli import add_gate_options
 from reports.cli import main as reports_main
 from reports.markdown import render_terminal
 from target_server.launch import LaunchFailed, launch
@@ -93,15 +94,28 @@ def run_load(
     return out
 
 
+def _gate_options_help() -> str:
+    """The gate's options as ``--help`` lists them (ci-gate passes them on unparsed)."""
+    helper = argparse.ArgumentParser(prog="llmload report gate", add_help=False)
+    add_gate_options(helper)
+    text = helper.format_help()
+    return text[text.index("\n\n") + 2 :].replace(
+        "options:", "gate options (passed on to `llmload report gate`):", 1
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``ci-gate [--write-baseline] [--out DIR] [gate options...]``."""
     p = argparse.ArgumentParser(
         prog="llmload ci-gate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_gate_options_help(),
     )
     p.add_argument("--out", type=Path, default=None, help="run directory (runs/<UTC>-ci-gate)")
-    p.add_argument("--baseline", type=Path, default=BASELINE)
+    p.add_argument(
+        "--baseline", type=Path, default=BASELINE, help="baseline file (the committed one)"
+    )
     p.add_argument("--write-baseline", action="store_true", help="write the baseline, no gate")
     p.add_argument("--ttft-ms", type=float, default=SERVER_TTFT_MS, help="server TTFT (200)")
     args, gate_args = p.parse_known_args(sys.argv[1:] if argv is None else list(argv))

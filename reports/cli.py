@@ -101,37 +101,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    slo_help = f"goodput SLOs, e.g. {DEFAULT_SLO} (the default)"
 
-    b = sub.add_parser("build", help="write summary.json, summary.md, report.html into RUN_DIR")
-    b.add_argument("run_dir", type=Path, help="a run directory (run.json + requests.jsonl)")
-    b.add_argument("--slo", default=None, help=slo_help)
-    b.set_defaults(func=cmd_build)
-
-    c = sub.add_parser("compare", help="two runs side by side (Markdown + HTML)")
-    c.add_argument("run_a", type=Path, help="the run before (A)")
-    c.add_argument("run_b", type=Path, help="the run after (B)")
-    c.add_argument("--out", type=Path, default=None, help="folder for compare.md/html (RUN_B)")
-    c.add_argument("--slo", default=None, help=slo_help)
-    c.set_defaults(func=cmd_compare)
-
-    bl = sub.add_parser("baseline", help="store what the gate needs of RUN_DIR's distribution")
-    bl.add_argument("run_dir", type=Path, help="a good run to compare later runs against")
-    bl.add_argument("--out", type=Path, required=True, help="baseline file to write (JSON)")
-    bl.set_defaults(func=cmd_baseline)
-
-    g = sub.add_parser(
-        "gate",
-        help="exit 0 pass, 1 regression or limit breach, 2 inconclusive (too few samples, "
-        "too noisy, a starved load generator or a lost worker)",
-    )
-    g.add_argument("run_dir", type=Path, help="the run directory to gate")
-    g.add_argument(
-        "--baseline", type=Path, required=True, help="baseline file (`report baseline` writes it)"
-    )
+def add_gate_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The gate's options (``llmload ci-gate`` shows them too: it passes them on)."""
     g.add_argument(
         "--metric",
         default="ttft",
@@ -190,6 +162,40 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--junit", type=Path, default=None, help="JUnit XML path (RUN_DIR/junit.xml)")
     g.add_argument("--summary-md", type=Path, default=None, help="also write the Markdown here")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    slo_help = f"goodput SLOs, e.g. {DEFAULT_SLO} (the default)"
+
+    b = sub.add_parser("build", help="write summary.json, summary.md, report.html into RUN_DIR")
+    b.add_argument("run_dir", type=Path, help="a run directory (run.json + requests.jsonl)")
+    b.add_argument("--slo", default=None, help=slo_help)
+    b.set_defaults(func=cmd_build)
+
+    c = sub.add_parser("compare", help="two runs side by side (Markdown + HTML)")
+    c.add_argument("run_a", type=Path, help="the run before (A)")
+    c.add_argument("run_b", type=Path, help="the run after (B)")
+    c.add_argument("--out", type=Path, default=None, help="folder for compare.md/html (RUN_B)")
+    c.add_argument("--slo", default=None, help=slo_help)
+    c.set_defaults(func=cmd_compare)
+
+    bl = sub.add_parser("baseline", help="store what the gate needs of RUN_DIR's distribution")
+    bl.add_argument("run_dir", type=Path, help="a good run to compare later runs against")
+    bl.add_argument("--out", type=Path, required=True, help="baseline file to write (JSON)")
+    bl.set_defaults(func=cmd_baseline)
+
+    g = sub.add_parser(
+        "gate",
+        help="exit 0 pass, 1 regression or limit breach, 2 inconclusive (too few samples, "
+        "too noisy, a starved load generator or a lost worker)",
+    )
+    g.add_argument("run_dir", type=Path, help="the run directory to gate")
+    g.add_argument(
+        "--baseline", type=Path, required=True, help="baseline file (`report baseline` writes it)"
+    )
+    add_gate_options(g)
     g.set_defaults(func=cmd_gate)
     return p
 
