@@ -142,8 +142,8 @@ def parser() -> argparse.ArgumentParser:
     lt.add_argument("--engine", help="bundled server engine (default: best available)")
     lt.add_argument("--server-arg", action="append", help="extra bundled-server argument")
     wk = sub.add_parser("worker", help="a locust worker process for a master")
-    wk.add_argument("--master-host", default="127.0.0.1")
-    wk.add_argument("--master-port", type=int, default=5557)
+    wk.add_argument("--master-host", default="127.0.0.1", help="the master's address (127.0.0.1)")
+    wk.add_argument("--master-port", type=int, default=5557, help="the master's port (5557)")
     for p in (run, lt, wk):
         p.add_argument("--log-level", default="WARNING", help="logging level (WARNING)")
     return top
