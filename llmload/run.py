@@ -29,10 +29,12 @@ from collections.abc import Callable, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+import httpx  # noqa: E402
+
 import reports  # noqa: E402
 from dashboards.annotations import GrafanaAnnotations  # noqa: E402
 from exporter import LiveMetrics  # noqa: E402
-from llmload import bundled  # noqa: E402
+from llmload import bundled, speedcheck  # noqa: E402
 from llmload.webui import LiveTab  # noqa: E402
 from loadtests import cli, runner  # noqa: E402
 from loadtests.distributed import worker_main  # noqa: E402
@@ -108,9 +110,24 @@ def loadtest(
     print(f"bundled server: {server.url} (engine {server.engine})", file=sys.stderr, flush=True)
     opts.target = server.url
     try:
-        return go(opts, argv, {"bundled_server": {"engine": server.engine}})
+        info = {"engine": server.engine, **_speed_check(opts, server.url)}
+        return go(opts, argv, {"bundled_server": info})
     finally:
         server.stop()
+
+
+def _speed_check(opts: RunOptions, url: str) -> dict[str, Any]:
+    """Measure the bundled engine's speed here and say whether the planned load fits it."""
+    streams = min(opts.users, speedcheck.MAX_PROBE_STREAMS)
+    try:
+        speed = speedcheck.engine_speed(url, streams)
+    except httpx.HTTPError as exc:
+        print(f"warning: could not measure the bundled server's speed: {exc}", file=sys.stderr)
+        return {}
+    info, lines = speedcheck.verdict(opts, speed, streams)
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+    return info
 
 
 def main(argv: Sequence[str] | None = None) -> int:

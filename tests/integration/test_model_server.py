@@ -139,3 +139,13 @@ def test_disconnect_stops_generation_and_leaves_no_threads(server: ThreadedServe
     assert {t.name for t in threading.enumerate()} <= baseline | {"decode-loop"}
     # the server counted it as a disconnect, and still answers
     assert chat(server, max_tokens=2)["usage"]["completion_tokens"] <= 2
+
+
+def test_engine_speed_probe_measures_the_server_it_is_pointed_at(start_server) -> None:
+    from llmload.speedcheck import PROBE_TOKENS, engine_speed
+
+    server = start_server(ttft_ms=5, itl_ms=5)  # the synthetic engine
+    speed = engine_speed(server.url, 4)
+    # 4 streams of PROBE_TOKENS tokens, one every 5 ms: at most 4 x 200 tokens/s
+    assert 0 < speed <= 4 * 1000 / 5 * 1.2
+    assert speed > 4 * PROBE_TOKENS / 10  # and not absurdly slow (generous for a busy machine)
