@@ -16,6 +16,7 @@ BENCHES: dict[str, str] = {
     "exporter": "bench.exporter",
     "reliability": "bench.reliability",
     "model": "bench.model",
+    "capacity": "bench.capacity",
 }
 
 

@@ -25,7 +25,8 @@ import gevent
 import httpx
 
 from loadtests.adapters.base import HttpCall
-from loadtests.plan import RunOptions, redact_url
+from loadtests.plan import RunOptions
+from loadtests.redact import redact_url
 from loadtests.timing import StreamTimer
 
 clock = time.perf_counter
