@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loadtests.percentile import percentile_of
 from target_server.launch import launch
 
 CLIENTS = ("httpx", "HttpSession", "FastHttpSession")
@@ -43,8 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
+    value = percentile_of(values, q)  # the harness's one percentile; nan when empty
+    return float("nan") if value is None else value
 
 
 # -- child: one client, one concurrency level (a gevent-patched process) ---------------------

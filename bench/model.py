@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import httpx
 
 from bench.mdsection import load_note, machine, write_section
+from loadtests.percentile import percentile
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [
@@ -50,9 +51,8 @@ class Result:
 
 
 def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+    """The harness's one percentile (``loadtests.percentile``) of a non-empty list."""
+    return percentile(sorted(values), q)
 
 
 async def request(

@@ -147,7 +147,8 @@ def overload_case(seconds: float) -> Row:
     """40 clients against ``--max-concurrency 4 --max-queue 4`` (10×)."""
     from bench.faults import server_statuses
     from bench.procs import start_server_process
-    from bench.server_abuse import overload, percentile
+    from bench.server_abuse import overload
+    from loadtests.percentile import percentile_of as percentile
 
     args = ("--ttft-ms", "50", "--itl-ms", "10", "--max-concurrency", "4", "--max-queue", "4")
     with start_server_process(*args, "--log-level", "warning") as server:

@@ -30,6 +30,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.mdsection import machine, write_section
+from loadtests.percentile import percentile_of
 from target_server.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,11 +60,9 @@ class Level:
 
 
 def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (nan when empty)."""
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * len(s) + 0.5) - 1))]
+    """The harness's one percentile (``loadtests.percentile``); nan when empty."""
+    value = percentile_of(values, q)
+    return float("nan") if value is None else value
 
 
 async def _one_stream(host: str, port: int, request: bytes, until: float, out: Level) -> None:

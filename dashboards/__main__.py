@@ -8,7 +8,8 @@ from pathlib import Path
 
 from dashboards import build as builder
 from dashboards import validate
-from dashboards.grafana import TOKEN_ENV, credential_from_env, redact
+from dashboards.grafana import TOKEN_ENV, credential_from_env
+from loadtests.redact import redact_url
 
 
 def _check(out_dir: Path) -> int:
@@ -41,7 +42,8 @@ def _push(url: str, folder_uid: str | None, timeout: float) -> int:
         responses = push(connect_from_env(url, timeout=timeout), folder_uid)
     except Exception as exc:
         print(
-            f"dashboards push to {redact(url)} failed: {type(exc).__name__}: {exc}", file=sys.stderr
+            f"dashboards push to {redact_url(url)} failed: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
         )
         return 1
     for resp in responses:

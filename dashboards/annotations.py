@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from dashboards.grafana import connect, credential_from_env, redact
+from dashboards.grafana import connect, credential_from_env
 from dashboards.llm_load import PHASE_TAG, UID
+from loadtests.redact import redact_url
 from loadtests.sinks import NullSink
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class GrafanaAnnotations(NullSink):
         run_label: str = "",
         timeout: float = 2.0,
     ) -> None:
-        self.url = redact(url)
+        self.url = redact_url(url)
         self.dashboard_uid = dashboard_uid
         self.tags = list(tags)
         self.run_label = run_label

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from grafana_client import GrafanaApi
+
+from loadtests.redact import redact_url
 
 #: ``GRAFANA_TOKEN`` (a service-account token) wins over user/password.
 TOKEN_ENV = "GRAFANA_TOKEN"
@@ -31,15 +33,6 @@ def credential_from_env(env: Mapping[str, str] | None = None) -> Credential:
     return None
 
 
-def redact(url: str) -> str:
-    """The URL without user:password, safe to print."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
 def connect(
     url: str,
     token: str | None = None,
@@ -50,7 +43,7 @@ def connect(
     """A ``GrafanaApi`` for ``url`` (``http://host:3000`` or ``https://host/grafana``)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not a Grafana URL: {redact(url)!r} (expected http[s]://host[:port])")
+        raise ValueError(f"not a Grafana URL: {redact_url(url)!r} (expected http[s]://host[:port])")
     credential: Credential = token or ((user, password) if user and password else None)
     prefix = parts.path.strip("/")
     return GrafanaApi(

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadtests.percentile import percentile_of
 from loadtests.sinks import HarnessHealth
-from loadtests.status import percentile
 
 #: a sample at or above this CPU use (% of one core; a gevent process uses one) is saturated
 CPU_LINE_PCT = 90.0
@@ -46,9 +46,9 @@ def process_summary(snaps: list[HarnessHealth]) -> dict[str, Any]:
     lag = [s.loop_lag_s * 1000.0 for s in snaps]
     return {
         "samples": len(snaps),
-        "cpu_p50": round(percentile(cpu, 50) or 0.0, 1),
+        "cpu_p50": round(percentile_of(cpu, 50) or 0.0, 1),
         "cpu_max": round(max(cpu), 1),
-        "lag_p99_ms": round(percentile(lag, 99) or 0.0, 2),
+        "lag_p99_ms": round(percentile_of(lag, 99) or 0.0, 2),
         "lag_max_ms": round(max(lag), 2),
         "saturated_share": round(sum(saturated(s) for s in snaps) / len(snaps), 3),
     }

@@ -9,24 +9,19 @@ and an optional ``[shape]`` table (``kind = "steps"``, ``start = 5``, ...).
 from __future__ import annotations
 
 import math
-import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from loadtests.durations import parse_duration, parse_fraction
+from loadtests.redact import redact_header, redact_url
 from loadtests.slo import parse_slo
 
 MODES = ("sync", "stream")
 #: the field's names (vLLM ``bench serve``, guidellm) for ours; plan keys and flags alike
 ALIASES = {"request_rate": "rate", "max_concurrency": "users", "goodput": "slo"}
 ARRIVALS = ("poisson", "constant")
-_SECRET = re.compile(
-    r"(auth|key|token|secret|password|passwd|cookie|signature|sig\b|credential)", re.I
-)
-REDACTED = "***"
 
 
 def _as_list(value: Any) -> list[str]:
@@ -177,49 +172,6 @@ class RunOptions:
             if data[key]:
                 data[key] = redact_url(data[key])
         return data
-
-
-def redact_header(header: str) -> str:
-    """``Authorization: Bearer x`` -> ``Authorization: ***`` (any secret-looking name)."""
-    name, _, value = header.partition(":")
-    return f"{name}:{REDACTED}" if _SECRET.search(name) and value else header
-
-
-def redact_url(url: str) -> str:
-    """Drop userinfo passwords and secret-looking query values from a URL."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:{REDACTED}@{hostport}" if ":" in userinfo else f"{REDACTED}@{hostport}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, REDACTED if _SECRET.search(k) else v) for k, v in pairs], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with header values, URL secrets and ``--api-key`` values redacted."""
-    out: list[str] = []
-    prev = ""
-    for arg in argv:
-        value = arg
-        if prev == "--header":
-            value = redact_header(arg)
-        elif arg.startswith("--header="):
-            value = "--header=" + redact_header(arg.split("=", 1)[1])
-        elif "://" in arg and arg.startswith("--") and "=" in arg:
-            flag, _, url = arg.partition("=")
-            value = f"{flag}={redact_url(url)}"
-        elif "://" in arg:
-            value = redact_url(arg)
-        out.append(value)
-        prev = arg
-    return out
 
 
 _FIELDS = {f.name for f in fields(RunOptions)}

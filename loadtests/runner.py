@@ -30,7 +30,8 @@ from loadtests.context import UsageError, build_context, connect_target
 from loadtests.distributed import MasterDriver
 from loadtests.health import HealthSampler
 from loadtests.hub import RecordHub
-from loadtests.plan import RunOptions, redact_argv, redact_url
+from loadtests.plan import RunOptions
+from loadtests.redact import redact_argv, redact_url
 from loadtests.session import EXIT_INTERRUPTED, Driver, Session, plan_phases
 from loadtests.sinks import RecordSink, WebTab
 from loadtests.status import PhaseStats, StatusLine

@@ -19,9 +19,10 @@ import gevent
 from gevent.event import Event
 
 from loadtests.hub import RecordHub
+from loadtests.percentile import percentile_of
 from loadtests.plan import RunOptions
 from loadtests.shapes import ArrivalSchedule, Constant, PhaseShape, make_shape
-from loadtests.status import StatusLine, percentile
+from loadtests.status import StatusLine
 from loadtests.users import Phase
 
 EXIT_INTERRUPTED = 130
@@ -179,7 +180,7 @@ class Session:
         if rate is None or self.interrupted or stats is None:
             return
         expected = scheduled_arrivals(self.opts, phase, driver.shards)
-        late = percentile(stats.delays, 95) or 0.0
+        late = percentile_of(stats.delays, 95) or 0.0
         if got < 0.95 * expected or late > LATE_P95_S:
             self._warn(
                 f"phase {phase.name}: target rate {rate:g}/s not achieved: "

@@ -15,17 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from loadtests.percentile import percentile_of
 from loadtests.record import RequestRecord
 from loadtests.sinks import NullSink
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (``q`` in 0..100) of unsorted values; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, int(round(q / 100.0 * len(ordered) + 0.5)) - 1))
-    return ordered[rank]
 
 
 class Reservoir(list[float]):
@@ -133,14 +125,16 @@ class StatusLine(NullSink):
         left = f"{remaining:4.0f}s left" if remaining != float("inf") else "no time limit"
         requests = f"{phase.requests}" + (f"/{phase.limit}" if phase.limit is not None else "")
         errors = sum(phase.errors.values())
-        p50, p95 = _ms(percentile(phase.ttft, 50)), _ms(percentile(phase.ttft, 95))
+        p50, p95 = _ms(percentile_of(phase.ttft, 50)), _ms(percentile_of(phase.ttft, 95))
         return (
             f"[{phase.name}] {elapsed:5.0f}s elapsed {left}"
             f" | users {self.users}/{self.target_users}"
             f" | requests {requests} errors {errors} in flight {self.started - self.recorded}"
             f" | TTFT p50 {p50} ms p95 {p95} ms"
         ) + (
-            f" | schedule delay p95 {_ms(percentile(phase.delays, 95))} ms" if phase.delays else ""
+            f" | schedule delay p95 {_ms(percentile_of(phase.delays, 95))} ms"
+            if phase.delays
+            else ""
         )
 
     def tick(self, force: bool = False) -> None:
@@ -173,7 +167,7 @@ class StatusLine(NullSink):
         for p in self.phases:
             rows.append(
                 f"{p.name:<8} {p.mode:<6} {p.requests:>6} {sum(p.errors.values()):>6}"
-                f" {_ms(percentile(p.ttft, 50)):>6} ms {_ms(percentile(p.ttft, 95)):>6} ms"
-                f" {_ms(percentile(p.e2e, 50)):>5} ms {p.tokens:>7}"
+                f" {_ms(percentile_of(p.ttft, 50)):>6} ms {_ms(percentile_of(p.ttft, 95)):>6} ms"
+                f" {_ms(percentile_of(p.e2e, 50)):>5} ms {p.tokens:>7}"
             )
         return "\n".join(rows)

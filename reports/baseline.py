@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.record import RequestRecord
+from loadtests.redact import redact_value
 from reports.capacity import capacity_doc
 from reports.loader import Run
-from reports.redact import redact_value
 from reports.stats import percentile
 
 SCHEMA = 1

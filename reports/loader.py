@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.record import RequestRecord
-from reports.redact import redact_url
+from loadtests.redact import redact_url
 
 
 class RunError(Exception):

@@ -1,9 +1,7 @@
 """Pure, exact statistics for reports: percentiles, distributions, binning.
 
-Percentile method: linear interpolation between closest ranks — numpy's default
-(``method="linear"``, Hyndman & Fan type 7).  For sorted values ``x[0..n-1]`` and
-a percentile ``p`` in [0, 100], the rank is ``h = (n - 1) * p / 100`` and the
-result ``x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)])``.
+Percentiles are the harness's one percentile (``loadtests.percentile``: linear
+interpolation between closest ranks, numpy's default, Hyndman & Fan type 7).
 """
 
 from __future__ import annotations
@@ -11,22 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from loadtests.percentile import PERCENTILE_METHOD as PERCENTILE_METHOD
+from loadtests.percentile import percentile as percentile
+
 #: the percentiles every distribution in summary.json reports
 PERCENTILES = (50, 90, 95, 99)
-PERCENTILE_METHOD = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7)"
-
-
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """The ``p``-th percentile (0..100) of already sorted values, linear interpolation."""
-    if not sorted_values:
-        raise ValueError("percentile of an empty sample")
-    if not 0.0 <= p <= 100.0:
-        raise ValueError(f"percentile must be in [0, 100], got {p}")
-    h = (len(sorted_values) - 1) * p / 100.0
-    lo = math.floor(h)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    frac = h - lo
-    return sorted_values[lo] + frac * (sorted_values[hi] - sorted_values[lo])
 
 
 def describe(values: Iterable[float | None], scale: float = 1.0) -> dict[str, float | int | None]:

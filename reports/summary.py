@@ -8,11 +8,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from loadtests.record import ERROR_CLASSES, RequestRecord
+from loadtests.redact import redact_value
 from loadtests.slo import format_slo, parse_slo
 from reports import diagnostics
 from reports.capacity import capacity_summary
 from reports.loader import Run, is_warmup
-from reports.redact import redact_value
 from reports.stats import PERCENTILE_METHOD, describe
 from reports.timeseries import per_token_gaps
 from reports.trust import assess, phase_health

@@ -1,4 +1,4 @@
-"""Run options: durations, TOML plans vs flags, validation, secret redaction."""
+"""Run options: durations, TOML plans vs flags, validation (redaction: test_redact.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from loadtests.plan import (
     build_options,
     load_plan,
     parse_duration,
-    redact_argv,
-    redact_url,
 )
 
 
@@ -78,14 +76,6 @@ def test_config_never_holds_secrets() -> None:
     text = repr(opts.config())
     assert "hunter2" not in text and "s3cret" not in text
     assert "X-Team: infra" in text and "MY_KEY" in text and "v=1" in text
-
-
-def test_redaction_of_urls_and_argv() -> None:
-    assert redact_url("http://h:1/p?token=abc&x=1") == "http://h:1/p?token=***&x=1"
-    assert redact_url("http://u:pw@h/") == "http://u:***@h/"
-    argv = ["run", "--header", "api-key: abc", "--target=http://h/?key=abc", "--users", "3"]
-    assert "abc" not in " ".join(redact_argv(argv))
-    assert redact_argv(argv)[-2:] == ["--users", "3"]
 
 
 def test_target_keeps_the_prefix_and_query_and_accepts_a_v1_base() -> None:

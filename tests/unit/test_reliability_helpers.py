@@ -14,7 +14,7 @@ from bench.faults import as_client_classes
 from bench.mdsection import write_section
 from bench.reliability import INTRO, ensure_file, render
 from bench.reliability_cases import Row
-from bench.server_abuse import dechunk, percentile
+from bench.server_abuse import dechunk
 from bench.soak import Sample, halves, slope_per_min
 from bench.soak import render as render_soak
 
@@ -67,9 +67,7 @@ def test_server_statuses_map_to_harness_classes() -> None:
     )
 
 
-def test_percentile_and_slope() -> None:
-    assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
-    assert percentile([1.0], 95) == 1.0
+def test_slope() -> None:
     assert slope_per_min([(0.0, 10.0), (60.0, 12.0), (120.0, 14.0)]) == pytest.approx(2.0)
     assert slope_per_min([(0.0, 5.0), (30.0, 5.0)]) == 0.0
     assert slope_per_min([(1.0, 5.0)]) == 0.0

@@ -15,7 +15,6 @@ from reports.compare import render_compare_html, render_compare_markdown
 from reports.html import render_html
 from reports.loader import load_run
 from reports.markdown import fmt_ms
-from reports.redact import redact_text, redact_url, redact_value
 from reports.summary import build_summary
 from tests.fixtures.reports import make_records, write_run
 
@@ -82,21 +81,6 @@ def test_import_reports_is_cheap() -> None:
     code = "import sys, reports; print([m for m in ('numpy', 'reports.html') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-
-
-def test_redaction() -> None:
-    assert (
-        redact_url("https://u:p@h/v1?key=1&max_tokens=5")
-        == "https://REDACTED@h/v1?key=REDACTED&max_tokens=5"
-    )
-    assert redact_text("curl -H 'Authorization: Bearer abc' http://u:p@h") == (
-        "curl -H 'Authorization: REDACTED' http://REDACTED@h"
-    )
-    assert redact_value({"api_key": "x", "token_source": "usage", "n": 3}) == {
-        "api_key": "REDACTED",
-        "token_source": "usage",
-        "n": 3,
-    }
 
 
 def card_labels(html: str) -> list[str]:
