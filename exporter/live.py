@@ -5,7 +5,7 @@ sinks in the process that sees every record (the local process, or the locust
 master in a distributed run), calls ``start`` to serve ``/metrics``, and
 ``close`` at the end of the run.  Call the sink methods from one thread — the
 load generator's event loop, as the record hub does: the per-request metrics
-are lock-free (``exporter.families``); ``on_health`` may come from any thread.
+are lock-free (``target_server.families``); ``on_health`` may come from any thread.
 
 What feeds what:
 
@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest, push_to_gateway
 
 from exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
-from exporter.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
 from exporter.labels import CappedLabel, target_host
 from exporter.server import MetricsServer
 from loadtests.record import RequestRecord
 from loadtests.sinks import HarnessHealth
+from target_server.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
 
 log = logging.getLogger(__name__)
 

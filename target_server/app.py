@@ -15,15 +15,15 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from target_server.engine import Engine, EngineInputError, GenerationRequest, PreparedRequest
 from target_server.errors import ApiError
-from target_server.protocol import CHAT, COMPLETIONS, decode_json, parse_request, validation_error
-from target_server.runner import DropInjectedDisconnectLogs, GenerationCall
+from target_server.generation import DropInjectedDisconnectLogs, GenerationCall
+from target_server.schemas import CHAT, COMPLETIONS, decode_json, parse_request, validation_error
 from target_server.settings import MAX_BODY_BYTES, Settings
 from target_server.state import RequestContext, ServerState
 
@@ -195,10 +195,7 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        # ~240 buckets per histogram and label set: format off the event loop, so a
-        # scrape does not hold up the streams for its whole duration
-        body = await asyncio.to_thread(generate_latest, state.metrics.registry)
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     if settings.ui == "gradio":
         from target_server.ui import mount

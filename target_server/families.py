@@ -1,21 +1,26 @@
-"""Lean labelled metric families for the load generator's hot path, exposed as Collectors.
+"""Lean labelled metric families for hot paths, exposed as Collectors (client and server).
 
+The load generator's exporter and the bundled server both count with these
+(the exporter imports this module; the server imports no harness code).
 prometheus_client's metrics take a lock for every bucket increment, sum
 update, ``inc`` and ``labels`` lookup; under gevent (locust) those are gevent
 locks at ~2-3 µs each, and one 32-token stream record made ~75 such calls.
 Here an observation is a ``bisect`` and two additions, a counter step one
 addition.  That is safe because every update comes from one thread — the load
-generator's event loop, where the record hub calls its sinks — and a scrape
-reads a copy of the counts (one C-level list copy under the GIL), so each
-scrape's buckets and count agree; a sum may lag by the one observation in
-progress, as with prometheus_client's own histograms.  Rarely-updated metrics
-(users, harness health) stay plain prometheus_client gauges.
+generator's event loop, where the record hub calls its sinks, or the server's
+asyncio loop — and a scrape reads a copy of the counts (one C-level list copy
+under the GIL), so each scrape's buckets and count agree; a sum may lag by the
+one observation in progress, as with prometheus_client's own histograms.
+Rarely-updated metrics (users, harness health, gauges read at scrape time)
+stay plain prometheus_client collectors.
 
 ``render()`` writes a family's text exposition directly, with each series'
-name and labels formatted once and kept: a fine latency grid is ~240 buckets
-per label set, and prometheus_client's generic formatting of that many samples
-cost tens of milliseconds per scrape on the load generator's event loop.
-``collect()`` (what ``get_sample_value`` and the Pushgateway read) stays.
+name and labels formatted once and kept: the shared latency grid
+(``target_server.buckets``) is ~240 buckets per label set, and
+prometheus_client's generic formatting of that many samples cost tens of
+milliseconds per scrape on the event loop.  ``collect()`` (what
+``get_sample_value`` and the Pushgateway read) stays.  These families never
+emit ``*_created`` series.
 """
 
 from __future__ import annotations

@@ -3,20 +3,22 @@
 Every request is counted exactly once in ``llmserve_requests_total`` with one
 of ``STATUSES``; latency histograms are observed when the request finishes
 (ITL gaps as they happen), on ``target_server.buckets.LATENCY_BUCKETS``, the
-grid the client-side exporter uses too.  Running/waiting gauges and the engine's extra
-gauges are read at scrape time, so they are never stale.
+grid the client-side exporter uses too.  Counters and histograms are the lean
+families of ``target_server.families`` (no locks, no ``*_created`` series, a
+scrape rendered in about a millisecond); running/waiting gauges and the
+engine's extra gauges are read at scrape time, so they are never stale.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from target_server.buckets import LATENCY_BUCKETS
+from target_server.families import HistogramChild, LabelledHistogram, LabelledValue
 
 #: ``status`` label values of ``llmserve_requests_total``
 STATUSES = {
@@ -54,55 +56,61 @@ class _LiveGauges(Collector):
 
 
 class ServerMetrics:
-    """The ``llmserve_*`` metric objects of one app."""
+    """The ``llmserve_*`` metric objects of one app (updated from its event loop only)."""
 
     def __init__(self, gauges: Callable[[], dict[str, tuple[str, float]]]):
-        # no ``*_created`` series (one per label set, of no use to a dashboard); the
-        # library's switch is process-wide, and this process is the server
-        disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=False)
         reg, lbl = self.registry, ("endpoint", "stream")
-        self.ttft = Histogram(
+        self.ttft = LabelledHistogram(
             "llmserve_time_to_first_token_seconds",
             "Arrival to first content event written (non-stream: first token generated).",
-            lbl, buckets=LATENCY_BUCKETS, registry=reg,
+            lbl, LATENCY_BUCKETS, registry=reg,
         )  # fmt: skip
-        self.itl = Histogram(
+        self.itl = LabelledHistogram(
             "llmserve_inter_token_latency_seconds",
             "Gap between consecutive content events (non-stream: tokens generated).",
-            lbl, buckets=LATENCY_BUCKETS, registry=reg,
+            lbl, LATENCY_BUCKETS, registry=reg,
         )  # fmt: skip
-        self.e2e = Histogram(
+        self.e2e = LabelledHistogram(
             "llmserve_e2e_request_latency_seconds",
             "Arrival to last byte of successful requests.",
-            lbl, buckets=LATENCY_BUCKETS, registry=reg,
+            lbl, LATENCY_BUCKETS, registry=reg,
         )  # fmt: skip
-        self.queue = Histogram(
+        self.queue = LabelledHistogram(
             "llmserve_queue_time_seconds",
             "Arrival to admission (a generation slot).",
-            lbl, buckets=LATENCY_BUCKETS, registry=reg,
+            lbl, LATENCY_BUCKETS, registry=reg,
         )  # fmt: skip
-        self.decode = Histogram(
+        self.decode = LabelledHistogram(
             "llmserve_decode_tokens_per_second",
             "Per request (output tokens - 1) / (last token - first token).",
-            lbl, buckets=TPS_BUCKETS, registry=reg,
+            lbl, TPS_BUCKETS, registry=reg,
         )  # fmt: skip
-        self.prompt_tokens = Counter(
+        self.prompt_tokens = LabelledValue(
             "llmserve_prompt_tokens", "Prompt tokens of admitted requests.", ("endpoint",),
             registry=reg,
         )  # fmt: skip
-        self.output_tokens = Counter(
+        self.output_tokens = LabelledValue(
             "llmserve_output_tokens", "Output tokens generated (and sent, when streaming).",
             ("endpoint",), registry=reg,
         )  # fmt: skip
-        self.requests = Counter(
+        self.requests = LabelledValue(
             "llmserve_requests",
             "Requests by final status (see README: ok, cancelled, bad_request, rejected, ...).",
             ("endpoint", "stream", "status"), registry=reg,
         )  # fmt: skip
-        reg.register(_LiveGauges(gauges))
+        self._families = (self.ttft, self.itl, self.e2e, self.queue, self.decode,
+                          self.prompt_tokens, self.output_tokens, self.requests)  # fmt: skip
+        live = _LiveGauges(gauges)
+        reg.register(live)
+        self._gauges = CollectorRegistry(auto_describe=False)
+        self._gauges.register(live)
 
-    def labels(self, endpoint: str, stream: bool) -> tuple[Any, ...]:
+    def render(self) -> bytes:
+        """The ``/metrics`` body (text format 0.0.4): the families, then the scrape-time gauges."""
+        return "".join(f.render() for f in self._families).encode() + generate_latest(self._gauges)
+
+    def labels(self, endpoint: str, stream: bool) -> tuple[HistogramChild, ...]:
         """Bound (ttft, itl, e2e, queue, decode) children for one label pair."""
         s = "true" if stream else "false"
         return tuple(

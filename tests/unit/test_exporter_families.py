@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
-from exporter.families import LabelledHistogram, LabelledValue
+from target_server.families import LabelledHistogram, LabelledValue
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import LiveMetrics
 from loadtests.record import RequestRecord
@@ -68,6 +69,13 @@ def test_client_and_server_histograms_share_the_grid() -> None:
     assert len(grid) == len(LATENCY_BUCKETS) + 1  # and +Inf
     assert all(le == grid for le in [*ours.values(), *theirs.values()])
     assert "_created" not in generate_latest(server.registry).decode()
+    server.requests.labels(EP, "true", "ok").inc()
+    assert parsed(server.render().decode()) == parsed(generate_latest(server.registry).decode())
+
+
+def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
 
 
 @settings(max_examples=200, deadline=None)
