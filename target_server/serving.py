@@ -21,10 +21,10 @@ from fastapi import FastAPI
 
 from target_server.app import build_app
 from target_server.engine import Engine, build_engine
-from target_server.http_protocol import http_protocol
 from target_server.launch import wait_healthy
 from target_server.settings import Settings
 from target_server.state import ServerState
+from target_server.write_deadline import http_protocol
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from target_server.errors import ApiError
-from target_server.protocol import CHAT, COMPLETIONS, decode_json, parse_request
+from target_server.schemas import CHAT, COMPLETIONS, decode_json, parse_request
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),

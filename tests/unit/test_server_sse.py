@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from target_server.protocol import CHAT, COMPLETIONS
-from target_server.sse import ChunkEncoder, error_event
+from target_server.chunks import ChunkEncoder, error_event
+from target_server.schemas import CHAT, COMPLETIONS
 
 
 @pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS])

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from target_server.protocol import CHAT
+from target_server.schemas import CHAT
 
 DONE = b"data: [DONE]\n\n"
 _TOKEN_CACHE: dict[str, bytes] = {}

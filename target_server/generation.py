@@ -6,7 +6,7 @@ task while a watcher task waits for ``http.disconnect``; when the client goes
 away first the request task is cancelled at once (its slot is freed, the engine
 iterator is ``aclose``d, the request counts as ``cancelled``).  A client that
 stops reading is dropped by the connection's write deadline
-(``target_server.http_protocol``, ``--send-timeout``), which ends the same way.  Per token the
+(``target_server.write_deadline``, ``--send-timeout``), which ends the same way.  Per token the
 only work is two byte concatenations, one ``send`` and one histogram observation.
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 from starlette.responses import Response
 
 from target_server.admission import Rejected
+from target_server.chunks import DONE, ChunkEncoder, error_event, json_string
 from target_server.engine import PreparedRequest, TokenPiece
 from target_server.errors import ApiError
-from target_server.protocol import ParsedRequest
-from target_server.sse import DONE, ChunkEncoder, error_event, json_string
+from target_server.schemas import ParsedRequest
 from target_server.state import RequestContext, ServerState
 
 log = logging.getLogger("target_server")
