@@ -10,7 +10,7 @@ import time
 #: name -> module with ``main(argv) -> int``; order matters (cheap first).
 BENCHES: dict[str, str] = {
     "timing-core": "bench.timing_core",
-    "gate": "bench.gate",
+    "gate": "bench.gate_accuracy",
     "harness": "bench.harness",
     "server": "bench.server_timing",
     "exporter": "bench.exporter",
