@@ -1,0 +1,99 @@
+"""A server that closes the connection after each response (HTTP/1.0 style, close-delimited body).
+
+Old proxies, simple servers and some gateways answer ``Connection: close`` with
+no length and no chunked framing: the body ends when the connection does, and
+every request opens a new connection.  The harness must read such a stream as
+it arrives (FACTS.md: ``requests`` buffers it to the end), and send each
+request in one write (``loadtests.connect``) — checked here on the server side:
+its first read of every connection holds the whole request.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fixtures.drive import drive
+
+FIRST_S, GAP_S, TOKENS = 0.05, 0.03, 5
+
+
+class CloseServer:
+    """One thread per connection: read the request, stream SSE, close."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.first_reads: list[bytes] = []
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            first = conn.recv(65536)
+            self.first_reads.append(first)
+            data = first
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )  # fmt: skip
+            while len(body) < length:
+                body += conn.recv(65536)
+            n = json.loads(body).get("max_tokens", TOKENS)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                         b"connection: close\r\n\r\n")  # fmt: skip
+            time.sleep(FIRST_S)
+            for i in range(n):
+                if i:
+                    time.sleep(GAP_S)
+                chunk = {"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}
+                conn.sendall(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+                   "usage": {"prompt_tokens": 3, "completion_tokens": n}}  # fmt: skip
+            conn.sendall(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture()
+def close_server() -> Iterator[CloseServer]:
+    server = CloseServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_close_delimited_streams_are_read_as_they_arrive(close_server: CloseServer) -> None:
+    for _ in range(3):
+        rec, text = drive(close_server.url, "openai-chat", max_tokens=TOKENS)
+        assert rec.status == "ok", rec.error
+        assert rec.stream_end == "done" and text == "".join(f" t{i}" for i in range(TOKENS))
+        assert rec.ttft_s is not None and rec.e2e_s is not None
+        # the first token came long before the end: not buffered to the close
+        assert FIRST_S <= rec.ttft_s < rec.e2e_s - 0.5 * (TOKENS - 1) * GAP_S
+        assert len(rec.itl_s) == TOKENS - 1 and min(rec.itl_s) >= 0.5 * GAP_S
+
+
+def test_each_request_leaves_in_one_send(close_server: CloseServer) -> None:
+    for _ in range(3):
+        rec, _ = drive(close_server.url, "openai-chat", max_tokens=2)
+        assert rec.status == "ok", rec.error
+    assert len(close_server.first_reads) == 3
+    for first in close_server.first_reads:
+        head, sep, body = first.partition(b"\r\n\r\n")
+        assert sep and json.loads(body)["max_tokens"] == 2, first[:300]

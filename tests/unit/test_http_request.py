@@ -1,0 +1,68 @@
+"""The harness's request path without sockets: the request it builds, the connector's addresses."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+from loadtests.adapters.base import HttpCall
+from loadtests.connect import Connector
+from loadtests.http import Target
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:9", "https://user:pw@example.test/llm/v1?key=abc&x=1"]
+)
+def test_the_fast_request_equals_httpx_build_request(url: str) -> None:
+    target = Target(url, {"X-Team": "a"}, request_timeout=60, stall_timeout=30)
+    body = {"model": "m", "messages": [{"role": "user", "content": "春天"}], "stream": True}
+    call = HttpCall("POST", "/v1/chat/completions", body, {"X-Call": "b"}, stream=True)
+    timeout = httpx.Timeout(60, connect=10, read=30)
+    with target.client() as client:
+        for _ in range(2):  # the second one reuses the cached URL
+            fast = target.request(client, call, timeout)
+            slow = client.build_request(
+                call.method, call.path, json=call.json, headers=call.headers, timeout=timeout
+            )
+            assert (fast.method, fast.url, fast.content) == (slow.method, slow.url, slow.content)
+            assert fast.headers == slow.headers and fast.extensions == slow.extensions
+
+
+def test_a_client_holding_cookies_sends_them_back() -> None:
+    target = Target("http://127.0.0.1:9", {}, request_timeout=60, stall_timeout=30)
+    call = HttpCall("POST", "/v1/chat/completions", {"a": 1}, stream=True)
+    with target.client() as client:
+        client.cookies.set("AWSALB", "sticky", domain="127.0.0.1")
+        req = target.request(client, call, httpx.Timeout(5))
+        assert req.headers.get("cookie") == "AWSALB=sticky"
+
+
+def test_ip_literals_are_never_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_a: object, **_k: object) -> None:
+        raise AssertionError("getaddrinfo called")
+
+    monkeypatch.setattr(socket, "getaddrinfo", boom)
+    c = Connector()
+    assert c.addresses("127.0.0.1", 80) == [(socket.AF_INET, ("127.0.0.1", 80))]
+    assert c.addresses("::1", 80)[0][0] == socket.AF_INET6
+    assert c.addresses("[::1]", 80)[0][1][0] == "::1"
+    assert c.lookups == 0
+
+
+def test_names_are_resolved_once_per_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def fake(host: str, port: int, **_k: object) -> list[tuple]:
+        calls.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    c = Connector(ttl=3600)
+    for _ in range(5):
+        assert c.addresses("model.internal", 8000) == [(socket.AF_INET, ("10.0.0.7", 8000))]
+    assert calls == ["model.internal"] and c.lookups == 1
+    c.ttl = 0.0  # expired: asked again (a DNS-balanced target is not pinned)
+    c.addresses("model.internal", 8000)
+    assert c.lookups == 2
