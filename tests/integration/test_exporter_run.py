@@ -161,6 +161,9 @@ def test_runs_seen_by_prometheus_match_the_records(
     info = prom.query_range("llmload_run_info", run.began, run.ended + 1, step=0.5)
     assert [s["metric"]["target_host"] for s in info] == [hostport(server.url)]
     assert info[0]["metric"]["run"] == "local" and info[0]["metric"]["label"] == "run"
+    per_run = ("sum by (run) (llmload_requests_total"
+               " * on (job, instance) group_left (run) llmload_run_info)")  # fmt: skip
+    assert final(prom, per_run, run) == len(records)  # the join docs/exporter.md shows
 
     client = mean_ttft(prom, "llmload_time_to_first_token_seconds", window, run.ended + 0.5)
     server_mean = mean_ttft(prom, "llmserve_time_to_first_token_seconds", window, run.ended + 0.5)
