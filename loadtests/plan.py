@@ -150,6 +150,10 @@ class RunOptions:
             raise ValueError("--range-ratio must be in [0, 1)")
         if self.dataset != "random" and (self.input_len is not None or self.range_ratio):
             raise ValueError("--input-len and --range-ratio need --dataset random")
+        if self.output_len is not None and not self.dataset:
+            raise ValueError("--output-len needs --dataset random or a ShareGPT file")
+        if self.dataset == "random" and self.max_tokens is not None:
+            raise ValueError("--dataset random: give output lengths with --output-len")
         if self.slo is not None:
             parse_slo(self.slo)
 

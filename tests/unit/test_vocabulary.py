@@ -75,6 +75,8 @@ def test_goodput_and_slo_are_one_parser() -> None:
         ("--input-len", "64"),  # needs --dataset random
         ("--dataset", "random", "--range-ratio", "1"),
         ("--dataset", "random", "--output-len", "0"),
+        ("--output-len", "64"),  # built-in prompts have their own lengths
+        ("--dataset", "random", "--max-tokens", "64"),
     ],
 )
 def test_bad_vocabulary_is_a_one_line_error(argv: tuple[str, ...]) -> None:
