@@ -47,6 +47,22 @@ def test_random_prompts_have_exactly_the_asked_length(embedded: Codec, n: int) -
         assert item.max_tokens == item.min_tokens == 8
 
 
+def test_a_tokenizer_whose_words_do_not_add_up_is_corrected(embedded: Codec) -> None:
+    # one token more once the text passes 100 characters: not additive, so every text is
+    # re-encoded and its tail trimmed until the count is exact
+    odd = Codec(
+        lambda t: embedded.encode(t) + ([0] if len(t) > 100 else []),
+        embedded.decode,
+        embedded.vocab_size,
+        "odd",
+    )
+    make = RandomPrompts(odd, input_len=80, output_len=4)
+    assert make.additive is False and RandomPrompts(embedded).additive is True
+    rng = random.Random(5)
+    for _ in range(5):
+        assert len(odd.encode(make(rng).prompt or "")) == 80
+
+
 def test_the_targets_tokenizer_is_the_one_counted(sentencepiece_style: Path) -> None:
     codec = load_codec(sentencepiece_style)
     workload = load_workload(
