@@ -5,7 +5,8 @@ comments dropped) is checked: ``llmload <command> [<subcommand>] --help`` must
 exit 0 and list every ``--flag`` the line uses; ``make TARGET ...`` must be a
 target make knows (``make -n``), and the flags in its ``ARGS="..."`` must be
 ``llmload loadtest`` flags.  ``export``, ``source`` and ``pip`` lines are
-environment set-up and are skipped.
+environment set-up and are skipped.  The ``llmload`` lines of ``docs/*.md`` are
+checked the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 LLMLOAD = Path(sys.executable).with_name("llmload")
 SKIP = ("export", "source", "pip")
 
@@ -90,6 +92,23 @@ def test_readme_command(line: str) -> None:
         check_make(words)
     else:
         pytest.fail(f"README command of an unknown kind (add a check for it): {line}")
+
+
+def docs_llmload_lines() -> list[str]:
+    out = []
+    for md in DOCS:
+        for line in commands(md.read_text(encoding="utf-8")):
+            words = shlex.split(line)
+            while words and "=" in words[0] and not words[0].startswith("-"):
+                words = words[1:]  # VAR=value before the command
+            if words and words[0] == "llmload":
+                out.append(f"{md.name}: {shlex.join(words)}")
+    return out
+
+
+@pytest.mark.parametrize("line", docs_llmload_lines())
+def test_docs_llmload_command(line: str) -> None:
+    check_llmload(shlex.split(line.split(": ", 1)[1]))
 
 
 def test_a_wrong_flag_is_caught() -> None:
