@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print(
             "bench gpu: no CUDA device here (torch.cuda.is_available() is False), nothing "
-            "measured. Run `make bench-gpu` on a machine with an NVIDIA GPU and a CUDA build "
-            "of torch 2.13.0.",
+            "measured. Run `make bench-gpu` (or `python3 -m bench.gpu`, see docs/engines.md) "
+            "on a machine with an NVIDIA GPU and a CUDA build of torch.",
             file=sys.stderr,
         )
         return 2
@@ -191,7 +191,7 @@ def loaded_model(model: Any) -> Any:
     from transformers import AutoTokenizer
 
     from target_server.model.embedded import embedded_model_dir
-    from target_server.model.loader import LoadedModel
+    from target_server.model.loader import LoadedModel, cache_kwarg
 
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
     model.generation_config.eos_token_id = [tokenizer.eos_token_id]
@@ -210,7 +210,7 @@ def loaded_model(model: Any) -> Any:
         max_context=int(model.config.max_position_embeddings),
         eos_ids=[tokenizer.eos_token_id],
         load_s=0.0,
-        cache_kwarg="cache",
+        cache_kwarg=cache_kwarg(model),
         threads=torch.get_num_threads(),
     )
 

@@ -9,8 +9,6 @@ import re
 import time
 from pathlib import Path
 
-import psutil
-
 from bench import calibration
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,12 +23,26 @@ def machine() -> str:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    mem = psutil.virtual_memory().total / 2**30
+    mem = _memory_bytes() / 2**30
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return (
         f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()}; measured {when}"
     )
+
+
+def _memory_bytes() -> float:
+    """Total memory (psutil when installed; /proc/meminfo otherwise, e.g. a bare GPU host)."""
+    try:
+        import psutil
+
+        return float(psutil.virtual_memory().total)
+    except ImportError:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024
+    return 0.0
 
 
 def write_section(name: str, body: str, path: Path = BENCHMARKS) -> None:

@@ -120,7 +120,6 @@ def load(settings: Any) -> LoadedModel:
         eos_ids.append(tokenizer.eos_token_id)
     config_ctx = int(getattr(model.config, "max_position_embeddings", 0) or 0) or 4096
     max_context = settings.max_context or config_ctx
-    forward_params = inspect.signature(model.forward).parameters
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -134,9 +133,14 @@ def load(settings: Any) -> LoadedModel:
         max_context=max_context,
         eos_ids=eos_ids,
         load_s=time.perf_counter() - t0,
-        cache_kwarg="cache" if "cache" in forward_params else "past_key_values",
+        cache_kwarg=cache_kwarg(model),
         threads=configure_threads(device),
     )
+
+
+def cache_kwarg(model: Any) -> str:
+    """The forward's cache argument: ``cache`` (transformers >= 5.24) or ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _bnb_4bit(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
