@@ -15,6 +15,11 @@ and ``FastHttpSession`` (geventhttpclient, ``iter_content(1024)`` as locust's ow
 3. Capacity: 200 streams against the reference server with shorter and shorter
    inter-token latencies; the highest SSE events/s a client sustained on its
    one core with p99 error under 5 ms.
+4. A server that closes the connection after each response (``--close``, its
+   own section ``harness-close``): client TTFT − the server's own TTFT (from
+   the request's arrival, as vLLM or any server measures it) at 1, 5 and 20
+   streams, with ``loadtests.connect`` (``httpx``) and with httpcore's default
+   connect (``httpx-plain``), keep-alive beside it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ CAPACITY_STREAMS = 200
 TTFT_MS, ITL_MS, TOKENS = 100, 100, 16
 WINDOW_S, WARM_S = 3.0, 2.0
 P99_LIMIT_MS = 5.0
+#: section 4: the issue's server (200 ms first token), short answers, reconnecting users
+CLOSE_TTFT_MS, CLOSE_ITL_MS, CLOSE_STREAMS = 200, 20, (1, 5, 20)
+CLOSE_CLIENTS = ("httpx", "httpx-plain")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -51,7 +59,9 @@ def _pct(values: list[float], q: float) -> float:
 # -- child: one client, one concurrency level (a gevent-patched process) ---------------------
 
 
-def _child(client: str, url: str, streams: int, itl_ms: int) -> dict[str, Any]:
+def _child(
+    client: str, url: str, streams: int, itl_ms: int, ttft_ms: int = TTFT_MS
+) -> dict[str, Any]:
     from bench.client import gevent_client
 
     setup = gevent_client(url, TOKENS)  # patches gevent: the imports below come after it
@@ -66,6 +76,12 @@ def _child(client: str, url: str, streams: int, itl_ms: int) -> dict[str, Any]:
     def session() -> Any:
         if client == "httpx":
             return target.client()
+        if client == "httpx-plain":  # httpcore's own connect: a resolver call per connection
+            import httpx
+
+            limits = httpx.Limits(max_connections=4, max_keepalive_connections=1)
+            return httpx.Client(base_url=url, trust_env=False, limits=limits,
+                                timeout=httpx.Timeout(120, connect=10))  # fmt: skip
         from locust.env import Environment
 
         env = Environment()
@@ -81,7 +97,7 @@ def _child(client: str, url: str, streams: int, itl_ms: int) -> dict[str, Any]:
         t0 = clock()
         this = dataclasses.replace(call, headers={**call.headers, "x-bench-t0": repr(t0)})
         timer = StreamTimer(adapter, t0)
-        if client == "httpx":
+        if client.startswith("httpx"):
             perform(sess, target, this, timer)
         else:
             resp = sess.post(this.path, json=this.json, headers=this.headers, stream=True)
@@ -96,13 +112,14 @@ def _child(client: str, url: str, streams: int, itl_ms: int) -> dict[str, Any]:
         return timer.finish(clock(), meta)
 
     errors: list[float] = []
+    own: list[float] = []  # client TTFT - the server's own TTFT (from the request's arrival)
     events = [0]
     start = clock()
     measure_from, end = start + WARM_S, start + WARM_S + WINDOW_S
 
     # staggered starts: streams that began together would stay in lock-step, every event
     # of every stream arriving in one burst; spread them over one request's duration
-    spread = (TTFT_MS + TOKENS * itl_ms) / 1000
+    spread = (ttft_ms + TOKENS * itl_ms) / 1000
 
     def worker(i: int) -> None:
         gevent.sleep(spread * i / streams)
@@ -114,6 +131,8 @@ def _child(client: str, url: str, streams: int, itl_ms: int) -> dict[str, Any]:
             if began >= measure_from and rec.ok and rec.ttft_s and rec.server_ttft_s:
                 errors.append((rec.ttft_s - rec.server_ttft_s) * 1000)
                 events[0] += len(rec.itl_s) + 1
+                if rec.server_queue_s is not None:
+                    own.append((rec.ttft_s - rec.server_ttft_s + rec.server_queue_s) * 1000)
 
     cpu0 = time.process_time()
     gevent.joinall([gevent.spawn(worker, i) for i in range(streams)])
@@ -123,7 +142,10 @@ def _child(client: str, url: str, streams: int, itl_ms: int) -> dict[str, Any]:
         "streams": streams,
         "requests": len(errors),
         "p50_ms": _pct(errors, 50),
+        "p95_ms": _pct(errors, 95),
         "p99_ms": _pct(errors, 99),
+        "own_p50_ms": _pct(own, 50),
+        "own_p95_ms": _pct(own, 95),
         "events_per_s": events[0] / WINDOW_S,
         "client_cpu": 100 * (time.process_time() - cpu0) / wall,
     }
@@ -146,19 +168,27 @@ def _bundled(itl_ms: int) -> tuple[subprocess.Popen[str], str]:
     return _start("target_server", args)
 
 
-def _reference(itl_ms: int) -> tuple[subprocess.Popen[str], str]:
-    return _start("bench.harness_server", [str(TTFT_MS), str(itl_ms)])
+def _reference(
+    itl_ms: int, ttft_ms: int = TTFT_MS, close: bool = False
+) -> tuple[subprocess.Popen[str], str]:
+    args = [str(ttft_ms), str(itl_ms)] + (["close"] if close else [])
+    return _start("bench.harness_server", args)
 
 
 def _measure(
-    client: str, server: subprocess.Popen[str], url: str, streams: int, itl_ms: int
+    client: str,
+    server: subprocess.Popen[str],
+    url: str,
+    streams: int,
+    itl_ms: int,
+    ttft_ms: int = TTFT_MS,
 ) -> dict:
     import psutil
 
     proc = psutil.Process(server.pid)
     cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
     cmd = [sys.executable, "-m", "bench.harness", "--child", client, url, str(streams)]
-    cmd.append(str(itl_ms))
+    cmd += [str(itl_ms), str(ttft_ms)]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     server_cpu = 100 * (sum(proc.cpu_times()[:2]) - cpu0) / (time.monotonic() - t0)
     if out.returncode != 0:
@@ -221,9 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run the comparison and write BENCHMARKS.md's ``harness`` section."""
     argv = list(argv or [])
     if argv[:1] == ["--child"]:
-        print(json.dumps(_child(argv[1], argv[2], int(argv[3]), int(argv[4]))))
+        ttft = int(argv[5]) if len(argv) > 5 else TTFT_MS
+        print(json.dumps(_child(argv[1], argv[2], int(argv[3]), int(argv[4]), ttft)))
         return 0
     from bench.mdsection import load_note, machine, write_section
+
+    if "--close" in argv:
+        write_section("harness-close", _close_section(machine(), load_note))
+        return 0
 
     if (os.cpu_count() or 1) < 2:
         print("bench harness needs 2 CPUs (client and server pinned apart)", file=sys.stderr)
@@ -281,7 +316,62 @@ def main(argv: list[str] | None = None) -> int:
         "starved by other jobs on the machine, not saturated by the work.",
     ]
     write_section("harness", "\n".join(lines))
+    write_section("harness-close", _close_section(machine(), load_note))
     return 0
+
+
+def _close_rows(close: bool) -> list[dict]:
+    server, url = _reference(CLOSE_ITL_MS, CLOSE_TTFT_MS, close=close)
+    clients = CLOSE_CLIENTS if close else CLOSE_CLIENTS[:1]
+    try:
+        return [
+            {**_measure(c, server, url, n, CLOSE_ITL_MS, CLOSE_TTFT_MS), "close": close}
+            for n in CLOSE_STREAMS
+            for c in clients
+        ]
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _close_section(where: str, load_note: Any) -> str:
+    """Section 4: a server that closes the connection after each response."""
+    load = os.getloadavg()[0]
+    rows = _close_rows(True) + _close_rows(False)
+    head = (
+        "| connection | client | streams | requests | − server's own TTFT p50 | p95 "
+        "| − first write p50 | p95 | client CPU |"
+    )
+    table = [head, "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        conn = "close" if r["close"] else "keep-alive"
+        if "error" in r:
+            table.append(f"| {conn} | {r['client']} | {r['streams']} | failed: {r['error'][-80:]} "
+                         "| | | | | |")  # fmt: skip
+            continue
+        table.append(
+            f"| {conn} | {r['client']} | {r['streams']} | {r['requests']} "
+            f"| {r['own_p50_ms']:.1f} | {r['own_p95_ms']:.1f} | {r['p50_ms']:.1f} "
+            f"| {r['p95_ms']:.1f} | {r['client_cpu']:.0f} % |"
+        )
+    return "\n".join([
+        "## A server that closes the connection after each response",
+        "",
+        f"`python -m bench harness --close` on {where}; {load_note(load)}.",
+        f"`bench/harness_server.py close`: HTTP/1.0-style answers (`Connection: close`, "
+        f"close-delimited body, one request per connection), first token after exactly "
+        f"{CLOSE_TTFT_MS} ms, then {TOKENS} tokens {CLOSE_ITL_MS} ms apart. Client pinned to "
+        "CPU 0 (gevent), server to CPU 1; back-to-back requests per stream, starts spread over "
+        "one request. Errors in ms: client TTFT minus the server's own TTFT (request read -> "
+        "first token written: what a server's metrics report, so connection set-up and the "
+        "request's write count as harness error), and minus the time from `t0` to the first "
+        "write (transport + reading only). `httpx` is llmload's path (`loadtests.connect`: "
+        "no resolver call per connection, the request in one send); `httpx-plain` is httpx "
+        "with httpcore's default connect. Keep-alive rows: the same server keeping "
+        "connections.",
+        "",
+        *table,
+    ])
 
 
 if __name__ == "__main__":

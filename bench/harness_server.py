@@ -8,6 +8,13 @@ chunk's ``x_llmload.ttft_s`` the time from the client's ``t0`` (sent in the
 Linux) to the moment the first content event was handed to the kernel.  So
 client TTFT − that value is the harness's own delay: transport plus the
 client's reading, and nothing the server's event loop did before writing.
+``x_llmload.queue_s`` is ``t0`` -> the whole request read (connection set-up
+and the request's write included), so ``ttft_s - queue_s`` is the server's own
+TTFT as a server measures it (from the request's arrival).
+
+``--close`` (third argument ``close``): answer HTTP/1.0-style, ``Connection:
+close`` and a close-delimited body (no chunked framing, no length), one
+request per connection — old proxies, simple servers, some gateways.
 """
 
 from __future__ import annotations
@@ -23,16 +30,27 @@ HEAD = (
 )
 
 
+HEAD_CLOSE = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+    b"connection: close\r\ncache-control: no-cache\r\n\r\n"
+)
+
+
 def _chunk(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
-def _event(obj: dict) -> bytes:
-    return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+def _event(obj: dict, close: bool = False) -> bytes:
+    payload = b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+    return payload if close else _chunk(payload)
 
 
 async def _serve_one(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttft: float, itl: float
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    ttft: float,
+    itl: float,
+    close: bool = False,
 ) -> bool:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -48,31 +66,35 @@ async def _serve_one(
     if b"/v1/models" in head.split(b"\r\n", 1)[0]:
         data = json.dumps({"object": "list", "data": [{"id": "reference"}]}).encode()
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data))
-        return True
+        return not close
     req = json.loads(body)
     n = int(req.get("max_tokens", 16))
-    writer.write(HEAD)
+    writer.write(HEAD_CLOSE if close else HEAD)
     await asyncio.sleep(ttft)
     first = None
     for i in range(n):
-        writer.write(_event({"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}))
+        writer.write(_event({"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}, close))
         if first is None:
             first = perf_counter()
         await asyncio.sleep(itl)
     final = {
         "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": n},
-        "x_llmload": {"ttft_s": (first or perf_counter()) - t0},
+        "x_llmload": {"ttft_s": (first or perf_counter()) - t0, "queue_s": arrival - t0},
     }
+    if close:
+        writer.write(_event(final, close) + b"data: [DONE]\n\n")
+        await writer.drain()
+        return False  # the end of the body is the end of the connection
     writer.write(_event(final) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
     await writer.drain()
     return True
 
 
-async def _main(ttft: float, itl: float) -> None:
+async def _main(ttft: float, itl: float, close: bool = False) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while await _serve_one(reader, writer, ttft, itl):
+            while await _serve_one(reader, writer, ttft, itl, close):
                 pass
         except (ConnectionError, asyncio.IncompleteReadError):
             return
@@ -87,7 +109,8 @@ async def _main(ttft: float, itl: float) -> None:
 
 
 if __name__ == "__main__":
-    main = _main(float(sys.argv[1]) / 1000, float(sys.argv[2]) / 1000)
+    close = sys.argv[3:4] == ["close"]
+    main = _main(float(sys.argv[1]) / 1000, float(sys.argv[2]) / 1000, close)
     try:
         import uvloop
     except ImportError:
