@@ -25,7 +25,7 @@ from pathlib import Path
 import reports
 from reports.cli import add_gate_options
 from reports.cli import main as reports_main
-from reports.markdown import render_terminal
+from reports.terminal import render_terminal
 from target_server.launch import LaunchFailed, launch
 
 #: shipped with the package (package data), so an installed wheel gates as a checkout does

@@ -21,6 +21,6 @@ def build_run(run_dir: Path | str, slo: str | None = None) -> dict[str, Any]:
 
 def render_terminal(summary: dict[str, Any]) -> str:
     """The compact end-of-run text for a summary (pure)."""
-    from reports.markdown import render_terminal as _render
+    from reports.terminal import render_terminal as _render
 
     return _render(summary)

@@ -20,7 +20,7 @@ def _percent(text: str) -> float:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from reports.build import build_run
-    from reports.markdown import render_terminal
+    from reports.terminal import render_terminal
 
     summary = build_run(args.run_dir, args.slo)
     print(render_terminal(summary))

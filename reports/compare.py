@@ -7,9 +7,9 @@ from typing import Any
 
 from reports import timeseries as ts
 from reports.charts import Axes, Series, render
+from reports.fmt import fmt_ms, fmt_rate, table
 from reports.html import CSS
 from reports.loader import Run
-from reports.markdown import fmt_ms, fmt_rate, table
 
 #: (label, key path in a phase summary, "ms"|"rate"|"pct"|"int", lower is better; None: neutral)
 ROWS: list[tuple[str, tuple[str, ...], str, bool | None]] = [

@@ -11,16 +11,9 @@ from typing import Any
 from reports import timeseries as ts
 from reports.capacity_view import capacity_html
 from reports.charts import Axes, render
+from reports.fmt import fmt_ms, fmt_rate
 from reports.loader import Run
-from reports.markdown import (
-    PHASE_HEADER,
-    PHASE_NOTE,
-    comparison_rows,
-    diag_hint,
-    fmt_ms,
-    fmt_rate,
-    phase_row,
-)
+from reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_row
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;

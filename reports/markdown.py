@@ -1,109 +1,20 @@
-"""Render a summary as Markdown (``summary.md``) and as the runner's end-of-run terminal text."""
+"""Render a summary as Markdown (``summary.md``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from reports.capacity_view import capacity_markdown, capacity_terminal
-from reports.fmt import fmt_ms, fmt_pct, fmt_rate, table
-from reports.trust import harness_text
-
-__all__ = ["fmt_ms", "fmt_pct", "fmt_rate", "table"]  # also imported from here
-
-DIAGNOSTIC_HINTS = {
-    "proxy_buffering": (
-        "Streamed tokens arrived all at once at the end of the response: a proxy in front of "
-        "the server is buffering the stream (nginx: `proxy_buffering off;` or send "
-        "`X-Accel-Buffering: no`)."
-    ),
-}
-
-
-def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
-    """The seeds' table: scenario, sync first/total, stream first/total, improvement."""
-    comp = summary.get("comparison")
-    if not comp:
-        return []
-    rows = []
-    for name, c in comp["scenarios"].items():
-        rows.append(
-            [
-                name,
-                f"first {fmt_ms(c['sync_ttft_ms_p50'])} / total {fmt_ms(c['sync_e2e_ms_p50'])}",
-                f"first {fmt_ms(c['stream_ttft_ms_p50'])} / total {fmt_ms(c['stream_e2e_ms_p50'])}",
-                f"first {fmt_pct(c['ttft_ms_p50_improvement_pct'])}, "
-                f"total {fmt_pct(c['e2e_ms_p50_improvement_pct'])}",
-                f"{c['sync_count']} / {c['stream_count']}",
-            ]
-        )
-    return rows
-
-
-def _pair(d: dict[str, Any] | None) -> str:
-    """``p50 / p95`` of one distribution, ``– / –`` when it has no values."""
-    if not d or not d.get("n"):
-        return "– / –"
-    return f"{fmt_ms(d['p50'])} / {fmt_ms(d['p95'])}"
-
-
-def ttst_pair(g: dict[str, Any]) -> str:
-    """TTST p50 / p95 of a streaming group; ``–`` for sync (its first byte is the whole body)."""
-    return _pair(g.get("ttst_ms")) if g["mode"] != "sync" else "–"
-
-
-def phase_row(name: str, g: dict[str, Any]) -> list[str]:
-    """One row of the phases table (``PHASE_HEADER``)."""
-    errors = ", ".join(f"{k} {v}" for k, v in g["errors"].items()) or "0"
-    t = g["ttft_ms"]
-    return [
-        name,
-        g["mode"],
-        str(g["count"]),
-        errors,
-        f"{fmt_ms(t['p50'])} / {fmt_ms(t['p95'])} / {fmt_ms(t['p99'])}",
-        ttst_pair(g),
-        _pair(g["itl_ms"]),
-        _pair(g.get("itl_per_token_ms")),
-        fmt_ms(g["tpot_ms"]["p50"]),
-        _pair(g["e2e_ms"]),
-        fmt_rate(g["output_tokens_per_s"]),
-        fmt_rate(g["requests_per_s"]),
-        fmt_rate(g["goodput_per_s"]),
-    ]
-
-
-PHASE_HEADER = [
-    "phase / scenario",
-    "mode",
-    "requests",
-    "errors",
-    "TTFT p50 / p95 / p99 (ms)",
-    "TTST p50 / p95 (ms)",
-    "ITL per event p50 / p95 (ms)",
-    "ITL per token p50 / p95 (ms)",
-    "TPOT p50 (ms)",
-    "E2E p50 / p95 (ms)",
-    "out tok/s",
-    "req/s",
-    "goodput/s",
-]
-
-
-PHASE_NOTE = (
-    "TTST: time to the second token (second content event) — how soon the stream keeps "
-    "going after the first; `–` for sync, whose first byte is the whole answer. "
-    "ITL per token: each gap between events divided by the tokens the event carried "
-    "(equal to per event when every event carries one token)."
+from reports.capacity_view import capacity_markdown
+from reports.fmt import fmt_ms, table
+from reports.rows import (
+    INTENDED,
+    PHASE_HEADER,
+    PHASE_NOTE,
+    comparison_rows,
+    diag_hint,
+    harness_lines,
+    phase_row,
 )
-
-
-INTENDED = (
-    ("TTFT from the intended send time", "ttft_from_intended_ms"),
-    ("TTFT from the actual send (as measured)", "ttft_ms"),
-    ("E2E from the intended send time", "e2e_from_intended_ms"),
-    ("schedule delay (intended → actual send)", "schedule_delay_ms"),
-)
-
 
 TRUST_ICON = {"green": "🟢", "amber": "🟠", "red": "🔴", "n/a": "⚪"}
 
@@ -120,15 +31,6 @@ def trust_markdown(summary: dict[str, Any]) -> str:
         if i["level"] != "n/a"
     ]
     return "\n".join(lines)
-
-
-def harness_lines(summary: dict[str, Any]) -> list[str]:
-    """Per phase: the load generator's own CPU and loop lag (``reports.trust``)."""
-    return [
-        f"{name}: load generator {harness_text(g['harness'])}"
-        for name, g in summary["phases"].items()
-        if g.get("harness")
-    ]
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
@@ -239,69 +141,3 @@ def _extras(summary: dict[str, Any]) -> list[str]:
         lines = [f"- **`{d.get('code')}`** — {diag_hint(d)}" for d in diags]
         out.append("## Diagnostics\n\n" + "\n".join(lines))
     return out
-
-
-def diag_hint(d: dict[str, Any]) -> str:
-    """What a diagnostic found and what to do, in plain language (its own words, else ours)."""
-    hint = d.get("hint") or DIAGNOSTIC_HINTS.get(str(d.get("code")), "")
-    return " ".join(str(t).strip() for t in (d.get("message"), hint) if t)
-
-
-def render_terminal(summary: dict[str, Any]) -> str:
-    """A compact plain-text summary the runner prints at the end of a run."""
-    lines = [f"llmload run {summary['run_id']}"]
-    trust = summary.get("trust")
-    if trust:
-        lines.append(f"trust: {trust['level'].upper()}")
-        lines += [
-            f"  {i['level']}: {i['check']}: {i['reason']}"
-            for i in trust["items"]
-            if i["level"] in ("amber", "red")
-        ]
-    lines += capacity_terminal(summary)
-    rows = comparison_rows(summary)
-    if rows:
-        lines.append("sync vs streaming (p50 ms):")
-        width = max(len(r[0]) for r in rows)
-        for r in rows:
-            lines.append(f"  {r[0]:<{width}}  sync {r[1]:<28} stream {r[2]:<28} {r[3]}")
-    header = (
-        f"  {'phase':<10} {'mode':<6} {'reqs':>6} {'err':>5} {'TTFT p50':>9} {'p95':>7} "
-        f"{'TTST p50':>9} {'p95':>7} {'ITL p50':>8} {'E2E p50':>8} {'tok/s':>8} "
-        f"{'goodput/s':>9}"
-    )
-    lines += ["per phase (ms; TTST is time to second token):", header]
-    for name, g in summary["phases"].items():
-        errs = g["count"] - g["ok"]
-        tt = g.get("ttst_ms") or {}
-        sync = g["mode"] == "sync"
-        lines.append(
-            f"  {name:<10} {g['mode']:<6} {g['count']:>6} {errs:>5} "
-            f"{fmt_ms(g['ttft_ms']['p50']):>9} {fmt_ms(g['ttft_ms']['p95']):>7} "
-            f"{'–' if sync else fmt_ms(tt.get('p50')):>9} "
-            f"{'–' if sync else fmt_ms(tt.get('p95')):>7} "
-            f"{fmt_ms(g['itl_ms']['p50']):>8} {fmt_ms(g['e2e_ms']['p50']):>8} "
-            f"{fmt_rate(g['output_tokens_per_s']):>8} {fmt_rate(g['goodput_per_s']):>9}"
-        )
-    open_loop = [(n, g) for n, g in summary["phases"].items() if "ttft_from_intended_ms" in g]
-    if open_loop:
-        lines.append("from the intended send time (open loop, ms):")
-    for name, g in open_loop:
-        d, e = g["ttft_from_intended_ms"], g["e2e_from_intended_ms"]
-        lines.append(
-            f"  {name:<10} TTFT p50 {fmt_ms(d['p50'])} p95 {fmt_ms(d['p95'])}   "
-            f"E2E p50 {fmt_ms(e['p50'])} p95 {fmt_ms(e['p95'])}   "
-            f"schedule delay p95 {fmt_ms(g['schedule_delay_ms']['p95'])}"
-        )
-    harness = harness_lines(summary)
-    if harness:
-        lines.append("harness health (the load generator itself):")
-        lines += [f"  {line}" for line in harness]
-    inp = summary["input"]
-    if not summary["phases"]:
-        lines.append(f"  no measured requests ({inp['warmup_records']} warm-up records only)")
-    if inp["corrupt_lines"]:
-        lines.append(f"  ! {inp['corrupt_lines']} corrupt lines in requests.jsonl were skipped")
-    for d in summary.get("diagnostics") or []:
-        lines.append(f"  ! {d.get('code')}: {diag_hint(d)}")
-    return "\n".join(lines)

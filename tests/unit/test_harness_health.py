@@ -157,7 +157,7 @@ def test_trust_box_levels_and_reasons(run_factory: Callable[..., Path]) -> None:
 
 
 def test_every_report_shows_trust_and_harness(run_factory: Callable[..., Path]) -> None:
-    from reports.markdown import render_terminal
+    from reports.terminal import render_terminal
 
     run = with_health(run_factory("shown"), {"stream": health(local=[QUIET] * 4 + [BUSY])})
     summary = build_run(run)

@@ -1,4 +1,4 @@
-"""Pure renderers: compare tables, HTML structure and metadata, cheap import, redaction."""
+"""Pure renderers: compare tables, HTML structure and metadata, cheap import."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 from reports.charts import log_ticks
 from reports.cli import main
 from reports.compare import render_compare_html, render_compare_markdown
+from reports.fmt import fmt_ms
 from reports.html import render_html
 from reports.loader import load_run
-from reports.markdown import fmt_ms
 from reports.summary import build_summary
 from tests.fixtures.reports import make_records, write_run
 

@@ -15,8 +15,9 @@ from reports.cli import main
 from reports.diagnostics import Diagnostic
 from reports.html import render_html
 from reports.loader import RunError, load_run
-from reports.markdown import render_markdown, render_terminal
+from reports.markdown import render_markdown
 from reports.summary import build_summary
+from reports.terminal import render_terminal
 from tests.fixtures.reports import make_records, write_run
 
 T = 1_700_000_000.0
