@@ -72,6 +72,28 @@ def test_no_torch_transformers_or_gradio(slim: Path) -> None:
     assert "pip install 'llmload[server]'" in asked.stderr and "Traceback" not in asked.stderr
 
 
+IMPORT_ALL = r"""
+from gevent import monkey; monkey.patch_all()
+import importlib, pkgutil, sys
+failed = []
+for pkg in ("llmload", "loadtests", "reports", "exporter", "dashboards", "target_server"):
+    for info in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + "."):
+        if info.name.startswith("target_server.model") or info.name.endswith("__main__"):
+            continue  # the transformers engine: the [server] extra
+        try:
+            importlib.import_module(info.name)
+        except Exception as exc:
+            failed.append(f"{info.name}: {exc!r}")
+heavy = [m for m in ("torch", "transformers", "gradio") if m in sys.modules]
+print(failed, heavy)
+"""
+
+
+def test_every_core_module_imports_without_the_extras(slim: Path) -> None:
+    proc = sh(slim / "python", "-c", IMPORT_ALL, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[] []", proc.stdout + proc.stderr
+
+
 def test_run_against_the_synthetic_server_from_the_slim_venv(slim: Path, tmp_path: Path) -> None:
     server = subprocess.Popen(
         [slim / "llmload", "serve", "--engine", "synthetic", "--port", "0", "--ttft-ms", "20",
