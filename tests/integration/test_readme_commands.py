@@ -12,6 +12,7 @@ checked the same way.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shlex
 import subprocess
@@ -23,7 +24,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-LLMLOAD = Path(sys.executable).with_name("llmload")
 SKIP = ("export", "source", "pip")
 
 
@@ -42,22 +42,54 @@ def flags(words: list[str]) -> set[str]:
     return {w.split("=", 1)[0] for w in words if w.startswith("--")}
 
 
-@functools.cache
-def help_text(*subcommand: str) -> str:
-    proc = subprocess.run(
-        [str(LLMLOAD), *subcommand, "--help"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"llmload {' '.join(subcommand)} --help: {proc.stderr[-1500:]}"
-    return proc.stdout
+PROBE = r"""
+import contextlib, io, json, sys
+from llmload.cli import main
+out = {}
+for path in json.loads(sys.argv[1]):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            code = main([*path, "--help"])
+        except SystemExit as exc:
+            code = exc.code or 0
+    out[" ".join(path)] = [code, buf.getvalue()]
+print(json.dumps(out))
+"""
 
 
-def check_llmload(words: list[str]) -> None:
+def subcommand(words: list[str]) -> tuple[str, ...]:
+    """``llmload report gate RUN --x`` -> ``("report", "gate")``."""
     sub: list[str] = []
     for w in words[1:3]:
         if not re.fullmatch(r"[a-z][a-z-]*", w):
             break
         sub.append(w)
+    return tuple(sub)
+
+
+@functools.cache
+def all_help() -> dict[str, tuple[int, str]]:
+    """Every ``--help`` the README and docs need, from one process (each start costs ~1 s)."""
+    lines = [ln.split(": ", 1)[-1] for ln in commands(README.read_text()) + docs_llmload_lines()]
+    paths = {subcommand(shlex.split(ln)) for ln in lines if ln.startswith("llmload")}
+    paths |= {("loadtest",), ("run",)}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(sorted(paths))],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {k: (code, text) for k, (code, text) in json.loads(proc.stdout.splitlines()[-1]).items()}
+
+
+def help_text(*sub: str) -> str:
+    code, text = all_help().get(" ".join(sub), (None, ""))
+    assert code == 0, f"llmload {' '.join(sub)} --help exited {code}"
+    return text
+
+
+def check_llmload(words: list[str]) -> None:
+    sub = subcommand(words)
     text = help_text(*sub)
     missing = sorted(f for f in flags(words) if f not in text)
     assert not missing, f"`{shlex.join(words)}`: llmload {' '.join(sub)} has no {missing}"
