@@ -11,24 +11,13 @@ from collections.abc import Iterable, Sequence
 
 from loadtests.percentile import PERCENTILE_METHOD as PERCENTILE_METHOD
 from loadtests.percentile import percentile as percentile
-
-#: the percentiles every distribution in summary.json reports
-PERCENTILES = (50, 90, 95, 99)
+from reports.schema import PERCENTILES as PERCENTILES
+from reports.schema import MetricStats
 
 
 def describe(values: Iterable[float | None], scale: float = 1.0) -> dict[str, float | int | None]:
     """``n p50 p90 p95 p99 mean max`` of the non-null values, each multiplied by ``scale``."""
-    xs = sorted(v * scale for v in values if v is not None and math.isfinite(v))
-    out: dict[str, float | int | None] = {"n": len(xs)}
-    if not xs:
-        out.update({f"p{p}": None for p in PERCENTILES})
-        out.update(mean=None, max=None)
-        return out
-    for p in PERCENTILES:
-        out[f"p{p}"] = percentile(xs, p)
-    out["mean"] = math.fsum(xs) / len(xs)
-    out["max"] = xs[-1]
-    return out
+    return MetricStats.of(values, scale).to_json()
 
 
 def ecdf_points(values: Sequence[float], max_points: int = 200) -> list[tuple[float, float]]:

@@ -13,11 +13,11 @@ from loadtests.slo import format_slo, parse_slo
 from reports import diagnostics
 from reports.capacity import capacity_summary
 from reports.loader import Run, is_warmup
-from reports.stats import PERCENTILE_METHOD, describe
+from reports.schema import SCHEMA, Comparison, ComparisonRow, MetricStats, PhaseStats
+from reports.stats import PERCENTILE_METHOD
 from reports.timeseries import per_token_gaps
 from reports.trust import assess, phase_health
 
-SCHEMA = 1
 MS = 1000.0
 
 
@@ -44,12 +44,12 @@ def _span_s(records: Sequence[RequestRecord]) -> float:
     return max(end - start, 1e-9)
 
 
-def group_stats(
+def phase_stats(
     records: Sequence[RequestRecord],
     duration_s: float,
     slo: dict[str, float],
     client_counts_events: bool = False,
-) -> dict[str, Any]:
+) -> PhaseStats:
     """Counts, errors by class, latency distributions (ms) and rates for one group of records.
 
     ``client_counts_events``: the run had no ``--tokenizer``, so the client's count is
@@ -59,67 +59,82 @@ def group_stats(
     ok = [r for r in records if r.ok]
     errors = Counter(r.status for r in records if not r.ok)
     modes = sorted({r.mode for r in records})
-    out: dict[str, Any] = {
-        "mode": modes[0] if len(modes) == 1 else "mixed",
-        "count": len(records),
-        "ok": len(ok),
-        "errors": {c: errors[c] for c in (*ERROR_CLASSES, *sorted(errors)) if errors.get(c)},
-        "error_rate": (len(records) - len(ok)) / len(records) if records else 0.0,
-        "duration_s": duration_s,
-        "ttft_ms": describe((r.ttft_s for r in ok), MS),
-        "itl_ms": describe((g for r in ok for g in r.itl_s), MS),
-        "tpot_ms": describe((r.tpot_s for r in ok), MS),
-        "e2e_ms": describe((r.e2e_s for r in ok), MS),
-        "itl_per_token_ms": describe((g for r in ok for g in per_token_gaps(r)), MS),
-        "ttst_ms": describe((r.ttst_s for r in ok), MS),
-        "headers_ms": describe((r.headers_s for r in ok), MS),
-        "output_tokens": describe(r.output_tokens for r in ok),
-        "decode_tokens_per_s": describe(1.0 / r.tpot_s for r in ok if r.tpot_s),
+    of = MetricStats.of
+    dists = {
+        "ttft_ms": of((r.ttft_s for r in ok), MS),
+        "itl_ms": of((g for r in ok for g in r.itl_s), MS),
+        "tpot_ms": of((r.tpot_s for r in ok), MS),
+        "e2e_ms": of((r.e2e_s for r in ok), MS),
+        "itl_per_token_ms": of((g for r in ok for g in per_token_gaps(r)), MS),
+        "ttst_ms": of((r.ttst_s for r in ok), MS),
+        "headers_ms": of((r.headers_s for r in ok), MS),
+        "output_tokens": of(r.output_tokens for r in ok),
+        "decode_tokens_per_s": of(1.0 / r.tpot_s for r in ok if r.tpot_s),
     }
-    total_tokens = sum(r.output_tokens or 0 for r in records)
-    good = sum(_meets_slo(r, slo) for r in records)
-    out["output_tokens_total"] = total_tokens
-    out["output_tokens_per_s"] = total_tokens / duration_s
-    out["requests_per_s"] = len(records) / duration_s
-    out["goodput_per_s"] = good / duration_s
-    out["slo_met"] = good
-    out["slo_met_rate"] = good / len(records) if records else 0.0
     delayed = [r for r in ok if r.schedule_delay_s is not None]
     if delayed:
-        out["schedule_delay_ms"] = describe((r.schedule_delay_s for r in delayed), MS)
-        out["ttft_from_intended_ms"] = describe(
+        dists["schedule_delay_ms"] = of((r.schedule_delay_s for r in delayed), MS)
+        dists["ttft_from_intended_ms"] = of(
             (r.ttft_s + (r.schedule_delay_s or 0.0) for r in delayed if r.ttft_s is not None), MS
         )
-        out["e2e_from_intended_ms"] = describe(
+        dists["e2e_from_intended_ms"] = of(
             (r.e2e_s + (r.schedule_delay_s or 0.0) for r in delayed if r.e2e_s is not None), MS
         )
+    timed = [r for r in ok if r.mode == "stream" and r.ttft_s is not None]
+    timed = [r for r in timed if r.server_ttft_s is not None]
+    if timed:
+        dists["client_minus_server_ttft_ms"] = of(
+            ((r.ttft_s or 0.0) - (r.server_ttft_s or 0.0) for r in timed), MS
+        )
+        dists["server_ttft_ms"] = of((r.server_ttft_s for r in timed), MS)
+        dists["server_queue_ms"] = of((r.server_queue_s for r in timed), MS)
     turns = sorted({r.turn for r in ok})
-    if len(turns) > 1:
-        out["ttft_by_turn_ms"] = {
-            str(t): describe((r.ttft_s for r in ok if r.turn == t), MS) for t in turns
-        }
+    by_turn = (
+        {str(t): of((r.ttft_s for r in ok if r.turn == t), MS) for t in turns}
+        if len(turns) > 1
+        else None
+    )
+    multi: dict[str, int] | None = None
+    mismatch: dict[str, float] | None = None
     both = [r for r in records if r.usage_output_tokens is not None]
     both = [r for r in both if r.client_output_tokens is not None]
     if both and client_counts_events:
         more = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
         if more:
-            out["multi_token_events"] = {"compared": len(both), "requests": more}
+            multi = {"compared": len(both), "requests": more}
     elif both:
         bad = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
-        out["token_count_mismatch"] = {
-            "compared": len(both),
-            "mismatched": bad,
-            "rate": bad / len(both),
-        }
-    timed = [r for r in ok if r.mode == "stream" and r.ttft_s is not None]
-    timed = [r for r in timed if r.server_ttft_s is not None]
-    if timed:
-        out["client_minus_server_ttft_ms"] = describe(
-            ((r.ttft_s or 0.0) - (r.server_ttft_s or 0.0) for r in timed), MS
-        )
-        out["server_ttft_ms"] = describe((r.server_ttft_s for r in timed), MS)
-        out["server_queue_ms"] = describe((r.server_queue_s for r in timed), MS)
-    return out
+        mismatch = {"compared": len(both), "mismatched": bad, "rate": bad / len(both)}
+    total_tokens = sum(r.output_tokens or 0 for r in records)
+    good = sum(_meets_slo(r, slo) for r in records)
+    return PhaseStats(
+        mode=modes[0] if len(modes) == 1 else "mixed",
+        count=len(records),
+        ok=len(ok),
+        errors={c: errors[c] for c in (*ERROR_CLASSES, *sorted(errors)) if errors.get(c)},
+        error_rate=(len(records) - len(ok)) / len(records) if records else 0.0,
+        duration_s=duration_s,
+        dists=dists,
+        output_tokens_total=total_tokens,
+        output_tokens_per_s=total_tokens / duration_s,
+        requests_per_s=len(records) / duration_s,
+        goodput_per_s=good / duration_s,
+        slo_met=good,
+        slo_met_rate=good / len(records) if records else 0.0,
+        ttft_by_turn_ms=by_turn,
+        multi_token_events=multi,
+        token_count_mismatch=mismatch,
+    )
+
+
+def group_stats(
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    slo: dict[str, float],
+    client_counts_events: bool = False,
+) -> dict[str, Any]:
+    """``phase_stats`` in its ``summary.json`` form (the live web UI shows the same)."""
+    return phase_stats(records, duration_s, slo, client_counts_events).to_json()
 
 
 def _phase_durations(meta: dict[str, Any]) -> dict[str, float]:
@@ -141,30 +156,18 @@ def _ordered_phases(meta: dict[str, Any], records: Iterable[RequestRecord]) -> l
     return list(dict.fromkeys(n for n in names if n and n != "warmup"))
 
 
-def comparison(phases: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """Sync vs stream per scenario (p50 and mean TTFT/total, improvement %) when both exist."""
+def comparison(phases: dict[str, dict[str, Any]]) -> Comparison | None:
+    """Sync vs stream per scenario (p50, p95 and mean TTFT/total, improvement %) when both exist."""
     sync = next((p for p in phases.values() if p["mode"] == "sync"), None)
     stream = next((p for p in phases.values() if p["mode"] == "stream"), None)
     if sync is None or stream is None:
         return None
-    rows: dict[str, Any] = {}
     pairs = [("all", sync, stream)] + [
         (name, sync["scenarios"][name], stream["scenarios"][name])
         for name in sync["scenarios"]
         if name in stream["scenarios"]
     ]
-    for name, a, b in pairs:
-        row: dict[str, Any] = {"sync_count": a["ok"], "stream_count": b["ok"]}
-        for metric in ("ttft_ms", "e2e_ms"):
-            for stat in ("p50", "p95", "mean"):
-                sv, tv = a[metric][stat], b[metric][stat]
-                row[f"sync_{metric}_{stat}"] = sv
-                row[f"stream_{metric}_{stat}"] = tv
-                row[f"{metric}_{stat}_improvement_pct"] = (
-                    (sv - tv) / sv * 100.0 if sv and tv is not None else None
-                )
-        rows[name] = row
-    return {"basis": "p50 of ok requests (p95 and mean also given)", "scenarios": rows}
+    return Comparison({name: ComparisonRow.of(a, b) for name, a, b in pairs})
 
 
 def _diagnose(
@@ -216,7 +219,7 @@ def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:
             "run_json": "missing or unreadable" if "_meta_error" in run.meta else "ok",
         },
         "phases": phases,
-        "comparison": comparison(phases),
+        "comparison": compared.to_json() if (compared := comparison(phases)) else None,
         "diagnostics": list(codes.values()),
         "capacity": capacity_summary(run),
         "run": meta,

@@ -1,0 +1,69 @@
+"""The typed summary (``reports.schema``) writes exactly the summary.json it always wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reports.loader import load_run
+from reports.schema import ComparisonRow, MetricStats
+from reports.summary import build_summary, comparison, phase_stats
+from tests.fixtures.reports import make_records, write_run
+
+#: summary.json's phase keys, in order, for a run with every optional block
+PHASE_KEYS = [
+    "mode", "count", "ok", "errors", "error_rate", "duration_s",
+    "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "itl_per_token_ms", "ttst_ms", "headers_ms",
+    "output_tokens", "decode_tokens_per_s",
+    "output_tokens_total", "output_tokens_per_s", "requests_per_s", "goodput_per_s",
+    "slo_met", "slo_met_rate",
+    "schedule_delay_ms", "ttft_from_intended_ms", "e2e_from_intended_ms", "ttft_by_turn_ms",
+    "token_count_mismatch",
+    "client_minus_server_ttft_ms", "server_ttft_ms", "server_queue_ms",
+]  # fmt: skip
+
+
+def test_metric_stats_are_the_type_7_percentiles() -> None:
+    s = MetricStats.of([0.004, 0.001, 0.002, 0.003, None, float("nan")], scale=1000.0)
+    assert s.n == 4 and s.max == pytest.approx(4.0) and s.mean == pytest.approx(2.5)
+    assert s.p50 == pytest.approx(2.5) and s.p90 == pytest.approx(3.7)
+    assert MetricStats.of([]).to_json() == dict.fromkeys(
+        ["n", "p50", "p90", "p95", "p99", "mean", "max"], None
+    ) | {"n": 0}
+    assert MetricStats.from_json(s.to_json()) == s
+
+
+def test_a_phase_keeps_summary_json_keys_and_order(tmp_path: Path) -> None:
+    recs = make_records("stream", "stream", 30, t_start=1.7e9, open_loop=True, turns=2)
+    stats = phase_stats(recs, 10.0, {"ttft": 600.0})
+    doc = stats.to_json()
+    assert [k for k in doc if k != "multi_token_events"] == PHASE_KEYS
+    assert doc["ttft_ms"] == stats.dists["ttft_ms"].to_json()
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_comparison_row_improvement() -> None:
+    sync = {"ok": 3, "ttft_ms": {"p50": 400.0, "p95": 500.0, "mean": 410.0}}
+    sync["e2e_ms"] = {"p50": 800.0, "p95": 900.0, "mean": None}
+    stream = {"ok": 4, "ttft_ms": {"p50": 100.0, "p95": 125.0, "mean": 0.0}}
+    stream["e2e_ms"] = {"p50": 800.0, "p95": None, "mean": 1.0}
+    row = ComparisonRow.of(sync, stream).to_json()
+    assert row["sync_count"] == 3 and row["stream_count"] == 4
+    assert row["ttft_ms_p50_improvement_pct"] == pytest.approx(75.0)
+    assert row["e2e_ms_p50_improvement_pct"] == 0.0
+    assert row["e2e_ms_p95_improvement_pct"] is None and row["e2e_ms_mean_improvement_pct"] is None
+    assert list(row)[:5] == [
+        "sync_count", "stream_count", "sync_ttft_ms_p50", "stream_ttft_ms_p50",
+        "ttft_ms_p50_improvement_pct",
+    ]  # fmt: skip
+
+
+def test_summary_comparison_is_the_typed_one(tmp_path: Path) -> None:
+    recs = make_records("sync", "sync", 20, t_start=1.7e9, seed=1)
+    recs += make_records("stream", "stream", 20, t_start=1.7e9 + 60, seed=2)
+    summary = build_summary(load_run(write_run(tmp_path / "r", recs)))
+    typed = comparison(summary["phases"])
+    assert typed is not None and summary["comparison"] == typed.to_json()
+    assert set(typed.scenarios) == set(summary["comparison"]["scenarios"])
