@@ -211,6 +211,11 @@ def _propose(cfg: SearchConfig, steps: Sequence[Step]) -> Next | Done:
     width = hi.load - lo.load
     x = crossing(lo.load, lo.ratio, hi.load, None if hi.saturated else hi.ratio)
     x = min(hi.load - width / 4, max(lo.load + width / 4, x))
+    if ceiling_why == "harness" and ceiling is not None and lo.load < ceiling <= x:
+        # the load generator cannot measure at the ceiling: narrow below it, or stop
+        if converged(cfg, lo.load, ceiling):
+            return Done("harness", f"the load generator was starved at {ceiling:g}")
+        x = (lo.load + ceiling) / 2
     return _next(cfg, steps, x, "narrowing the bracket")
 
 

@@ -44,6 +44,10 @@ KEPT_SCHEDULE_SHARE = 0.9
 LATE_P95_MS = 50.0
 #: closed loop: more users adding less than this share of throughput is a plateau
 PLATEAU_GAIN = 0.05
+#: open loop: the second half of a step's requests (by start) scoring this much worse than
+#: the first, and at least ``GROWING_FLOOR`` of the bound, is a queue still building
+GROWING_RATIO = 1.3
+GROWING_FLOOR = 0.5
 _PCT = re.compile(r"^(ttft|tpot|e2e)_p(\d{1,2}(?:\.\d+)?)$")
 
 
@@ -260,7 +264,50 @@ def judge(
     if queue:
         point["server_queue_ms_p95"] = percentile(queue, 95)
     point["saturated"] = _saturation(point, open_loop, scheduled)
+    growing, growth = _growing(records, criteria, open_loop) if open_loop else ("", 0.0)
+    if growing:
+        # above the target's capacity an open-loop queue grows for as long as the step
+        # lasts: a short step can still look fine on average, but it is not sustained
+        point["saturated"].append(growing)
+        point["verdict"] = "fail"
+    # how far beyond the SLO the step was, in ms: more than a client's own delay can explain
+    tightest = min(v for c in criteria for v in c.bounds_ms.values())
+    beyond = max(0.0, (point["ratio"] or 0.0) - 1.0, growth)
+    point["beyond_slo_ms"] = beyond * tightest
     return point
+
+
+def explained_by_client(point: dict[str, Any], health: dict[str, Any]) -> bool:
+    """Could a starved load generator alone have failed this step?  Each timestamp it took
+    was late by at most its worst event-loop lag, so a failure by more than that stands."""
+    lags = [
+        float(p.get("lag_max_ms") or 0.0)
+        for src, p in (health.get("processes") or {}).items()
+        if src in (health.get("starved") or [])
+    ]
+    return bool(lags) and point.get("beyond_slo_ms", math.inf) <= max(lags)
+
+
+def _growing(
+    records: Sequence[RequestRecord], criteria: Sequence[Criterion], open_loop: bool
+) -> tuple[str, float]:
+    """'' or why the step's latency was still climbing when it ended, and by how much
+    (in SLO ratio: the second half's median minus the first's)."""
+    if len(records) < 20:
+        return "", 0.0
+    ordered = sorted(records, key=lambda r: r.started_at)
+    worst = [
+        max(s) for s in zip(*(scores(ordered, c, open_loop) for c in criteria), strict=True)
+    ]
+    half = len(worst) // 2
+    first = percentile(sorted(min(x, RATIO_CAP) for x in worst[:half]), 50)
+    second = percentile(sorted(min(x, RATIO_CAP) for x in worst[half:]), 50)
+    if second >= GROWING_FLOOR and second > GROWING_RATIO * first:
+        return (
+            f"growing: median SLO ratio {first:.2f} in the step's first half, {second:.2f} "
+            f"in the second (a queue building)"
+        ), second - first
+    return "", 0.0
 
 
 def _saturation(point: dict[str, Any], open_loop: bool, scheduled: int | None) -> list[str]:
@@ -356,6 +403,8 @@ def _at_hi(hi: float | None, unit: str, curve: Sequence[dict[str, Any]]) -> str:
     bad = [c for c in step["criteria"] if c["verdict"] != "pass"] or step["criteria"]
     worst = max(bad, key=lambda c: c["ratio"] if c["ratio"] is not None else math.inf)
     where = f"; at {fmt_load(hi, unit)}"
+    if step.get("saturated") and (step.get("ratio") or 0.0) <= 1.0:
+        return f"{where} the target did not keep up ({step['saturated'][0]})"
     if worst["observed_ms"] is not None:
         name = worst["text"].split(" ≤ ")[0]
         return f"{where} {name} is {worst['observed_ms']:.0f} ms"

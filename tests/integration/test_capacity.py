@@ -69,3 +69,36 @@ def test_bad_slo_is_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "ttft_p95=fast" in proc.stderr
+
+
+def test_open_loop_search_finds_the_rate_where_concurrency_runs_away(
+    start_server_proc, tmp_path: Path
+) -> None:
+    """Open loop on the same engine: L requests in flight at rate R each take
+    E2E = 20 + 5 (10 + 10 (L - 1)) = 20 + 50 L ms, and L = R x E2E (Little), so
+    L = 0.02 R / (1 - 0.05 R) and TPOT = 10 L ms.  Median TPOT <= 85 ms holds up to
+    R = 8.5 / 0.445 = 19.1 req/s; at 20 req/s concurrency grows without bound."""
+    server = start_server_proc(*SYNTH)
+    out = tmp_path / "cap-open"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--rate", "4",
+            "--arrival", "constant", "--slo", "tpot_p50=85ms", "--confidence", "0.9",
+            "--step-requests", "40", "--min-step", "2s", "--warmup", "2s", "--budget", "120s",
+            "--max-tokens", "6", "--ignore-eos", "--seed", "3", "--out", str(out),
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cap = json.loads((out / "run.json").read_text(encoding="utf-8"))["capacity"]
+    ans = cap["answer"]
+    assert cap["unit"] == "req/s" and ans["lo"] is not None, cap["steps"]
+    # within the 10 % tolerance of the hand-computed 19.1 req/s (short steps may not
+    # reach the runaway's steady state just below 20, so a little above is allowed)
+    assert 19.1 * 0.9 <= ans["estimate"] <= 20.5, cap["steps"]
+    # the runaway above 20 req/s is found (or, on a machine so busy that the load
+    # generator was starved twice at a load, the search stops below that load)
+    assert (ans["hi"] is not None and ans["hi"] <= 24) or ans["reason"] == "harness", cap
+    # latency counted from the intended send time
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert all(p["from_intended"] for p in summary["capacity"]["curve"])

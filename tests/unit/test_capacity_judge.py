@@ -10,6 +10,7 @@ from reports.capacity import (
     Criterion,
     answer_text,
     binomial_tail,
+    explained_by_client,
     judge,
     knee,
     parse_capacity_slo,
@@ -85,3 +86,26 @@ def test_answer_text_and_knee() -> None:
     )
     assert knee([(1, 0.1), (2, 0.12), (4, 0.15), (8, 0.4), (9, 1.2)]) == 8
     assert knee([(1, 0.1), (2, 0.2)]) is None
+
+
+def test_open_loop_latency_still_climbing_is_not_sustained() -> None:
+    from dataclasses import replace
+
+    recs = make_records("s", "stream", 100, t_start=0.0, ttft_ms=100.0, jitter=0.01)
+    # a queue building: each request waits 4 ms longer than the one before
+    climbing = [replace(r, ttft_s=0.1 + 0.004 * i) for i, r in enumerate(recs)]
+    slo = [Criterion(0.5, {"ttft": 400.0})]
+    flat = judge(recs, slo, 0.9, duration_s=5, open_loop=True)
+    assert flat["verdict"] == "pass" and flat["saturated"] == []
+    point = judge(climbing, slo, 0.9, duration_s=5, open_loop=True)
+    assert point["ratio"] < 1  # the median alone looks fine ...
+    assert point["verdict"] == "fail"  # ... but the step was not steady
+    assert point["saturated"] and point["saturated"][0].startswith("growing")
+    assert point["beyond_slo_ms"] > 50
+
+
+def test_a_starved_client_explains_only_failures_within_its_lag() -> None:
+    health = {"starved": ["local"], "processes": {"local": {"lag_max_ms": 30.0}}}
+    assert explained_by_client({"beyond_slo_ms": 12.0}, health)
+    assert not explained_by_client({"beyond_slo_ms": 80.0}, health)
+    assert not explained_by_client({"beyond_slo_ms": 12.0}, {"starved": [], "processes": {}})

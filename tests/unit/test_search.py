@@ -169,3 +169,20 @@ def test_bad_config() -> None:
         SearchConfig(start=0.5, minimum=1.0)
     with pytest.raises(ValueError):
         SearchConfig(start=1.0, minimum=1.0, tolerance=0)
+
+
+def test_a_starved_load_inside_the_bracket_is_not_tried_a_third_time() -> None:
+    cfg = SearchConfig(start=4.0, minimum=1.0, tolerance=0.1)
+    steps = [
+        Step(16, PASS, 0.3),
+        Step(24, FAIL, 1.8, True),
+        Step(20, UNRELIABLE),
+        Step(20, UNRELIABLE),
+    ]
+    d = decide(cfg, steps)
+    assert isinstance(d, Next) and 16 < d.load < 20
+    steps.append(Step(d.load, PASS, 0.6))
+    steps.append(Step(19.5, PASS, 0.9))
+    d = decide(cfg, steps)
+    assert isinstance(d, Done) and d.reason == "harness"
+
