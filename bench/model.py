@@ -1,36 +1,67 @@
-"""``python -m bench model``: the transformers engines on the embedded model, side by side.
+"""``python -m bench model``: the embedded engine, today's against the one before, side by side.
 
-1. single stream: SSE decode tokens/s through the server vs raw ``model.generate``;
-2. 20 concurrent users, no think time: aggregate output tokens/s and TTFT for
-   ``--batching none`` (a generate thread per request) vs ``continuous``;
-3. sync vs stream TTFT at 1 and 20 users (continuous engine).
+Both servers run in the same bench run on the same machine
+(``--batching continuous``, the bundled server's default):
 
-The server runs as its own process (``python -m target_server``), the client is a
-plain ``httpx.AsyncClient`` with kept-alive connections.  Writes BENCHMARKS.md
-section ``model``.
+* **before** — the tree at ``BASELINE`` (the last commit before the lean decode
+  path: 6 x 384 embedded model, ``DynamicCache`` padded batch), extracted with
+  ``git archive`` and started from there with the same interpreter;
+* **now** — this checkout.
+
+Measured on each, through the server's SSE stream:
+
+1. single-stream decode tokens/s (greedy, 128 tokens, best of 3);
+2. 20 concurrent streams started together, 64 tokens each, aggregate output tokens/s
+   (1 and 2 interleaved between the two servers, best of 3, so both see the same machine);
+3. the default workload, run as a user runs it: ``python -m loadtests run`` with
+   ``make loadtest``'s defaults (``mix`` scenario, the model's own sampling, 20
+   users started together, 3 s pacing, sync then stream), reporting SLO-met share,
+   TTFT/TPOT/E2E, the server's CPU use and (now) its engine busy ratio.
+
+Writes BENCHMARKS.md section ``model`` and the headline into docs/engines.md
+(section ``model-headline``), each with the machine's calibration.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import json
 import os
-import random
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import httpx
+import psutil
 
-from bench.mdsection import load_note, machine, write_section
+from bench.calibration import current as calibration
+from bench.mdsection import ROOT, load_note, machine, write_section
 from loadtests.percentile import percentile
+from target_server.launch import ServerProcess, launch
 
+#: "today's" engine for the side-by-side: the commit before the lean decode path
+BASELINE = "bb43461"
+ENGINES_DOC = ROOT / "docs" / "engines.md"
 CHAT = "/v1/chat/completions"
 MESSAGES = [
     {"role": "user", "content": "Summarise why time to first token matters when streaming."}
 ]
+#: make loadtest's defaults (Makefile), minus the duration
+DEFAULT_LOAD = (
+    "--scenario", "mix", "--users", "20", "--spawn-rate", "20", "--pacing", "3s",
+    "--modes", "sync,stream", "--seed", "0",
+)  # fmt: skip
 
 
 @dataclass
@@ -56,19 +87,16 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def request(
-    client: httpx.AsyncClient, stream: bool, max_tokens: int, seed: int, greedy: bool = False
+    client: httpx.AsyncClient, max_tokens: int, seed: int, greedy: bool = False
 ) -> Result:
-    """One chat request; TTFT is the first content event (stream) or the whole body (sync)."""
-    body = {"messages": MESSAGES, "max_tokens": max_tokens, "ignore_eos": True, "seed": seed}
+    """One streamed chat request; TTFT is the first content event."""
+    body: dict[str, Any] = {
+        "messages": MESSAGES, "max_tokens": max_tokens, "ignore_eos": True, "seed": seed,
+        "stream": True, "stream_options": {"include_usage": True},
+    }  # fmt: skip
     if greedy:
         body["temperature"] = 0.0
     t0 = time.perf_counter()
-    if not stream:
-        r = await client.post(CHAT, json=body)
-        e2e = time.perf_counter() - t0
-        r.raise_for_status()
-        return Result(e2e, e2e, int(r.json()["usage"]["completion_tokens"]))
-    body.update(stream=True, stream_options={"include_usage": True})
     first = last = None
     tokens = 0
     async with client.stream("POST", CHAT, json=body) as r:
@@ -82,40 +110,20 @@ async def request(
             if any(c["delta"].get("content") for c in chunk["choices"]):
                 last = time.perf_counter() - t0
                 first = last if first is None else first
-    e2e = time.perf_counter() - t0
     assert first is not None
-    return Result(first, e2e, tokens, first, last)
+    return Result(first, time.perf_counter() - t0, tokens, first, last)
 
 
 async def users(
-    url: str,
-    n: int,
-    per_user: int,
-    stream: bool,
-    max_tokens: int,
-    spawn_s: float = 0.0,
-    vary: bool = False,
-    greedy: bool = False,
+    url: str, n: int, per_user: int, max_tokens: int, greedy: bool = False
 ) -> tuple[list[Result], float]:
-    """``n`` closed-loop users, ``per_user`` requests each, no think time; (results, wall s).
-
-    ``spawn_s``: users start evenly over this many seconds (locust's spawn rate);
-    ``vary``: each request's max_tokens is drawn from [max_tokens/2, 3*max_tokens/2]
-    (seeded), so users do not stay in lock-step.
-    """
+    """``n`` users started together, ``per_user`` back-to-back requests each; (results, wall s)."""
     limits = httpx.Limits(max_connections=n + 2, max_keepalive_connections=n + 2)
-    rng = random.Random(n * 1000 + per_user)
-    lo, hi = (max_tokens // 2, 3 * max_tokens // 2) if vary else (max_tokens, max_tokens)
-    sizes = [[rng.randint(lo, hi) for _ in range(per_user)] for _ in range(n)]
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
-        await asyncio.gather(*(request(client, stream, 4, i) for i in range(min(n, 4))))  # warm
+        await asyncio.gather(*(request(client, 4, i) for i in range(min(n, 4))))  # warm
 
         async def user(u: int) -> list[Result]:
-            await asyncio.sleep(spawn_s * u / n)
-            return [
-                await request(client, stream, sizes[u][k], u * 100 + k, greedy)
-                for k in range(per_user)
-            ]
+            return [await request(client, max_tokens, u * 100 + k, greedy) for k in range(per_user)]
 
         t0 = time.perf_counter()
         per = await asyncio.gather(*(user(u) for u in range(n)))
@@ -123,34 +131,112 @@ async def users(
     return [r for rs in per for r in rs], wall
 
 
-def raw_generate_tps(tokens: int, repeats: int = 5) -> tuple[float, str]:
-    """Best-of-N decode tokens/s of greedy ``model.generate``, same model: (N-1)/(T_N - T_1)."""
+def baseline_tree(commit: str, dest: Path) -> Path:
+    """The repository at ``commit``, extracted under ``dest`` (no git state touched)."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    tree = dest / f"llmload-{commit}"
+    tree.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+def serve(tree: Path | None) -> ServerProcess:
+    """The bundled server's default engine, from ``tree`` (None: this checkout)."""
+    args = ("--log-level", "warning", "--engine", "transformers", "--batching", "continuous")
+    env = {"PYTHONPATH": str(tree)} if tree is not None else None
+    return launch(args, env=env, cwd=tree or ROOT, ready_timeout=900)
+
+
+class Sampler:
+    """The server's CPU use and engine busy ratio, sampled every second during a load."""
+
+    def __init__(self, server: ServerProcess):
+        self.proc = psutil.Process(server.proc.pid)
+        self.url = server.url
+        self.busy: list[float] = []
+        self._stop = threading.Event()
+        self._cpu0 = self._t0 = 0.0
+        self.cores = 0.0
+
+    def _cpu(self) -> float:
+        procs = [self.proc, *self.proc.children(recursive=True)]
+        return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            with contextlib.suppress(httpx.HTTPError):
+                text = httpx.get(self.url + "/metrics", timeout=5).text
+                for line in text.splitlines():
+                    if line.startswith("llmserve_engine_busy_ratio "):
+                        self.busy.append(float(line.split()[1]))
+
+    @contextlib.contextmanager
+    def during(self) -> Iterator[None]:
+        self._cpu0, self._t0 = self._cpu(), time.monotonic()
+        thread = threading.Thread(target=self._run, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            thread.join()
+            self.cores = (self._cpu() - self._cpu0) / (time.monotonic() - self._t0)
+
+
+def default_load(url: str, out: Path, duration: str, warmup: str) -> dict[str, Any]:
+    """``make loadtest``'s defaults against ``url``; the run's summary.json."""
+    cmd = [
+        sys.executable, "-m", "loadtests", "run", "--target", url, *DEFAULT_LOAD,
+        "--duration", duration, "--warmup", warmup, "--out", str(out), "--label", "bench-model",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    summary = out / "summary.json"
+    if not summary.exists():
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return dict(json.loads(summary.read_text(encoding="utf-8")))
+
+
+def speeds(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict[str, Any]:
+    """Single-stream and concurrent tokens/s of every server, interleaved, best of ``repeats``.
+
+    Interleaving (before, now, before, now, ...) lets both see the same machine: on a
+    shared machine the load from other jobs moves by the minute.
+    """
+    out: dict[str, dict[str, Any]] = {n: {"single": [], "agg": [], "ttft": []} for n in servers}
+    for _ in range(args.repeats):
+        for name, server in servers.items():
+            single, _ = asyncio.run(users(server.url, 1, 1, args.single_tokens, greedy=True))
+            out[name]["single"].append(single[0].decode_tps)
+            many, wall = asyncio.run(users(server.url, args.users, 1, args.tokens))
+            out[name]["agg"].append(sum(r.tokens for r in many) / wall)
+            out[name]["ttft"].append([r.ttft for r in many])
+    return {
+        name: {
+            "single_tps": max(m["single"]),
+            "agg_tps": max(m["agg"]),
+            "agg_ttft": m["ttft"][m["agg"].index(max(m["agg"]))],
+        }
+        for name, m in out.items()
+    }
+
+
+def workload(server: ServerProcess, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The default workload on one server, with its CPU use and engine busy ratio."""
+    sampler = Sampler(server)
+    with sampler.during():
+        summary = default_load(server.url, out, args.duration, args.warmup)
+    busy = statistics.mean(sampler.busy) if sampler.busy else None
+    return {"summary": summary, "cores": sampler.cores, "busy": busy}
+
+
+def decode_step_s(batch: int, steps: int = 30, repeats: int = 3) -> float:
+    """Best-of time of one decode step for ``batch`` rows (this checkout's engine, in-process)."""
     import torch
 
-    from target_server.model.loader import load
-    from target_server.settings import Settings
-
-    lm = load(Settings(engine="transformers"))
-    text = lm.tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
-    ids = torch.tensor([lm.tokenizer.encode(text, add_special_tokens=False)])
-
-    def timed(n: int) -> float:
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            lm.model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        return time.perf_counter() - t0
-
-    timed(8)
-    t1 = min(timed(1) for _ in range(repeats))
-    tn = min(timed(tokens) for _ in range(repeats))
-    return (tokens - 1) / (tn - t1), lm.describe()
-
-
-def decode_step_s(batch: int, steps: int = 20, repeats: int = 3) -> float:
-    """Best-of time of one decode step for ``batch`` rows (the engine's own batch code)."""
-    import torch
-
-    from target_server.model.kvbatch import PaddedBatch
+    from target_server.model.kvbatch import SlotBatch
     from target_server.model.loader import load
     from target_server.settings import Settings
 
@@ -158,105 +244,91 @@ def decode_step_s(batch: int, steps: int = 20, repeats: int = 3) -> float:
     best = float("inf")
     with torch.inference_mode():
         for _ in range(repeats):
-            rows = PaddedBatch(lm.model, lm.cache_kwarg, lm.device)
+            rows = SlotBatch(lm.model, lm.cache_kwarg, lm.device)
             rows.prefill([list(range(3, 43))] * batch)
             t0 = time.perf_counter()
-            for k in range(steps):
-                rows.decode([5] * batch, [40 + k] * batch)
+            for _k in range(steps):
+                rows.decode([5] * batch)
             best = min(best, (time.perf_counter() - t0) / steps)
     return best
-
-
-def ms(x: float) -> str:
-    return f"{x * 1000:.0f} ms"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench model", description=__doc__)
     parser.add_argument("--users", type=int, default=20)
-    parser.add_argument("--per-user", type=int, default=5, help="requests per user (closed loop)")
-    parser.add_argument("--spawn-s", type=float, default=1.0, help="users start over this many s")
-    parser.add_argument("--tokens", type=int, default=64, help="max_tokens under load")
+    parser.add_argument("--tokens", type=int, default=64, help="max_tokens, concurrent streams")
     parser.add_argument("--single-tokens", type=int, default=128)
-    parser.add_argument("--no-write", action="store_true", help="print, do not touch BENCHMARKS.md")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (best of)")
+    parser.add_argument("--duration", default="30s", help="each phase of the default workload")
+    parser.add_argument("--warmup", default="10s", help="warm-up of the default workload")
+    parser.add_argument("--baseline", default=BASELINE, help="commit of 'before' (bb43461)")
+    parser.add_argument("--no-write", action="store_true", help="print, do not touch the docs")
     args, _ = parser.parse_known_args(argv)  # `python -m bench` passes everyone's extra args
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    cal = calibration()  # before the bench loads the machine
     t_start = time.monotonic()
     load_before = os.getloadavg()[0]
-
-    raw_tps, described = raw_generate_tps(args.single_tokens)
-    print(f"raw generate: {raw_tps:.0f} tok/s ({described})", flush=True)
-    steps = {b: decode_step_s(b) for b in (1, args.users)}
-    rows: dict[str, dict[str, object]] = {}
-    # "none-torch" = the seeds' setup on CPU: every generate thread with torch's default threads
-    runs = {
-        "continuous": ("continuous", {}),
-        "none": ("none", {}),
-        "none-torch": ("none", {"LLMLOAD_TORCH_THREADS": str(os.cpu_count() or 1)}),
-    }
-    from bench.procs import start_server_process
-
-    for name, (batching, env) in runs.items():
-        server = start_server_process(
-            "--log-level", "warning", "--engine", "transformers", "--batching", batching,
-            env=env, ready_timeout=300,
-        )  # fmt: skip
-        url = server.url
+    with tempfile.TemporaryDirectory(prefix="bench-model-") as tmp:
+        trees = {"before": baseline_tree(args.baseline, Path(tmp)), "now": None}
+        servers: dict[str, ServerProcess] = {}
         try:
-            row: dict[str, object] = {}
-            single, _ = asyncio.run(users(url, 1, 5, True, args.single_tokens, greedy=True))
-            row["single_tps"] = max(r.decode_tps for r in single)
-            one, _ = asyncio.run(users(url, 1, 5, True, args.tokens))
-            row["single_ttft"] = statistics.median(r.ttft for r in one)
-            many, wall = asyncio.run(
-                users(url, args.users, args.per_user, True, args.tokens, args.spawn_s, vary=True)
-            )
-            row["agg_tps"] = sum(r.tokens for r in many) / wall
-            row["ttft"] = [r.ttft for r in many]
-            if batching == "continuous":
-                burst, wall = asyncio.run(users(url, args.users, 2, True, args.tokens))
-                row["burst_tps"] = sum(r.tokens for r in burst) / wall
-                row["burst_ttft"] = [r.ttft for r in burst]
-                for n in (1, args.users):
-                    spawn = args.spawn_s if n > 1 else 0.0
-                    sync, _ = asyncio.run(users(url, n, 2, False, args.tokens, spawn))
-                    strm, _ = asyncio.run(users(url, n, 2, True, args.tokens, spawn))
-                    row[f"sync{n}"] = [r.ttft for r in sync]
-                    row[f"stream{n}"] = [r.ttft for r in strm]
-            rows[name] = row
-            print(f"{name}: {row['agg_tps']:.0f} tok/s aggregate", flush=True)
+            for name, tree in trees.items():
+                servers[name] = serve(tree)
+            rows = speeds(servers, args)
+            for name, server in servers.items():
+                print(f"{name}: {rows[name]['single_tps']:.0f} tok/s single, "
+                      f"{rows[name]['agg_tps']:.0f} tok/s at {args.users}", flush=True)  # fmt: skip
+                rows[name].update(workload(server, Path(tmp) / f"run-{name}", args))
         finally:
-            server.stop(timeout=30)
-    body = render(args, raw_tps, described, rows, steps, load_before, time.monotonic() - t_start)
+            for server in servers.values():
+                server.stop(timeout=30)
+    steps = {b: decode_step_s(b) for b in (1, args.users)}
+    took = time.monotonic() - t_start
+    body = render(args, rows, steps, cal.line(), load_before, took)
     print(body)
     if not args.no_write:
         write_section("model", body)
+        write_section("model-headline", headline(args, rows, cal.line()), path=ENGINES_DOC)
     return 0
+
+
+def _phase(row: dict[str, Any], mode: str) -> dict[str, Any]:
+    return dict(row["summary"]["phases"].get(mode) or {})
+
+
+def ms(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.0f} ms"
+
+
+def headline(args: argparse.Namespace, rows: dict[str, dict[str, Any]], cal: str) -> str:
+    """The few figures docs/engines.md (and the README) quote."""
+    b, n = rows["before"], rows["now"]
+    s = _phase(n, "stream")
+    return "\n".join([
+        f"Written by `make bench` (`python -m bench model`); {cal}.",
+        "",
+        f"- single-stream decode: **{n['single_tps']:,.0f} tokens/s** "
+        f"({n['single_tps'] / b['single_tps']:.1f}× the engine before, same run);",
+        f"- {args.users} concurrent streams: **{n['agg_tps']:,.0f} tokens/s** aggregate "
+        f"({n['agg_tps'] / b['agg_tps']:.1f}×);",
+        f"- `make loadtest` defaults (mix, 20 users / 3 s): "
+        f"{s.get('slo_met_rate', 0.0):.0%} of streamed requests met the default SLOs, "
+        f"stream TTFT p50 {ms(s.get('ttft_ms', {}).get('p50'))}.",
+    ])  # fmt: skip
 
 
 def render(
     args: argparse.Namespace,
-    raw_tps: float,
-    described: str,
-    rows: dict[str, dict[str, object]],
+    rows: dict[str, dict[str, Any]],
     steps: dict[int, float],
+    cal: str,
     load_before: float,
     took: float,
 ) -> str:
     """The BENCHMARKS.md section."""
-    c, n, nt = rows["continuous"], rows["none"], rows["none-torch"]
+    b, n = rows["before"], rows["now"]
     u = args.users
-
-    def f(row: dict[str, object], key: str) -> float:
-        return float(row[key])  # type: ignore[arg-type]
-
-    def lst(row: dict[str, object], key: str) -> list[float]:
-        return list(row[key])  # type: ignore[call-overload]
-
-    ratio_single = f(c, "single_tps") / raw_tps
-    ratio_agg = f(c, "agg_tps") / f(n, "agg_tps")
-    ratio_agg_torch = f(c, "agg_tps") / f(nt, "agg_tps")
-    ttft_ratio = pct(lst(c, "ttft"), 95) / f(c, "single_ttft")
+    r1, ru = n["single_tps"] / b["single_tps"], n["agg_tps"] / b["agg_tps"]
 
     def goal(ok: bool) -> str:
         return "met" if ok else "**not met**"
@@ -264,72 +336,64 @@ def render(
     lines = [
         f"`python -m bench model` — {machine()}; {load_note(load_before)}; {took:.0f} s.",
         "",
-        f"Model: {described}.",
+        f"{cal} (measured before the bench started).",
         "",
-        f"**1. Single stream** ({args.single_tokens} tokens, greedy, best of 5 — the least "
-        "disturbed run of each path on a shared machine):",
+        f"**before** = the tree at `{args.baseline}` (6 × 384 embedded model, 10 M parameters, "
+        "`DynamicCache` padded batch); **now** = this checkout (2 × 256, 2 M parameters, "
+        "slot KV cache, fused sampling). Both `--batching continuous`, up together in this run; "
+        f"single-stream and concurrent figures interleaved (before, now, …), best of "
+        f"{args.repeats} rounds, measured through the SSE stream; the default workload ran on "
+        "one, then the other.",
         "",
-        "| path | decode tokens/s |",
-        "|---|---|",
-        f"| raw `model.generate` (in-process, no streamer) | {raw_tps:.0f} |",
-        f"| SSE through the server, `--batching continuous` | {f(c, 'single_tps'):.0f} |",
-        f"| SSE through the server, `--batching none` | {f(n, 'single_tps'):.0f} |",
-        f"| SSE, `--batching none`, torch's default threads | {f(nt, 'single_tps'):.0f} |",
-        "",
-        f"Server/raw (continuous): **{ratio_single:.2f}** "
-        f"(goal ≥ 0.9: {goal(ratio_single >= 0.9)}).",
-        "",
-        f"**2. {u} concurrent users, no think time** ({args.per_user} streamed requests each, "
-        f"max_tokens drawn from {args.tokens // 2}–{3 * args.tokens // 2} (mean {args.tokens}), "
-        f"`ignore_eos`; users start over {args.spawn_s:g} s as with locust's spawn rate):",
-        "",
-        "| engine | aggregate output tokens/s | TTFT p50 | TTFT p95 | single-user TTFT |",
-        "|---|---|---|---|---|",
-    ]
-    threads = os.cpu_count() or 1
-    for name, row in (
-        ("none (thread per request)", n),
-        (f"none, torch's default {threads} threads per generate thread (the seeds' setup)", nt),
-        ("continuous", c),
-    ):
-        t = lst(row, "ttft")
-        lines.append(
-            f"| {name} | {f(row, 'agg_tps'):.0f} | {ms(pct(t, 50))} | {ms(pct(t, 95))} "
-            f"| {ms(f(row, 'single_ttft'))} |"
-        )
-    b = lst(c, "burst_ttft")
-    lines.append(
-        f"| continuous, lock-step burst (all {u} at once, {args.tokens} tokens each, 2 rounds) "
-        f"| {f(c, 'burst_tps'):.0f} | {ms(pct(b, 50))} | {ms(pct(b, 95))} | — |"
-    )
-    lines += [
-        "",
-        f"Continuous / none aggregate: **{ratio_agg:.1f}×** (goal ≥ 8×: {goal(ratio_agg >= 8)}; "
-        f"**{ratio_agg_torch:.1f}×** against the seeds' thread setup); "
-        f"continuous TTFT p95 at {u} users / its single-user TTFT: **{ttft_ratio:.1f}×** "
-        f"(goal ≤ 3×: {goal(ttft_ratio <= 3)}).",
-        "",
-        f"Ceiling on this machine: one decode step costs {steps[1] * 1000:.1f} ms for 1 row "
-        f"and {steps[u] * 1000:.1f} ms for {u} rows (best of 3, one thread), so batching can raise "
-        f"throughput at most {u * steps[1] / steps[u]:.1f}× over one stream at a time — "
-        "and the `none` engine's threads also run on the second core while the "
-        "continuous engine's one decode thread shares its core with the event loop. "
-        "The 8× goal assumes a device where a batch costs about what one row costs "
-        "(a GPU: `make bench-gpu`).",
-        "",
-        f"A lock-step burst makes every request wait for all {u} prompts' prefill (compute-bound "
-        "on a CPU: about one single-user prefill per prompt), so its TTFT p95 is far above the "
-        "spread-out load's; on a GPU prefill is cheap and the two converge (see `bench-gpu`).",
-        "",
-        f"**3. Sync vs stream TTFT** (continuous engine, 2 requests per user, {args.tokens} "
-        "tokens; sync TTFT = the whole response, the user sees nothing before):",
-        "",
-        "| users | sync TTFT p50 | stream TTFT p50 | sync/stream |",
+        "| | single-stream decode tokens/s (greedy, "
+        f"{args.single_tokens} tokens, best of {args.repeats}) "
+        f"| {u} concurrent streams, aggregate tokens/s ({args.tokens} tokens each) "
+        f"| TTFT p50 / p95 at {u} |",
         "|---|---|---|---|",
     ]
-    for k in (1, u):
-        s50, t50 = pct(lst(c, f"sync{k}"), 50), pct(lst(c, f"stream{k}"), 50)
-        lines.append(f"| {k} | {ms(s50)} | {ms(t50)} | {s50 / t50:.1f}× |")
+    for name, row in (("before", b), ("now", n)):
+        t = row["agg_ttft"]
+        lines.append(
+            f"| {name} | {row['single_tps']:,.0f} | {row['agg_tps']:,.0f} "
+            f"| {ms(pct(t, 50) * 1000)} / {ms(pct(t, 95) * 1000)} |"
+        )
+    lines += [
+        "",
+        f"Now / before: single stream **{r1:.1f}×** (goal ≥ 4×: {goal(r1 >= 4)}), "
+        f"{u} streams **{ru:.1f}×** (goal ≥ 4×: {goal(ru >= 4)}).",
+        "",
+        f"**The default workload** (`make loadtest`'s defaults: {' '.join(DEFAULT_LOAD)}, "
+        f"{args.duration} per phase after a {args.warmup} warm-up; default SLOs "
+        f"`{n['summary'].get('slo') or 'ttft=600ms,tpot=50ms,e2e=5s'}`):",
+        "",
+        "| | phase | requests | SLO met | TTFT p50 / p95 | TPOT p50 | E2E p50 / p95 "
+        "| output tokens/s | server CPU (cores) | engine busy |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in (("before", b), ("now", n)):
+        for mode in ("sync", "stream"):
+            p = _phase(row, mode)
+            if not p:
+                continue
+            busy = "–" if row["busy"] is None else f"{row['busy']:.0%}"
+            ttft, e2e = p.get("ttft_ms", {}), p.get("e2e_ms", {})
+            tpot = p.get("tpot_ms", {}).get("p50") if mode == "stream" else None
+            lines.append(
+                f"| {name} | {mode} | {p.get('count', 0)} | {p.get('slo_met_rate', 0.0):.0%} "
+                f"| {ms(ttft.get('p50'))} / {ms(ttft.get('p95'))} | {ms(tpot)} "
+                f"| {ms(e2e.get('p50'))} / {ms(e2e.get('p95'))} "
+                f"| {p.get('output_tokens_per_s', 0.0):,.0f} | {row['cores']:.2f} | {busy} |"
+            )
+    lines += [
+        "",
+        "Server CPU is the server process's CPU seconds per wall second over the whole "
+        "workload (both phases and the warm-up); engine busy is the mean of "
+        "`llmserve_engine_busy_ratio` sampled every second (the engine before had none).",
+        "",
+        f"One decode step now costs {steps[1] * 1000:.2f} ms for 1 row and "
+        f"{steps[u] * 1000:.2f} ms for {u} rows (best of 3, in-process, one thread): the "
+        f"batch of {u} costs {steps[u] / steps[1]:.1f}× one row.",
+    ]
     return "\n".join(lines)
 
 
