@@ -91,6 +91,10 @@ def test_workers_lose_nothing(start_server_proc, tmp_path: Path) -> None:
     assert server_requests(run_server := server.url) == len(records), run_server
     assert {r["worker"] for r in records} == {"worker-0", "worker-1"}
     assert sorted({r["user_id"] for r in records}) == list(range(8))
+    # harness health per process, sampled without the exporter: each worker and the master
+    procs = run.run_json["phases"][0]["health"]["processes"]
+    assert set(procs) == {"master", "worker-0", "worker-1"}
+    assert all(p["samples"] >= 2 and p["cpu_max"] >= 0 for p in procs.values()), procs
 
 
 def test_open_loop_records_schedule_delay(start_server_proc, tmp_path: Path) -> None:
