@@ -129,6 +129,8 @@ def parse_sse(event: str | None, data: str, content_of: Any) -> EventInfo:
     err = obj.get("error")
     if err:
         return EventInfo(error=error_text(err))
+    if obj.get("object") == "error":  # an unwrapped error object (older vLLM)
+        return EventInfo(error=error_text(obj))
     choices = obj.get("choices")
     content, reasoning, finish = "", False, None
     if choices:
@@ -145,6 +147,8 @@ def parse_json_body(body: bytes, content_of: Any) -> EventInfo:
     obj = decode(body)
     if "error" in obj and obj["error"]:
         return EventInfo(error=error_text(obj["error"]), done=True)
+    if obj.get("object") == "error":  # an unwrapped error object (older vLLM)
+        return EventInfo(error=error_text(obj), done=True)
     if "detail" in obj and "choices" not in obj:  # FastAPI-style error body
         return EventInfo(error=error_text(obj["detail"]), done=True)
     choices = obj.get("choices")

@@ -380,3 +380,10 @@ def test_record_survives_the_jsonl_round_trip():
     chunks = [*tokens("春", "天"), (usage(2, x_llmload={"ttft_s": 0.1}), 0.3), (DONE, 0.31)]
     r = run_stream(chunks, 0.31)
     assert RequestRecord.from_json(r.to_json()) == r
+
+
+def test_an_unwrapped_error_object_mid_stream_is_protocol():
+    """Older vLLM streams ``{"object": "error", "message": ...}`` without an ``error`` key."""
+    err = ev({"object": "error", "message": "engine died", "type": "InternalServerError"})
+    r = run_stream([*tokens("a"), (err, 0.3), (DONE, 0.31)], 0.31)
+    assert r.status == "protocol" and "engine died" in (r.error or "")
