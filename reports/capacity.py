@@ -241,14 +241,18 @@ def judge(
     verdict = "pass" if verdicts == {"pass"} else "fail" if "fail" in verdicts else "uncertain"
     ratios = [c["ratio"] for c in crit if c["ratio"] is not None]
     errors = n - len(ok)
+    # throughput: what completed while the step ran (open loop: not the drain after it, so
+    # an overloaded target shows what it served, not what was offered)
+    t0 = min((r.started_at for r in records), default=0.0)
+    done = [r for r in ok if r.e2e_s is not None and r.started_at + r.e2e_s <= t0 + dur]
     point: dict[str, Any] = {
         "requests": n,
         "ok": len(ok),
         "error_rate": errors / n if n else 0.0,
         "duration_s": duration_s,
         "sent_per_s": n / dur,
-        "throughput_per_s": len(ok) / dur,
-        "output_tokens_per_s": sum(r.output_tokens or 0 for r in ok) / dur,
+        "throughput_per_s": len(done) / dur,
+        "output_tokens_per_s": sum(r.output_tokens or 0 for r in done) / dur,
         "ttft_ms": _pcts([v for r in ok if (v := _value_ms(r, "ttft", open_loop)) is not None]),
         "tpot_ms": _pcts([r.tpot_s * 1000 for r in ok if r.tpot_s is not None]),
         "e2e_ms": _pcts([v for r in ok if (v := _value_ms(r, "e2e", open_loop)) is not None]),

@@ -32,16 +32,35 @@ def _pair(d: dict[str, Any]) -> str:
     return f"{fmt_ms(d.get('p50'))} / {fmt_ms(d.get('p95'))}"
 
 
-def _marks(cap: dict[str, Any], load: float) -> list[str]:
+def _marks(cap: dict[str, Any], p: dict[str, Any]) -> list[str]:
     ans = cap.get("answer") or {}
+    load, verdict = p["load"], p.get("search_verdict") or p["verdict"]
     out = []
-    if load == ans.get("lo"):
+    if load == ans.get("lo") and verdict == "pass":
         out.append("sustained (capacity)")
-    if load == ans.get("hi"):
+    if load == ans.get("hi") and verdict == "fail":
         out.append("first not sustained")
-    if load == cap.get("knee"):
+    if load == cap.get("knee") and verdict != "unreliable":
         out.append("knee")
     return out
+
+
+def _starved_note(p: dict[str, Any]) -> str:
+    verdict = p.get("search_verdict") or p["verdict"]
+    if verdict == "unreliable":
+        return "load generator starved: this failure is not evidence about the server"
+    if verdict == "pass":
+        return "load generator starved (a pass still counts: it only adds delay)"
+    return "load generator starved, but the failure exceeds its worst lag"
+
+
+def curve_points(cap: dict[str, Any]) -> list[dict[str, Any]]:
+    """One point per load for the charts: the last step there that is evidence."""
+    by_load: dict[float, dict[str, Any]] = {}
+    for p in cap["curve"]:
+        if (p.get("search_verdict") or p["verdict"]) != "unreliable":
+            by_load[p["load"]] = p
+    return [by_load[x] for x in sorted(by_load)]
 
 
 def rows(cap: dict[str, Any]) -> list[list[str]]:
@@ -49,11 +68,11 @@ def rows(cap: dict[str, Any]) -> list[list[str]]:
     out = []
     unit = cap.get("unit") or ""
     for p in sorted(cap["curve"], key=lambda p: (p["load"], p.get("phase") or "")):
-        notes = _marks(cap, p["load"]) + list(p.get("saturated") or [])
+        notes = _marks(cap, p) + list(p.get("saturated") or [])
         if p.get("plateau"):
             notes.append(p["plateau"])
         if p.get("starved"):
-            notes.append("load generator starved: not evidence about the server")
+            notes.append(_starved_note(p))
         verdict = p.get("search_verdict") or p["verdict"]
         if p["verdict"] == "uncertain":
             verdict += " (uncertain)"
@@ -118,7 +137,7 @@ def _vline(x: float, y_max: float, name: str, color: str) -> Series:
 
 def charts(cap: dict[str, Any]) -> list[Axes]:
     """Latency against load and throughput/errors against load, capacity and knee marked."""
-    pts = sorted(cap["curve"], key=lambda p: p["load"])
+    pts = curve_points(cap)
     unit = cap.get("unit") or "load"
 
     def line(name: str, get: Any) -> Series:
@@ -154,7 +173,8 @@ def charts(cap: dict[str, Any]) -> list[Axes]:
             "ms",
             "chart-capacity-latency",
             lat + marks,
-            note=f"Dashed: the capacity ({cap['text']}) and the knee of the SLO ratio curve.",
+            note="Dashed: the capacity estimate and the knee (where the SLO ratio curve bends "
+            "most). Steps in which a starved load generator failed are left out.",
         ),
         Axes(
             "Throughput and errors against load",
@@ -177,8 +197,8 @@ def capacity_html(summary: dict[str, Any]) -> str:
     )
     figs = "".join(render(ax) for ax in charts(cap))
     return (
-        f'<h2 id="capacity">Capacity</h2><div class="card wide"><b>{escape(cap["text"])}</b>'
-        f"<span>{escape(_how(cap))}</span></div>"
+        f'<h2 id="capacity">Capacity</h2><p style="font-size:17px"><b>{escape(cap["text"])}</b>'
+        f'</p><p class="note">{escape(_how(cap))}</p>'
         f'<div class="grid2">{figs}</div>'
         f'<div id="capacity-table"><table><tr>{head}</tr>{body}</table></div>'
     )
