@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadtests.adapters.base import Prompt
@@ -37,6 +37,7 @@ PER_MESSAGE_TOKENS = 8
 PER_REQUEST_TOKENS = 24
 #: a prompt that would leave fewer output tokens than this (or its max_tokens) is skipped
 MIN_OUTPUT_TOKENS = 16
+CACHE_MAX = 4096
 
 
 def estimate_tokens(text: str) -> int:
@@ -67,6 +68,8 @@ class ContextFit:
     checked: int = 0
     trimmed: int = 0
     skipped: int = 0
+    #: tokens per message text: prompts repeat, and a tokenizer costs ~1 ms per long prompt
+    _counts: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def method(self) -> str:
@@ -75,8 +78,15 @@ class ContextFit:
     def prompt_tokens(self, prompt: Prompt) -> int:
         """Prompt tokens as the server will see them (upper bound when estimated)."""
         texts = _texts(prompt)
-        counter = self.count or estimate_tokens
-        return sum(counter(t) for t in texts) + PER_MESSAGE_TOKENS * len(texts) + PER_REQUEST_TOKENS
+        return sum(map(self._tokens, texts)) + PER_MESSAGE_TOKENS * len(texts) + PER_REQUEST_TOKENS
+
+    def _tokens(self, text: str) -> int:
+        n = self._counts.get(text)
+        if n is None:
+            if len(self._counts) >= CACHE_MAX:
+                self._counts.clear()
+            n = self._counts[text] = (self.count or estimate_tokens)(text)
+        return n
 
     def fit(self, prompt: Prompt) -> Prompt | None:
         """``prompt`` as it can be sent (``max_tokens`` trimmed), or None to skip it."""
