@@ -241,10 +241,13 @@ def judge(
     verdict = "pass" if verdicts == {"pass"} else "fail" if "fail" in verdicts else "uncertain"
     ratios = [c["ratio"] for c in crit if c["ratio"] is not None]
     errors = n - len(ok)
-    # throughput: what completed while the step ran (open loop: not the drain after it, so
-    # an overloaded target shows what it served, not what was offered)
+    # throughput: open loop, what completed while the step's schedule ran (not the drain
+    # after it, so an overloaded target shows what it served, not what was offered);
+    # closed loop, the step lasts until its last request ends
     t0 = min((r.started_at for r in records), default=0.0)
-    done = [r for r in ok if r.e2e_s is not None and r.started_at + r.e2e_s <= t0 + dur]
+    done = ok
+    if open_loop:
+        done = [r for r in ok if r.e2e_s is not None and r.started_at + r.e2e_s <= t0 + dur]
     point: dict[str, Any] = {
         "requests": n,
         "ok": len(ok),
