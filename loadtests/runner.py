@@ -225,7 +225,9 @@ def run(
             sampler.stop()
         if phases is not None:
             writer.update(**phases.info())
-        if ctx.fit is not None:
+        if ctx.fit is not None and distributed:  # the users, and so the counts, are on workers
+            writer.update(context_fit={"context_limit": ctx.fit.limit, "counted": "on workers"})
+        elif ctx.fit is not None:
             writer.update(context_fit=ctx.fit.describe())
             if line := ctx.fit.summary_line():
                 print(f"note: {line}", file=sys.stderr, flush=True)
