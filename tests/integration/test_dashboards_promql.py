@@ -15,6 +15,7 @@ series API.  GPU and vLLM panels have no data here and are allow-listed below.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -33,6 +34,7 @@ import pytest
 from dashboards import llm_load, validate
 from target_server.serving import ThreadedServer, start_server_thread
 from tests.fixtures.grafana import STANDIN_TOKEN, GrafanaStandIn
+from tests.fixtures.loadtests import harness_slack
 from tests.fixtures.prometheus import Prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +62,7 @@ class ScrapedRun:
     start: float
     end: float
     stdout: str
+    run_dir: Path
 
 
 def _free_port() -> int:
@@ -96,7 +99,7 @@ def scraped_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScrapedRun
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         end = time.time()
-        yield ScrapedRun(prom, server, grafana, start, end, done.stdout + done.stderr)
+        yield ScrapedRun(prom, server, grafana, start, end, done.stdout + done.stderr, tmp / "run")
     finally:
         prom.stop()
         server.stop()
@@ -163,8 +166,10 @@ def test_key_panels_show_the_run(scraped_run: ScrapedRun) -> None:
         _concrete(exprs[("Client - server TTFT (streaming)", "A")]), run.start, at, step=1.0
     )
     finite = [v for v in _values(gap) if math.isfinite(v)]
-    # client TTFT contains the server's; on loopback the rest is a few milliseconds
-    assert finite and 0 < statistics.median(finite) < 0.05, finite
+    # client TTFT contains the server's; on loopback the rest is a few milliseconds, plus the
+    # load generator's own delay on a busy machine (its worst loop lag, from run.json)
+    info = json.loads((run.run_dir / "run.json").read_text())
+    assert finite and 0 < statistics.median(finite) < 0.05 + harness_slack(info, "stream"), finite
 
 
 def test_template_variables_find_values(scraped_run: ScrapedRun) -> None:
