@@ -30,7 +30,7 @@ from loadtests import cli as loadtests_cli
 from loadtests import runner
 from loadtests.durations import parse_duration, parse_fraction
 from loadtests.healthlog import HealthLog
-from loadtests.plan import RunOptions
+from loadtests.plan import OutputOptions, RunOptions
 from loadtests.record import RequestRecord
 from loadtests.search import (
     FAIL,
@@ -58,6 +58,8 @@ from reports.capacity import (
 DEFAULT_SLO = "ttft_p95=600ms"
 #: open loop: concurrency cap; reaching it (the schedule slips) is a sign of saturation
 OPEN_LOOP_CAP = 64
+#: closed loop: a step has at least this many requests per user
+CLOSED_LOOP_WAVES = 4
 #: flags of ``llmload run`` that a search sets itself
 NOT_HERE = ("--duration", "--num-prompts", "--shape", "--modes", "--pacing", "--rate", "--users")
 
@@ -96,6 +98,12 @@ class CapacityOptions:
             return self.step_requests
         q = max(c.quantile for c in self.criteria)
         return 2 * samples_needed(q, self.confidence)
+
+    def requests_at(self, load: float) -> int:
+        """Requests in a step at ``load``; closed loop at least ``CLOSED_LOOP_WAVES`` per user,
+        so the synchronised first wave and the draining last one are a small part of it."""
+        n = self.requests_per_step()
+        return n if self.open_loop else max(n, CLOSED_LOOP_WAVES * int(load))
 
 
 class CapacitySearch(NullSink):
@@ -146,7 +154,7 @@ class CapacitySearch(NullSink):
     def phase(self, index: int, load: float) -> Phase:
         """The phase of step ``index`` at ``load``."""
         c = self.copts
-        n = c.requests_per_step()
+        n = c.requests_at(load)
         mode: Any = c.mode
         if c.open_loop:
             duration = min(c.max_step_s, max(c.min_step_s, n / load))
@@ -158,7 +166,7 @@ class CapacitySearch(NullSink):
     def cost_s(self, load: float) -> float:
         """How long a step at ``load`` should take (closed loop: from the measured throughput)."""
         c = self.copts
-        n = c.requests_per_step()
+        n = c.requests_at(load)
         if c.open_loop:
             return min(c.max_step_s, max(c.min_step_s, n / load))
         per_user = [
@@ -422,7 +430,7 @@ def search(
     """Run the search against ``opts.target``; the exit code of the run."""
     plan = CapacitySearch(copts, opts)
 
-    def sinks(o: RunOptions, info: dict[str, Any]) -> list[RecordSink]:
+    def sinks(o: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
         return [*wiring.sinks(o, info), plan]
 
     return runner.run(
