@@ -2,7 +2,9 @@
 
 A ``RecordSink`` that keeps per-phase counts and latencies.  ``line()`` is the
 one-line view the runner prints every ``--status-interval`` seconds: phase,
-elapsed/remaining, users, requests, errors, in flight, TTFT p50/p95 so far.
+elapsed/remaining, users, requests, errors, in flight, TTFT p50/p95 so far,
+and the load generator's own CPU and loop lag (its busiest process, marked
+``saturated`` above the line of ``loadtests.healthlog``).
 On a terminal it rewrites itself in place; otherwise it prints a line every
 ``log_every`` seconds so CI logs stay short.
 """
@@ -15,9 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from loadtests.healthlog import NOT_LOAD, saturated
 from loadtests.percentile import percentile_of
 from loadtests.record import RequestRecord
-from loadtests.sinks import NullSink
+from loadtests.sinks import HarnessHealth, NullSink
 
 
 class Reservoir(list[float]):
@@ -92,6 +95,7 @@ class StatusLine(NullSink):
         self.recorded = 0
         self._last_print = 0.0
         self._width = 0
+        self.health: dict[str, HarnessHealth] = {}  # latest snapshot per process
 
     @property
     def current(self) -> PhaseStats | None:
@@ -114,6 +118,19 @@ class StatusLine(NullSink):
     def on_users(self, n: int) -> None:
         self.users = n
 
+    def on_health(self, source: str, snapshot: HarnessHealth) -> None:
+        if source not in NOT_LOAD:
+            self.health[source] = snapshot
+
+    def _client(self) -> str:
+        """`` | client CPU 45% lag 3 ms`` for the busiest load process ('' before any sample)."""
+        if not self.health:
+            return ""
+        cpu = max(h.cpu_percent for h in self.health.values())
+        lag = max(h.loop_lag_s for h in self.health.values())
+        hot = any(saturated(h) for h in self.health.values())
+        return f" | client CPU {cpu:.0f}% lag {lag * 1000:.0f} ms" + (" saturated" if hot else "")
+
     def line(self, now: float | None = None) -> str:
         """The one-line status of the current phase."""
         phase = self.current
@@ -135,7 +152,7 @@ class StatusLine(NullSink):
             f" | schedule delay p95 {_ms(percentile_of(phase.delays, 95))} ms"
             if phase.delays
             else ""
-        )
+        ) + self._client()
 
     def tick(self, force: bool = False) -> None:
         """Print the status line (in place on a terminal, throttled otherwise)."""

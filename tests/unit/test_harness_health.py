@@ -170,3 +170,18 @@ def test_every_report_shows_trust_and_harness(run_factory: Callable[..., Path]) 
     assert term.splitlines()[1].startswith("trust: ") and "harness health" in term
     on_disk = json.loads((run / "summary.json").read_text())
     assert on_disk["trust"]["level"] in (GREEN, AMBER, RED)
+
+
+def test_the_live_status_line_shows_the_busiest_client_process() -> None:
+    import io
+
+    from loadtests.status import StatusLine
+
+    status = StatusLine(io.StringIO())
+    status.begin("stream", "stream", 10.0)
+    assert "client CPU" not in status.line()  # nothing sampled yet
+    status.on_health("worker-0", QUIET)
+    assert status.line().endswith("| client CPU 30% lag 2 ms")
+    status.on_health("master", HOT)  # forwards only: not the client's health
+    status.on_health("worker-1", BUSY)
+    assert status.line().endswith("| client CPU 55% lag 60 ms saturated")
