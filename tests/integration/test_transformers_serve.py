@@ -101,7 +101,7 @@ def test_a_run_in_both_modes_is_all_ok_and_names_the_missing_done(
     url, model = tserve
     summary = loadtest(
         tmp_path / "run", "--target", url, "--model", model, "--modes", "sync,stream",
-        "--users", "2", "--pacing", "0s", "--duration", "3s", "--max-tokens", str(MAX_TOKENS),
+        "--users", "2", "--pacing", "0s", "--duration", "2s", "--max-tokens", str(MAX_TOKENS),
         "--scenario", "short_qa", "--seed", "1", timeout=180.0,
     )  # fmt: skip
     phases = summary["phases"]
