@@ -113,6 +113,13 @@ def _extras(summary: dict[str, Any]) -> list[str]:
     if inp.get("run_json") != "ok":
         quality.append("- run.json: missing or unreadable (phase times taken from the records)")
     quality += [f"- {line}" for line in harness_lines(summary)]
+    fit = (summary.get("run") or {}).get("context_fit") or {}
+    if fit.get("skipped") or fit.get("trimmed"):
+        quality.append(
+            f"- target context length {fit['context_limit']} tokens: {fit['skipped']} of "
+            f"{fit['checked']} prompts skipped (no room for an answer), {fit['trimmed']} sent "
+            f"with max_tokens trimmed to fit (prompt tokens by {fit['prompt_tokens']})"
+        )
     for name, g in summary["phases"].items():
         if "token_count_mismatch" in g:
             m = g["token_count_mismatch"]

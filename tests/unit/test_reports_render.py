@@ -123,3 +123,17 @@ def test_log_ticks() -> None:
     assert log_ticks(1, 1000) == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
     assert log_ticks(0.5, 3) == [0.5, 1, 2, 5]
     assert log_ticks(12, 12) == [10, 20]  # never a single tick
+
+
+def test_data_quality_says_once_what_the_context_limit_cost(tmp_path: Path) -> None:
+    from reports.markdown import render_markdown
+
+    fit = {"context_limit": 2048, "prompt_tokens": "estimate", "checked": 140, "trimmed": 3,
+           "skipped": 20}  # fmt: skip
+    recs = make_records("stream", "stream", 6, t_start=1_700_000_000.0)
+    path = write_run(tmp_path / "run", recs, meta={"context_fit": fit})
+    md = render_markdown(build_summary(load_run(path)))
+    assert md.count("target context length 2048 tokens: 20 of 140 prompts skipped") == 1
+    quiet = write_run(tmp_path / "quiet", recs, meta={"context_fit": {**fit, "trimmed": 0,
+                                                                       "skipped": 0}})  # fmt: skip
+    assert "context length" not in render_markdown(build_summary(load_run(quiet)))
