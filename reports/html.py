@@ -43,7 +43,8 @@ svg{width:100%;height:auto;font-size:11px}svg text{fill:#444}
 pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}
 details{margin:4px 0}summary{cursor:pointer;font-weight:600}
 .trust{border:2px solid #bbb;border-radius:6px;padding:8px 12px;margin:12px 0}
-.trust h2{border:0;margin:0 0 6px;font-size:16px}.trust table{margin:0}.trust td:first-child{white-space:nowrap}
+.trust h2{border:0;margin:0 0 6px;font-size:16px}.trust table{margin:0}
+.trust td:first-child{white-space:nowrap}
 .trust.green{border-color:#2ca02c}.trust.amber{border-color:#ff7f0e}.trust.red{border-color:#d62728}
 .lv{font-weight:600;white-space:nowrap}.lv.green{color:#2ca02c}.lv.amber{color:#e07000}
 .lv.red{color:#d62728}.lv.na{color:#999}
