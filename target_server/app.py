@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 
 from target_server.engine import Engine, EngineInputError, GenerationRequest, PreparedRequest
 from target_server.errors import ApiError
-from target_server.generation import DropInjectedDisconnectLogs, GenerationCall
+from target_server.generation import RAW_SEND, DropInjectedDisconnectLogs, GenerationCall
 from target_server.schemas import CHAT, COMPLETIONS, decode_json, parse_request, validation_error
 from target_server.settings import MAX_BODY_BYTES, Settings
 from target_server.state import RequestContext, ServerState
@@ -121,6 +121,15 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
     return GenerationCall(state, ctx, parsed, prepared)
 
 
+class _ServerApp(FastAPI):
+    """FastAPI that leaves the server's own ``send`` in the scope for streamed bodies."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
+
+
 def build_app(engine: Engine, settings: Settings) -> FastAPI:
     """The server app around a (not yet started) engine; the lifespan starts it."""
     state = ServerState(engine, settings)
@@ -146,7 +155,7 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
             await asyncio.gather(app.state.engine_task, return_exceptions=True)
             await engine.stop()
 
-    app = FastAPI(
+    app = _ServerApp(
         title="llmload target server",
         lifespan=lifespan,
         docs_url=None,

@@ -5,7 +5,9 @@ first token at ``ttft_ms + prefill_ms_per_token * prompt_tokens`` (never
 earlier), then one token every ``itl_ms`` (+ ``itl_growth_ms`` per other
 running request) counted from when the first token really went out (a late
 prefill delays the decode, as in a real server).  From there every token has
-an absolute deadline, so sleeping late once does not delay the rest;
+an absolute deadline, so sleeping late once does not delay the rest (deadlines
+wait on ``target_server.pacer``: one timer per millisecond for all streams, never
+early, so a token is at most ~1 ms late from the grid and the first never early);
 ``jitter_ms`` moves each deadline by a seeded uniform offset in
 ``[-jitter, +jitter]`` around its nominal time (it never accumulates).
 
@@ -17,7 +19,6 @@ draw in ``[max(min_tokens, 1), max_tokens]`` ending with ``finish_reason
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 from collections.abc import AsyncIterator
@@ -31,6 +32,7 @@ from target_server.engine import (
     TokenPiece,
     register,
 )
+from target_server.pacer import Pacer
 
 VOCAB = tuple(
     " " + w
@@ -67,6 +69,7 @@ class SyntheticEngine:
         self._rng = random.Random(settings.seed)
         self._running = 0
         self._ready = False
+        self.pacer = Pacer()  # every stream's token deadlines on one timer per millisecond
 
     @property
     def ready(self) -> bool:
@@ -125,7 +128,7 @@ class SyntheticEngine:
         stop: tuple[str, ...],
         by_length: bool,
     ) -> AsyncIterator[TokenPiece]:
-        s, rng, sleep = self.settings, self._rng, asyncio.sleep
+        s, rng, until = self.settings, self._rng, self.pacer.until
         itl, growth, jitter = s.itl_ms / 1000.0, s.itl_growth_ms / 1000.0, s.jitter_ms / 1000.0
         nominal, prev, tail = first, 0.0, ""
         self._running += 1
@@ -139,13 +142,8 @@ class SyntheticEngine:
                     deadline += s.stall_s
                 deadline = max(deadline, prev)
                 prev = deadline
-                delay = deadline - perf_counter()
-                if delay > 0:
-                    await sleep(delay)
-                    # uvloop's 1 ms timers can fire up to ~0.5 ms early: the first token
-                    # is never early (TTFT >= configured); later ones keep the mean exact
-                    while i == 0 and (delay := deadline - perf_counter()) > 0:
-                        await sleep(delay)
+                if deadline > perf_counter():  # one shared timer per tick; the first never early
+                    await until(deadline, i == 0)
                 if i == 0:  # decode starts when the first token really went out, as after a
                     nominal += max(0.0, perf_counter() - deadline)  # real (late) prefill
                 piece = _PIECES[(offset + i) % len(_PIECES)]
