@@ -26,6 +26,7 @@ import logging  # noqa: E402  (everything below comes after the patch)
 import os  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -38,13 +39,13 @@ from llmload import bundled, speedcheck  # noqa: E402
 from llmload.webui import LiveTab  # noqa: E402
 from loadtests import cli, runner  # noqa: E402
 from loadtests.distributed import worker_main  # noqa: E402
-from loadtests.plan import RunOptions  # noqa: E402
+from loadtests.plan import OutputOptions, RunOptions  # noqa: E402
 from loadtests.sinks import RecordSink  # noqa: E402
 
 log = logging.getLogger("loadtests")
 
 
-def sinks(opts: RunOptions, info: dict[str, Any]) -> list[RecordSink]:
+def sinks(opts: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
     """The exporter (started), Grafana annotation and web UI sinks the options ask for."""
     out: list[RecordSink] = []
     label = str(info.get("label") or "run")
@@ -108,7 +109,7 @@ def loadtest(
         print("error: the bundled server could not start", file=sys.stderr)
         return runner.EXIT_USAGE
     print(f"bundled server: {server.url} (engine {server.engine})", file=sys.stderr, flush=True)
-    opts.target = server.url
+    opts = replace(opts, target=server.url)
     try:
         info = {"engine": server.engine, **_speed_check(opts, server.url)}
         return go(opts, argv, {"bundled_server": info})

@@ -28,7 +28,7 @@ def connect_target(opts: RunOptions) -> Target:
     if not opts.target:
         raise UsageError("--target URL is required (`loadtest` starts the bundled server)")
     try:
-        target = Target.from_options(opts)
+        target = Target.from_options(opts.connection)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
@@ -49,20 +49,21 @@ def build_context(
 ) -> LoadContext:
     """What this process's users need: workload, tokenizer, target, sink."""
     tokenizer = None
+    w = opts.workload
     try:
         workload = load_workload(
-            scenario=opts.scenario,
-            dataset=opts.dataset,
-            max_tokens=opts.max_tokens,
-            seed=opts.seed,
-            turns=opts.turns,
-            tokenizer=opts.tokenizer,
-            input_len=opts.input_len,
-            output_len=opts.output_len,
-            range_ratio=opts.range_ratio,
+            scenario=w.scenario,
+            dataset=w.dataset,
+            max_tokens=w.max_tokens,
+            seed=w.seed,
+            turns=w.turns,
+            tokenizer=w.tokenizer,
+            input_len=w.input_len,
+            output_len=w.output_len,
+            range_ratio=w.range_ratio,
         )
-        if opts.tokenizer:
-            tokenizer = tokencount.load(opts.tokenizer)
+        if w.tokenizer:
+            tokenizer = tokencount.load(w.tokenizer)
         facts = discover(target, opts.protocol, model, opts.api_name)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None

@@ -19,6 +19,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import gevent
@@ -27,7 +28,7 @@ import httpx
 
 from loadtests.adapters.base import HttpCall
 from loadtests.connect import connector
-from loadtests.plan import RunOptions
+from loadtests.plan import ConnectionOptions
 from loadtests.redact import redact_url
 from loadtests.timing import StreamTimer
 
@@ -84,8 +85,8 @@ class Target:
         _redact_httpx_log()
 
     @classmethod
-    def from_options(cls, opts: RunOptions) -> Target:
-        """Build from ``RunOptions`` (reads the API key from its environment variable)."""
+    def from_options(cls, opts: ConnectionOptions) -> Target:
+        """Build from the run's connection options (reads the API key from its variable)."""
         headers = opts.headers_dict()
         env = opts.api_key_env
         if env:
@@ -146,7 +147,11 @@ class Target:
         )
 
     def request(
-        self, client: httpx.Client, call: HttpCall, timeout: httpx.Timeout
+        self,
+        client: httpx.Client,
+        call: HttpCall,
+        timeout: httpx.Timeout,
+        timer: StreamTimer | None = None,
     ) -> httpx.Request:
         """``call`` as the request ``client.build_request`` would make, in a quarter of its time.
 
@@ -154,22 +159,24 @@ class Target:
         client's headers copied, instead of httpx re-parsing and merging both
         per request (~200 µs each on this machine class, in series when many
         users send together).  A client holding cookies (a sticky-session load
-        balancer) takes httpx's own path, which sends them back.
+        balancer) takes httpx's own path, which sends them back.  With a ``timer``, a
+        connection opened for this request tells it its set-up time (httpcore's trace).
         """
+        extensions: dict[str, Any] = {"timeout": timeout.as_dict()}
+        if timer is not None:
+            extensions["trace"] = _connect_tracer(timer)
         if client.cookies:
             return client.build_request(
-                call.method, call.path, json=call.json, headers=call.headers, timeout=timeout
-            )
+                call.method, call.path, json=call.json, headers=call.headers,
+                extensions=extensions,
+            )  # fmt: skip
         url = self._urls.get(call.path)
         if url is None:
             url = self._urls[call.path] = client.build_request("GET", call.path).url
         headers = client.headers.copy()
         if call.headers:
             headers.update(call.headers)
-        return httpx.Request(
-            call.method, url, headers=headers, json=call.json,
-            extensions={"timeout": timeout.as_dict()},
-        )  # fmt: skip
+        return httpx.Request(call.method, url, headers=headers, json=call.json, extensions=extensions)
 
     def probe(self, timeout: float = 5.0) -> httpx.Response:
         """One GET of ``/v1/models``; raises ``TargetUnreachable`` when nothing answers.
@@ -223,7 +230,7 @@ def perform(
                 call = follow_up(first.content)
             except ValueError as exc:
                 return "protocol", f"unreadable first response: {exc}"
-        resp = client.send(target.request(client, call, timeout), stream=True)
+        resp = client.send(target.request(client, call, timeout, timer), stream=True)
         try:
             timer.headers(clock(), resp.status_code)
             if call.stream:
@@ -253,6 +260,20 @@ def perform(
         return "disconnect", _describe(exc)
     finally:
         deadline.close()
+
+
+def _connect_tracer(timer: StreamTimer) -> Callable[[str, dict[str, Any]], None]:
+    """httpcore ``trace`` callback: the time from TCP connect to connected (TLS included)."""
+    started: list[float] = []
+
+    def trace(name: str, info: dict[str, Any]) -> None:
+        if name == "connection.connect_tcp.started":
+            started.append(clock())
+        elif started and name in ("connection.connect_tcp.complete",
+                                  "connection.start_tls.complete"):  # fmt: skip
+            timer.connected(clock() - started[0])
+
+    return trace
 
 
 class _RedactUrls(logging.Filter):

@@ -1,16 +1,35 @@
-"""Run options: defaults, a TOML test plan (``--plan``), command-line overrides, redaction.
+"""Run options: defaults, a TOML test plan (``--plan``), command-line overrides, validation.
 
 Precedence: built-in defaults < plan file < command line.  A plan uses the long
 flag names as keys (``spawn-rate`` or ``spawn_rate``), durations as strings
 (``"3s"``, ``"5m"``) or seconds, lists or comma strings for ``modes``/``header``,
 and an optional ``[shape]`` table (``kind = "steps"``, ``start = 5``, ...).
+
+The shape of the options (read this before adding one):
+
+* ``RunOptions`` is one flat, *frozen* record with a field per flag and plan
+  key (the CLI and TOML map onto it 1:1).  ``validate()`` returns a new,
+  normalised value (durations in seconds, lists split, fractions parsed) and
+  never changes the one it is called on; change a value with
+  ``dataclasses.replace``.
+* Every field belongs to exactly one group (``GROUPS``): ``connection`` (which
+  target and how to talk to it), ``load`` (users, shape, phases), ``workload``
+  (prompts and sampling), ``output`` (run files, report, live sinks) and
+  ``distributed`` (master/worker).  ``opts.connection``, ``opts.load``, ... are
+  frozen views of those fields; a layer that needs one part takes that view
+  (``Target`` takes ``ConnectionOptions``, the workload builder
+  ``WorkloadOptions``, the sinks ``OutputOptions``).
+* Adding an option: a field on ``RunOptions`` (with its default), the same
+  field on its group's dataclass, its name in ``GROUPS``, its flag in
+  ``loadtests/cli.py``, its check in ``validate()``.  ``tests/unit/test_plan.py``
+  fails when a field is in no group or in two.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +41,16 @@ MODES = ("sync", "stream")
 #: the field's names (vLLM ``bench serve``, guidellm) for ours; plan keys and flags alike
 ALIASES = {"request_rate": "rate", "max_concurrency": "users", "goodput": "slo"}
 ARRIVALS = ("poisson", "constant")
+#: fields given as durations (``"3s"``), seconds after ``validate()``
+DURATIONS = (
+    "pacing",
+    "duration",
+    "warmup",
+    "cooldown",
+    "request_timeout",
+    "stall_timeout",
+    "status_interval",
+)
 
 
 def _as_list(value: Any) -> list[str]:
@@ -32,9 +61,118 @@ def _as_list(value: Any) -> list[str]:
     return [str(v) for v in value]
 
 
-@dataclass
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """Which target, and how to talk to it."""
+
+    target: str
+    model: str
+    protocol: str
+    api_name: str | None
+    api_key_env: str | None
+    header: list[str]
+    ca_bundle: str | None
+    insecure: bool
+    request_timeout: float
+    stall_timeout: float
+
+    def headers_dict(self) -> dict[str, str]:
+        """``--header K:V`` values as a dict (values verbatim; never logged)."""
+        out: dict[str, str] = {}
+        for h in self.header:
+            k, _, v = h.partition(":")
+            out[k.strip()] = v.strip()
+        return out
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How many users, how they arrive, which phases, for how long."""
+
+    users: int
+    spawn_rate: float
+    pacing: float
+    duration: float
+    num_prompts: int | None
+    rate: float | None
+    arrival: str
+    shape: str | dict[str, Any] | None
+    modes: list[str]
+    warmup: float
+    cooldown: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """What each request asks for."""
+
+    scenario: str
+    dataset: str | None
+    input_len: int | None
+    output_len: int | None
+    range_ratio: float
+    max_tokens: int | None
+    turns: int
+    seed: int
+    temperature: float | None
+    ignore_eos: bool
+    tokenizer: str | None
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where the run goes: files, report, live exporter, Grafana, web UI, status line."""
+
+    out: str | None
+    label: str
+    metrics_port: int | None
+    metrics_host: str
+    pushgateway: str | None
+    grafana_url: str | None
+    web: bool
+    web_host: str
+    web_port: int
+    report: bool
+    slo: str | None
+    max_error_rate: float | None
+    status_interval: float
+
+
+@dataclass(frozen=True)
+class DistributedOptions:
+    """Master/worker mode."""
+
+    workers: int
+    master: bool
+    worker: bool
+    master_host: str
+    master_port: int
+    expect_workers: int
+
+
+#: group name -> its dataclass; every RunOptions field is in exactly one (``seed`` is in
+#: load and workload: it fixes both the arrivals and the prompts)
+GROUPS: dict[str, type] = {
+    "connection": ConnectionOptions,
+    "load": LoadOptions,
+    "workload": WorkloadOptions,
+    "output": OutputOptions,
+    "distributed": DistributedOptions,
+}
+
+
+def _part(opts: RunOptions, group: type) -> Any:
+    return group(**{f.name: getattr(opts, f.name) for f in fields(group)})
+
+
+@dataclass(frozen=True)
 class RunOptions:
-    """Everything a run needs; ``config()`` is what ``run.json`` records."""
+    """Everything a run needs (frozen; ``validate()`` returns the normalised value).
+
+    ``config()`` is what ``run.json`` records; ``connection``, ``load``,
+    ``workload``, ``output`` and ``distributed`` are the parts each layer takes.
+    """
 
     target: str = ""
     model: str = ""
@@ -91,10 +229,48 @@ class RunOptions:
     max_error_rate: float | None = None
     status_interval: float = 1.0
 
+    @property
+    def connection(self) -> ConnectionOptions:
+        """Which target and how to talk to it (``loadtests.http.Target``)."""
+        return _part(self, ConnectionOptions)
+
+    @property
+    def load(self) -> LoadOptions:
+        """Users, arrivals, phases (``loadtests.session``, ``loadtests.shapes``)."""
+        return _part(self, LoadOptions)
+
+    @property
+    def workload(self) -> WorkloadOptions:
+        """Prompts and sampling (``loadtests.scenarios``, the adapters)."""
+        return _part(self, WorkloadOptions)
+
+    @property
+    def output(self) -> OutputOptions:
+        """Run files, report, live sinks (``llmload.run``)."""
+        return _part(self, OutputOptions)
+
+    @property
+    def distributed(self) -> DistributedOptions:
+        """Master/worker mode (``loadtests.distributed``)."""
+        return _part(self, DistributedOptions)
+
     def validate(self) -> RunOptions:
-        """Normalise and check; raises ``ValueError`` with a one-line message."""
-        self.modes = _as_list(self.modes)
-        self.header = _as_list(self.header) if isinstance(self.header, str) else list(self.header)
+        """The normalised value, checked; raises ``ValueError`` with a one-line message."""
+        header = _as_list(self.header) if isinstance(self.header, str) else list(self.header)
+        changes: dict[str, Any] = {"modes": _as_list(self.modes), "header": header}
+        for name in DURATIONS:
+            changes[name] = parse_duration(getattr(self, name))
+        if self.max_error_rate is not None:
+            try:
+                changes["max_error_rate"] = parse_fraction(self.max_error_rate)
+            except ValueError as exc:
+                raise ValueError(f"--max-error-rate: {exc}") from None
+        norm = replace(self, **changes)
+        norm._check()
+        norm._validate_workload()
+        return norm
+
+    def _check(self) -> None:
         bad = [m for m in self.modes if m not in MODES]
         if bad or not self.modes:
             raise ValueError(
@@ -102,16 +278,6 @@ class RunOptions:
             )
         if self.arrival not in ARRIVALS:
             raise ValueError(f"--arrival must be one of {', '.join(ARRIVALS)}")
-        for name in (
-            "pacing",
-            "duration",
-            "warmup",
-            "cooldown",
-            "request_timeout",
-            "stall_timeout",
-            "status_interval",
-        ):
-            setattr(self, name, parse_duration(getattr(self, name)))
         if self.duration <= 0:
             raise ValueError("--duration must be positive")
         if self.users < 1 or self.spawn_rate <= 0:
@@ -131,13 +297,6 @@ class RunOptions:
                 raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
         if self.workers < 0:
             raise ValueError("--workers must be >= 0")
-        if self.max_error_rate is not None:
-            try:
-                self.max_error_rate = parse_fraction(self.max_error_rate)
-            except ValueError as exc:
-                raise ValueError(f"--max-error-rate: {exc}") from None
-        self._validate_workload()
-        return self
 
     def _validate_workload(self) -> None:
         if self.num_prompts is not None and self.num_prompts < 1:
@@ -156,14 +315,6 @@ class RunOptions:
             raise ValueError("--dataset random: give output lengths with --output-len")
         if self.slo is not None:
             parse_slo(self.slo)
-
-    def headers_dict(self) -> dict[str, str]:
-        """``--header K:V`` values as a dict (values verbatim; never logged)."""
-        out: dict[str, str] = {}
-        for h in self.header:
-            k, _, v = h.partition(":")
-            out[k.strip()] = v.strip()
-        return out
 
     def config(self) -> dict[str, Any]:
         """All options for ``run.json``: secrets redacted, the API key never present."""

@@ -30,7 +30,7 @@ from loadtests.context import UsageError, build_context, connect_target
 from loadtests.distributed import MasterDriver
 from loadtests.health import HealthSampler
 from loadtests.hub import RecordHub
-from loadtests.plan import RunOptions
+from loadtests.plan import OutputOptions, RunOptions
 from loadtests.redact import redact_argv, redact_url
 from loadtests.session import EXIT_INTERRUPTED, Driver, Session, plan_phases
 from loadtests.sinks import RecordSink, WebTab
@@ -119,7 +119,7 @@ def _health(hub: RecordHub, ctx: LoadContext | None, source: str = "local") -> H
 #: builds the sinks beyond the run's own writer and status line (exporter, annotations),
 #: given the options and ``run_info`` (run_id, label, redacted target, model: what
 #: run.json starts with); ``llmload.run`` is the one place that supplies it
-SinkFactory = Callable[[RunOptions, dict[str, Any]], Sequence[RecordSink]]
+SinkFactory = Callable[[OutputOptions, dict[str, Any]], Sequence[RecordSink]]
 #: builds the report of a finished run directory and returns its terminal text
 ReportFn = Callable[[Path, str | None], str]
 
@@ -169,7 +169,7 @@ def run(
     status = StatusLine()
     hub.add(writer)
     hub.add(status)
-    extra = list(sinks(opts, info)) if sinks is not None else []
+    extra = list(sinks(opts.output, info)) if sinks is not None else []
     for sink in extra:
         hub.add(sink)
     env = Environment(user_classes=[LLMUser], host=target.base_url)

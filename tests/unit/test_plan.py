@@ -94,13 +94,13 @@ def test_api_key_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setenv("MY_KEY", "s3cret")
     opts = RunOptions(target="http://h", api_key_env="MY_KEY", header=["X-A: 1"]).validate()
-    target = Target.from_options(opts)
+    target = Target.from_options(opts.connection)
     assert target.headers == {"X-A": "1", "Authorization": "Bearer s3cret"}
     explicit = RunOptions(target="http://h", api_key_env="MY_KEY", header=["authorization: x"])
-    assert Target.from_options(explicit.validate()).headers == {"authorization": "x"}
+    assert Target.from_options(explicit.validate().connection).headers == {"authorization": "x"}
     monkeypatch.delenv("MY_KEY")
     with pytest.raises(ValueError, match="MY_KEY"):
-        Target.from_options(opts)
+        Target.from_options(opts.connection)
 
 
 def test_command_line_flags_reach_the_options() -> None:
@@ -116,3 +116,23 @@ def test_command_line_flags_reach_the_options() -> None:
     opts = build_options({"users": 7}, given)
     assert opts.modes == ["stream"] and opts.header == ["A: b", "C: d"]
     assert opts.report is False and opts.pacing == 0 and opts.workers == 2 and opts.users == 7
+
+
+def test_every_option_is_in_a_group_and_validate_returns_a_new_frozen_value() -> None:
+    import dataclasses
+
+    from loadtests.plan import GROUPS
+
+    grouped = [f.name for g in GROUPS.values() for f in dataclasses.fields(g)]
+    names = [f.name for f in dataclasses.fields(RunOptions)]
+    shared = {"seed"}  # fixes both the arrivals (load) and the prompts (workload)
+    assert sorted(set(names) - set(grouped)) == [], "add the new option to a group in plan.py"
+    assert sorted(set(grouped) - set(names)) == []
+    assert [n for n in set(grouped) if grouped.count(n) > 1 and n not in shared] == []
+    raw = RunOptions(pacing="2s", modes="stream", header="X-Team: infra")  # type: ignore[arg-type]
+    opts = raw.validate()
+    assert raw.pacing == "2s" and opts.pacing == 2.0 and opts.modes == ["stream"]
+    assert opts.load.pacing == 2.0 and opts.connection.headers_dict() == {"X-Team": "infra"}
+    assert opts.output.report is True and opts.distributed.workers == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.users = 3  # type: ignore[misc]
