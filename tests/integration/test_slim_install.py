@@ -113,7 +113,9 @@ def test_run_against_the_synthetic_server_from_the_slim_venv(slim: Path, tmp_pat
         out = tmp_path / "run"
         run = sh(slim / "llmload", "run", "--target", url, "--users", "2", "--spawn-rate", "10",
                  "--pacing", "0.2s", "--duration", "2s", "--modes", "sync,stream",
-                 "--max-tokens", "8", "--out", out, "--status-interval", "60",
+                 # the random dataset's prompts come from the embedded tokenizer: no torch
+                 "--dataset", "random", "--input-len", "32", "--output-len", "8",
+                 "--out", out, "--status-interval", "60",
                  timeout=120)  # fmt: skip
     finally:
         server.terminate()
@@ -122,6 +124,7 @@ def test_run_against_the_synthetic_server_from_the_slim_venv(slim: Path, tmp_pat
     records = [json.loads(ln) for ln in (out / "requests.jsonl").read_text().splitlines()]
     assert records and {r["status"] for r in records} == {"ok"}
     assert {r["mode"] for r in records} == {"sync", "stream"}
+    assert json.loads((out / "run.json").read_text())["config"]["dataset"] == "random"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["phases"]["stream"]["ttft_ms"]["p50"] > 0 and (out / "report.html").exists()
     # the reports and the gate need no torch either
