@@ -53,7 +53,7 @@ def _push(url: str, folder_uid: str | None, timeout: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__)
+    parser = argparse.ArgumentParser(prog="llmload dashboards", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (("build", "write the JSON"), ("check", "fail on drift or bad structure")):
         p = sub.add_parser(name, help=text)

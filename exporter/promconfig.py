@@ -108,7 +108,7 @@ def render_compose() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m exporter prometheus-config``: print a config for the given targets."""
     parser = argparse.ArgumentParser(
-        prog="python -m exporter prometheus-config", description=main.__doc__
+        prog="llmload exporter prometheus-config", description=main.__doc__
     )
     parser.add_argument("--compose", action="store_true", help="the compose stack's config")
     parser.add_argument(

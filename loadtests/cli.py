@@ -127,7 +127,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     """The full command-line parser."""
     top = argparse.ArgumentParser(
-        prog="python -m loadtests",
+        prog="llmload",
         description="llmload load generator: exact TTFT/ITL/E2E, sync vs streaming.",
     )
     sub = top.add_subparsers(dest="command", required=True)

@@ -165,7 +165,7 @@ def add_gate_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reports", description=__doc__)
+    p = argparse.ArgumentParser(prog="llmload report", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     slo_help = f"goodput SLOs, e.g. {DEFAULT_SLO} (the default)"
 

@@ -121,7 +121,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     """The ``python -m target_server`` parser; defaults come from ``env`` (os.environ)."""
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(
-        prog="python -m target_server",
+        prog="llmload serve",
         description="llmload's bundled OpenAI-compatible streaming server.",
         epilog=f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG>.",
     )
