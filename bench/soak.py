@@ -28,7 +28,7 @@ import psutil
 
 from bench.mdsection import ROOT, machine, write_section
 from bench.reliability import RELIABILITY, ensure_file
-from loadtests.plan import parse_duration
+from loadtests.durations import parse_duration
 from target_server.serving import ThreadedServer, start_server_thread
 from target_server.settings import parse_settings
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from loadtests.plan import parse_duration
+from loadtests.durations import parse_duration
 
 
 class PhaseShape:

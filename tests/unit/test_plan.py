@@ -129,6 +129,13 @@ def test_every_option_is_in_a_group_and_validate_returns_a_new_frozen_value() ->
     assert sorted(set(names) - set(grouped)) == [], "add the new option to a group in plan.py"
     assert sorted(set(grouped) - set(names)) == []
     assert [n for n in set(grouped) if grouped.count(n) > 1 and n not in shared] == []
+    types = {f.name: f.type for f in dataclasses.fields(RunOptions)}
+    assert {
+        f"{g.__name__}.{f.name}": f.type
+        for g in GROUPS.values()
+        for f in dataclasses.fields(g)
+        if f.type != types[f.name]
+    } == {}
     raw = RunOptions(pacing="2s", modes="stream", header="X-Team: infra")  # type: ignore[arg-type]
     opts = raw.validate()
     assert raw.pacing == "2s" and opts.pacing == 2.0 and opts.modes == ["stream"]
