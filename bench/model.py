@@ -339,7 +339,7 @@ def render(
         f"{cal} (measured before the bench started).",
         "",
         f"**before** = the tree at `{args.baseline}` (6 × 384 embedded model, 10 M parameters, "
-        "`DynamicCache` padded batch); **now** = this checkout (2 × 256, 2 M parameters, "
+        "`DynamicCache` padded batch); **now** = this checkout (1 × 256, 1.2 M parameters, "
         "slot KV cache, fused sampling). Both `--batching continuous`, up together in this run; "
         f"single-stream and concurrent figures interleaved (before, now, …), best of "
         f"{args.repeats} rounds, measured through the SSE stream; the default workload ran on "

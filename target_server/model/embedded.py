@@ -46,15 +46,16 @@ CHAT_TEMPLATE = (
 )
 
 #: Qwen2 dimensions, sized for the job: the default load (20 users, one request every
-#: 3 s, ~130 tokens each on the ``mix`` scenario) must stay well inside one core of a
-#: slow 2-core machine beside the load generator.  At 2 layers x 256 (2 M parameters,
-#: ~4 MFLOP per token) a decode step is mostly the forward's fixed per-call cost, so a
-#: batch of 20 costs a few times one row, not twenty (docs/engines.md; the 10 M-parameter
-#: 6 x 384 model before it saturated at the seeds' load on such a machine).
+#: 3 s, up to ~134 tokens each on the ``mix`` scenario) must stay well inside one core of
+#: a slow 2-core machine beside the load generator.  A decode step of a model this small
+#: is mostly the forward's fixed per-layer cost, so layers are what cost: 1 layer x 256
+#: (1.2 M parameters) took ~1.5 ms of CPU per step at 8 rows where 2 layers took 2.2 and
+#: the 6 x 384 model before it 12.7 (docs/engines.md; that one saturated at the seeds'
+#: load on a slow machine).
 MODEL_DIMS: dict[str, Any] = {
     "hidden_size": 256,
     "intermediate_size": 768,
-    "num_hidden_layers": 2,
+    "num_hidden_layers": 1,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "max_position_embeddings": 4096,

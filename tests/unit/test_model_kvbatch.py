@@ -94,13 +94,17 @@ def test_swap_remove_moves_only_as_many_rows_as_leave() -> None:
     assert swap_remove_order(2, {0, 1}) == []
 
 
-def test_cache_grows_past_its_first_allocation_and_matches_a_full_forward(
-    embedded_model: Path,
-) -> None:
-    """A prompt and decode longer than the first columns (256), rows beyond the first slots."""
-    from transformers import AutoModelForCausalLM
+def test_cache_grows_past_its_first_allocation_and_matches_a_full_forward() -> None:
+    """A prompt and decode longer than the first columns (256), rows beyond the first slots;
+    a 3-layer model with grouped-query attention (the embedded model has one layer)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(embedded_model).eval()
+    config = Qwen2Config(
+        vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
     g = torch.Generator().manual_seed(9)
     prompts = [torch.randint(3, 1000, (n,), generator=g).tolist() for n in (250, 3, 7)]
     with torch.inference_mode():
