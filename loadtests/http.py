@@ -176,7 +176,9 @@ class Target:
         headers = client.headers.copy()
         if call.headers:
             headers.update(call.headers)
-        return httpx.Request(call.method, url, headers=headers, json=call.json, extensions=extensions)
+        return httpx.Request(
+            call.method, url, headers=headers, json=call.json, extensions=extensions
+        )
 
     def probe(self, timeout: float = 5.0) -> httpx.Response:
         """One GET of ``/v1/models``; raises ``TargetUnreachable`` when nothing answers.

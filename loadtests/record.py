@@ -83,6 +83,9 @@ class RequestRecord:
     # sync request or a stream cut by a transport error.  A stream that delivered its
     # finish_reason and then ended cleanly is ``ok`` either way.
     stream_end: StreamEnd | None = None
+    # set-up of the connection this request opened (TCP, plus TLS for https), inside its
+    # TTFT; None when it reused a kept-alive connection
+    connect_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -72,6 +72,7 @@ class StreamTimer:
         "_finish_reason",
         "_head",
         "_reasoning_at",
+        "_connect_s",
     )
 
     def __init__(
@@ -98,6 +99,7 @@ class StreamTimer:
         self._finish_reason: str | None = None
         self._head = b""  # first bytes of a stream, until its first event
         self._reasoning_at: set[int] = set()  # content-event indexes that carried reasoning
+        self._connect_s: float | None = None
 
     # -- input -------------------------------------------------------------------------
 
@@ -107,6 +109,10 @@ class StreamTimer:
         self._http_status = http_status
         if http_status >= 400:
             self._error_body = bytearray()
+
+    def connected(self, seconds: float) -> None:
+        """This request opened its connection (TCP, and TLS for https) in ``seconds``."""
+        self._connect_s = seconds
 
     def feed(self, chunk: bytes, t: float) -> None:
         """Streaming: raw body bytes as read (any split), read at ``t``."""
@@ -282,6 +288,7 @@ class StreamTimer:
             warmup=meta.warmup,
             finish_reason=self._finish_reason,
             stream_end=stream_end,
+            connect_s=self._connect_s,
         )
 
     def _stream_end(self, transport_status: str | None) -> StreamEnd | None:

@@ -38,6 +38,13 @@ diagnostics say which numbers can no longer be split into server and path.
 
 ``target_saturated``: the target could not keep up (``reports.saturation``).
 
+``connection_per_request``: the target closed the connection after each
+response, so every request paid for a new one (TCP, plus TLS for https) inside
+its TTFT.  Judged on each user's requests after its first (a kept-alive
+connection is opened once per user): flagged when at least
+``NEW_CONNECTION_SHARE`` of at least ``MIN_REQUESTS`` of them opened one
+(record field ``connect_s``).
+
 ``no_done_marker``: the server ends its streams without ``data: [DONE]`` (for
 example ``transformers serve``); each such stream delivered its finish_reason
 and a clean end of body, so it counted as ``ok`` (record field ``stream_end``
@@ -70,6 +77,7 @@ STALL_MIN_S = 0.05
 STALL_FACTOR = 5.0
 BURST_RUN = 3
 STUTTER_FLAG_SHARE = 0.25
+NEW_CONNECTION_SHARE = 0.8
 
 BUFFERING_HINT = (
     "A proxy between the client and the server is buffering the event stream. In nginx, "
@@ -94,6 +102,13 @@ NO_SPLIT_NOTE = (
     "The responses carry no server timings (a gateway in between may strip the bundled "
     "server's `x_llmload`), so TTFT, ITL and E2E cannot be split into server time and path "
     "time (network, gateway, proxy): only their sum is known."
+)
+CONNECTION_HINT = (
+    "Let clients keep their connections: enable HTTP keep-alive on the server or the proxy "
+    "in front of it (nginx: `keepalive_timeout` for clients; `keepalive` in the upstream "
+    "block with `proxy_http_version 1.1` and `proxy_set_header Connection \"\"`). Browsers "
+    "and SDKs reuse connections whenever the server lets them, so this set-up is latency "
+    "users pay only because of the server's configuration."
 )
 NO_DONE_HINT = (
     "Nothing to fix for the measurement: a stream that delivered its finish_reason and then "
@@ -241,6 +256,32 @@ def stream_stutter(records: Sequence[RequestRecord]) -> Diagnostic | None:
     return Diagnostic("stream_stutter", message, hint, evidence)
 
 
+def connection_per_request(records: Sequence[RequestRecord]) -> Diagnostic | None:
+    """The ``connection_per_request`` diagnostic, or None."""
+    by_user: dict[tuple[str, int | None], list[RequestRecord]] = {}
+    for r in records:
+        if r.ok and not r.warmup:
+            by_user.setdefault((r.worker, r.user_id), []).append(r)
+    later = [r for rs in by_user.values() for r in sorted(rs, key=lambda r: r.started_at)[1:]]
+    opened = [r.connect_s for r in later if r.connect_s is not None]
+    if len(later) < MIN_REQUESTS or len(opened) < NEW_CONNECTION_SHARE * len(later):
+        return None
+    setup = statistics.median(opened)
+    ttft = _median([r.ttft_s for r in later if r.ttft_s is not None and r.connect_s is not None])
+    evidence = {
+        "judged_requests": len(later),
+        "new_connections": len(opened),
+        "median_connect_ms": setup * 1000,
+        "median_ttft_ms": None if ttft is None else ttft * 1000,
+    }
+    message = (
+        f"The target closed the connection after each response: {len(opened)} of {len(later)} "
+        f"repeat requests opened a new one, and each TTFT includes its set-up (median "
+        f"{setup * 1000:.1f} ms)."
+    )
+    return Diagnostic("connection_per_request", message, CONNECTION_HINT, evidence)
+
+
 def no_done_marker(records: Sequence[RequestRecord]) -> Diagnostic | None:
     """The ``no_done_marker`` note when ok streams ended without ``data: [DONE]``, or None."""
     streams = [r for r in records if r.ok and r.mode == "stream" and r.stream_end is not None]
@@ -307,6 +348,7 @@ def detect(
         if buffering is None:
             found.append(stream_stutter(records))
         found.append(no_done_marker(records))
+    found.append(connection_per_request(records))
     found.append(token_count_mismatch(records))
     saturated = saturation.target_saturated(records)
     if saturated is not None:

@@ -14,10 +14,17 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import httpx
 import pytest
 
+from loadtests.adapters import get_adapter
+from loadtests.adapters.base import Prompt
+from loadtests.http import Target, clock, perform
+from loadtests.timing import RecordMeta, StreamTimer
+from reports.diagnostics import detect
 from tests.fixtures.drive import drive
 
 FIRST_S, GAP_S, TOKENS = 0.05, 0.03, 5
@@ -97,3 +104,31 @@ def test_each_request_leaves_in_one_send(close_server: CloseServer) -> None:
     for first in close_server.first_reads:
         head, sep, body = first.partition(b"\r\n\r\n")
         assert sep and json.loads(body)["max_tokens"] == 2, first[:300]
+
+
+def test_records_say_when_a_request_paid_for_a_new_connection(
+    close_server: CloseServer, start_server: Callable[..., Any]
+) -> None:
+    records = []
+    for _ in range(4):
+        rec, _ = drive(close_server.url, "openai-chat", max_tokens=2)
+        assert rec.connect_s is not None and rec.ttft_s is not None
+        assert 0 < rec.connect_s < rec.ttft_s
+        records.append(rec)
+    assert "connection_per_request" in [d.code for d in detect(records, "stream")]
+    # a server that keeps the connection: only the first request of a client opens one
+    server = start_server(ttft_ms=5, itl_ms=1)
+    model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
+    target = Target(server.url, {}, request_timeout=30, stall_timeout=30)
+    adapter = get_adapter("openai-chat")
+    prompt = Prompt("s", "p", prompt="hi", max_tokens=3)
+    connects = []
+    with target.client() as client:
+        for _ in range(3):
+            call = adapter.build(prompt, mode="stream", model=model, options={})
+            timer = StreamTimer(adapter, clock())
+            assert perform(client, target, call, timer) == (None, None)
+            rec = timer.finish(clock(), RecordMeta("r", "p", "s", "stream", "/x", 0.0))
+            assert rec.ok, rec.error
+            connects.append(rec.connect_s)
+    assert connects[0] is not None and connects[1:] == [None, None]

@@ -157,3 +157,24 @@ def test_streams_without_done_are_noted_once_per_phase() -> None:
     assert "sends no [DONE]" in found[0].message
     assert found[0].evidence == {"streamed_requests": 6, "ended_without_done": 6}
     assert detect([_spaced(i, stream_end="done") for i in range(6)], "stream") == []
+
+
+def test_a_connection_per_request_is_named_with_its_cost() -> None:
+    recs = [
+        _spaced(i, user_id=i % 3, started_at=float(i), connect_s=0.004 if i % 7 else 0.002)
+        for i in range(12)
+    ]
+    (d,) = detect(recs, "sync")
+    assert d.code == "connection_per_request" and "keep-alive" in d.hint
+    assert d.evidence["judged_requests"] == 9 and d.evidence["new_connections"] == 9
+    assert d.evidence["median_connect_ms"] == pytest.approx(4.0)
+
+
+def test_kept_alive_connections_are_not_flagged() -> None:
+    # each user's first request opens its connection, later ones reuse it
+    kept = [_spaced(i, user_id=i % 4, started_at=float(i), connect_s=0.003 if i < 4 else None)
+            for i in range(12)]  # fmt: skip
+    assert detect(kept, "stream") == []
+    # one request per user (e.g. --num-prompts = --users): nothing to judge
+    once = [_spaced(i, user_id=i, started_at=0.0, connect_s=0.003) for i in range(12)]
+    assert detect(once, "stream") == []
