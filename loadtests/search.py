@@ -193,7 +193,7 @@ def _propose(cfg: SearchConfig, steps: Sequence[Step]) -> Next | Done:
         assert lo is not None
         if ceiling is not None and lo.load >= ceiling:
             return Done(ceiling_why, f"the SLO holds at the ceiling {ceiling:g}")
-        nxt = _grow(cfg, steps, lo)
+        nxt = _round(cfg, _grow(cfg, steps, lo))  # rounded first: 12.66 must not become 12.7
         if ceiling is not None and nxt >= ceiling:
             if ceiling_why == "maximum":
                 nxt = ceiling
@@ -211,7 +211,7 @@ def _propose(cfg: SearchConfig, steps: Sequence[Step]) -> Next | Done:
     width = hi.load - lo.load
     x = crossing(lo.load, lo.ratio, hi.load, None if hi.saturated else hi.ratio)
     x = min(hi.load - width / 4, max(lo.load + width / 4, x))
-    if ceiling_why == "harness" and ceiling is not None and lo.load < ceiling <= x:
+    if ceiling_why == "harness" and ceiling is not None and lo.load < ceiling <= _round(cfg, x):
         # the load generator cannot measure at the ceiling: narrow below it, or stop
         if converged(cfg, lo.load, ceiling):
             return Done("harness", f"the load generator was starved at {ceiling:g}")

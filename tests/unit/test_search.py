@@ -186,3 +186,10 @@ def test_a_starved_load_inside_the_bracket_is_not_tried_a_third_time() -> None:
     d = decide(cfg, steps)
     assert isinstance(d, Done) and d.reason == "harness"
 
+
+def test_a_load_that_rounds_onto_the_starved_ceiling_is_not_tried_again() -> None:
+    cfg = SearchConfig(start=2.0, minimum=0.1)
+    steps = [Step(6.33, PASS, 0.3), Step(12.7, UNRELIABLE), Step(12.7, UNRELIABLE)]
+    d = decide(cfg, steps)  # twice 6.33 is 12.66, which rounds to the starved 12.7
+    assert isinstance(d, Next) and 6.33 < d.load < 12.7
+
