@@ -14,8 +14,11 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
+import signal
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import uvicorn
 
@@ -27,12 +30,20 @@ from target_server.settings import Settings, parse_settings
 log = logging.getLogger("target_server")
 
 
-async def serve(settings: Settings) -> int:
-    """Run until interrupted; 1 if the engine failed to build or start, or the port is taken."""
+async def serve(
+    settings: Settings,
+    sock: socket.socket | None = None,
+    ready: Callable[[], object] | None = None,
+) -> int:
+    """Run until interrupted; 1 if the engine failed to build or start, or the port is taken.
+
+    ``sock``/``ready``: a ``--workers`` process serves the socket it was given and calls
+    ``ready`` instead of printing the listening line (its parent prints it once).
+    """
     try:
         engine = build_engine(settings)
         app = build_app(engine, settings)
-        sock = bind(settings.host, settings.port)
+        sock = sock or bind(settings.host, settings.port)
     except Exception as exc:
         log.debug("startup failed", exc_info=True)
         print(f"target_server: error: {exc}", file=sys.stderr, flush=True)
@@ -45,12 +56,15 @@ async def serve(settings: Settings) -> int:
     if task.done():
         task.result()
         return 1
-    print(
-        f"target_server: listening on {url_of(sock)} (engine {settings.engine}, "
-        f"model {app.state.server.model_name})",
-        file=sys.stderr,
-        flush=True,
-    )
+    if ready is not None:
+        ready()
+    else:
+        print(
+            f"target_server: listening on {url_of(sock)} (engine {settings.engine}, "
+            f"model {app.state.server.model_name})",
+            file=sys.stderr,
+            flush=True,
+        )
     engine_task = app.state.engine_task
     await asyncio.wait((task, engine_task), return_when=asyncio.FIRST_COMPLETED)
     if engine_task.done() and app.state.server.start_error:
@@ -79,6 +93,101 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def _run(
+    settings: Settings,
+    sock: socket.socket | None = None,
+    ready: Callable[[], object] | None = None,
+) -> int:
+    """``serve`` on the event loop ``--loop`` asks for."""
+    if settings.loop == "uvloop" or settings.loop == "auto":
+        try:
+            import uvloop
+
+            return uvloop.run(serve(settings, sock, ready))
+        except ImportError:
+            if settings.loop == "uvloop":
+                raise
+    return asyncio.run(serve(settings, sock, ready))
+
+
+def _workers(settings: Settings) -> int:
+    """``--workers N``: N forked processes, each listening on the port with SO_REUSEPORT.
+
+    The parent holds the port (bound, not listening: port 0 resolves once for all),
+    prints the listening line when every worker has started, passes SIGTERM/SIGINT
+    on, and exits with the worst exit code.  Worker ``i`` draws with seed ``seed + i``.
+    """
+    try:
+        holder = bind(settings.host, settings.port, reuse_port=True, listen=False)
+    except OSError as exc:
+        print(f"target_server: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    host, port = holder.getsockname()[:2]
+    rfd, wfd = os.pipe()
+    pids: list[int] = []
+    for i in range(settings.workers):
+        pid = os.fork()
+        if pid == 0:  # a worker: its own socket on the same port, its own loop and engine
+            os.close(rfd)
+            holder.close()
+            code = 1
+            try:
+                sock = bind(host, port, reuse_port=True)
+                code = _run(
+                    settings.with_overrides(seed=settings.seed + i, port=port),
+                    sock,
+                    lambda: os.write(wfd, b"."),
+                )
+            except BaseException:  # noqa: BLE001 - a worker never returns into the parent's code
+                log.exception("worker %d failed", i)
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    os.close(wfd)
+
+    stopping: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    started = 0
+    while started < settings.workers:
+        data = os.read(rfd, settings.workers)
+        if not data:  # every worker closed the pipe: one or more died before starting
+            break
+        started += len(data)
+    os.close(rfd)
+    if started == settings.workers:
+        print(
+            f"target_server: listening on {url_of(holder)} (engine {settings.engine}, "
+            f"{settings.workers} workers)",
+            file=sys.stderr,
+            flush=True,
+        )
+    else:
+        print("target_server: error: a worker failed to start", file=sys.stderr, flush=True)
+        forward(signal.SIGTERM, None)
+    worst = 0 if started == settings.workers else 1
+    for p in pids:
+        while True:
+            try:
+                _, status = os.waitpid(p, 0)
+                break
+            except InterruptedError:
+                continue
+        code = os.waitstatus_to_exitcode(status)
+        if code in (-signal.SIGTERM, -signal.SIGINT) and stopping:
+            code = 0  # uvicorn re-raises the signal it was stopped with: a clean stop
+        worst = max(worst, code if code >= 0 else 1)  # killed by anything else: 1
+    holder.close()
+    return worst
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
     settings = parse_settings(argv)
@@ -88,15 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if settings.loop == "uvloop" or settings.loop == "auto":
-        try:
-            import uvloop
-
-            return uvloop.run(serve(settings))
-        except ImportError:
-            if settings.loop == "uvloop":
-                raise
-    return asyncio.run(serve(settings))
+    if settings.workers > 1:
+        return _workers(settings)
+    return _run(settings)
 
 
 if __name__ == "__main__":

@@ -27,12 +27,21 @@ from target_server.state import ServerState
 from target_server.write_deadline import http_protocol
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0 = any free port)."""
+def bind(host: str, port: int, reuse_port: bool = False, listen: bool = True) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0 = any free port), listening unless told not.
+
+    ``reuse_port``: ``SO_REUSEPORT``, so several processes can each listen on the same
+    port and the kernel spreads new connections over them (``--workers``); a socket
+    bound that way without ``listen`` only holds the port.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
+    if not listen:
+        return sock
     sock.listen(2048)
     sock.setblocking(False)
     return sock

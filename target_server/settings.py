@@ -67,6 +67,11 @@ class Settings:
         "logging level", choices=("debug", "info", "warning", "error"), default="info"
     )
     seed: int = _flag("seed for every random choice the server makes", default=0)
+    workers: int = _flag(
+        "server processes sharing the port (SO_REUSEPORT), each with its own event loop, "
+        "engine and /metrics counters",
+        default=1,
+    )
     # transformers engine (target_server.model)
     model: str | None = _flag("local checkpoint directory (default: the embedded model)", None)
     device: str = _flag("torch device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -98,6 +103,8 @@ class Settings:
         for name in ("fail_rate", "disconnect_rate", "stall_rate", "malformed_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1]")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
         if self.max_concurrency < 0 or self.max_queue < 0 or self.max_output_tokens < 1:
             raise ValueError("max_concurrency/max_queue must be >= 0, max_output_tokens >= 1")
 

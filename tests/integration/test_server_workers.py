@@ -1,0 +1,56 @@
+"""``python -m target_server --workers N``: N processes on one port, the kernel spreading connections."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import psutil
+
+from target_server.launch import launch
+
+ROOT = Path(__file__).resolve().parents[2]
+BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
+
+
+def _total(text: str) -> float:
+    return sum(
+        float(m.group(1))
+        for m in re.finditer(r"^llmserve_requests_total\{[^}]*\} (\S+)$", text, re.M)
+    )
+
+
+def test_two_workers_share_the_port_and_stop_together() -> None:
+    args = ["--workers", "2", "--log-level", "warning", "--ttft-ms", "1", "--itl-ms", "1"]
+    with launch(args, cwd=ROOT, ready_timeout=60) as server:
+        parent = psutil.Process(server.proc.pid)
+        workers = parent.children()
+        assert len(workers) == 2
+        n = 40
+        for _ in range(n):  # a new connection each time: SO_REUSEPORT hashes each one
+            with httpx.Client(base_url=server.url, timeout=30) as c:
+                r = c.post("/v1/chat/completions", json=BODY)
+                assert r.status_code == 200 and "data: [DONE]" in r.text
+        seen = set()
+        for _ in range(30):  # each scrape lands on one worker: its own counters
+            with httpx.Client(base_url=server.url, timeout=30) as c:
+                seen.add(_total(c.get("/metrics").text))
+            if len(seen) == 2:
+                break
+        assert len(seen) == 2, seen  # both workers answered requests
+        assert sum(seen) == n and min(seen) > 0
+        code = server.stop()
+    assert code == 0
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+
+
+def test_workers_must_be_positive() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "target_server", "--workers", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2 and "workers must be >= 1" in r.stderr
