@@ -113,6 +113,7 @@ def _child(
 
     errors: list[float] = []
     own: list[float] = []  # client TTFT - the server's own TTFT (from the request's arrival)
+    connects: list[float] = []  # set-up of the connections requests opened
     events = [0]
     start = clock()
     measure_from, end = start + WARM_S, start + WARM_S + WINDOW_S
@@ -133,6 +134,8 @@ def _child(
                 events[0] += len(rec.itl_s) + 1
                 if rec.server_queue_s is not None:
                     own.append((rec.ttft_s - rec.server_ttft_s + rec.server_queue_s) * 1000)
+                if rec.connect_s is not None:
+                    connects.append(rec.connect_s * 1000)
 
     cpu0 = time.process_time()
     gevent.joinall([gevent.spawn(worker, i) for i in range(streams)])
@@ -146,6 +149,7 @@ def _child(
         "p99_ms": _pct(errors, 99),
         "own_p50_ms": _pct(own, 50),
         "own_p95_ms": _pct(own, 95),
+        "connect_p50_ms": _pct(connects, 50),
         "events_per_s": events[0] / WINDOW_S,
         "client_cpu": 100 * (time.process_time() - cpu0) / wall,
     }
@@ -340,19 +344,19 @@ def _close_section(where: str, load_note: Any) -> str:
     rows = _close_rows(True) + _close_rows(False)
     head = (
         "| connection | client | streams | requests | − server's own TTFT p50 | p95 "
-        "| − first write p50 | p95 | client CPU |"
+        "| − first write p50 | p95 | connect p50 | client CPU |"
     )
-    table = [head, "|---|---|---|---|---|---|---|---|---|"]
+    table = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         conn = "close" if r["close"] else "keep-alive"
         if "error" in r:
             table.append(f"| {conn} | {r['client']} | {r['streams']} | failed: {r['error'][-80:]} "
-                         "| | | | | |")  # fmt: skip
+                         "| | | | | | |")  # fmt: skip
             continue
         table.append(
             f"| {conn} | {r['client']} | {r['streams']} | {r['requests']} "
             f"| {r['own_p50_ms']:.1f} | {r['own_p95_ms']:.1f} | {r['p50_ms']:.1f} "
-            f"| {r['p95_ms']:.1f} | {r['client_cpu']:.0f} % |"
+            f"| {r['p95_ms']:.1f} | {r['connect_p50_ms']:.2f} | {r['client_cpu']:.0f} % |"
         )
     return "\n".join([
         "## A server that closes the connection after each response",
@@ -367,8 +371,9 @@ def _close_section(where: str, load_note: Any) -> str:
         "request's write count as harness error), and minus the time from `t0` to the first "
         "write (transport + reading only). `httpx` is llmload's path (`loadtests.connect`: "
         "no resolver call per connection, the request in one send); `httpx-plain` is httpx "
-        "with httpcore's default connect. Keep-alive rows: the same server keeping "
-        "connections.",
+        "with httpcore's default connect. `connect p50`: the set-up of the connections "
+        "requests opened (`connect_s`, inside both errors; nan: none opened). Keep-alive rows: "
+        "the same server keeping connections.",
         "",
         *table,
     ])
