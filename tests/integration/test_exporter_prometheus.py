@@ -72,7 +72,14 @@ def test_prometheus_sees_exact_totals_and_the_records_p95_bucket(prometheus_fact
     assert time.monotonic() - t0 < 5, "the final scrape should come within ~1 s"
     t_end = time.time()
 
-    total = prom.last_value("sum(llmload_requests_total)", t_begin, t_end + 1, step=0.5)
+    # the final scrape was answered before stop() returned; on a busy machine Prometheus
+    # may take a moment longer to append its ~2,000 samples
+    total = prom.wait_for(
+        lambda: prom.last_value("sum(llmload_requests_total)", t_begin, t_end + 1, step=0.5),
+        lambda v: v == len(records),
+        timeout_s=10,
+        what="the final scrape's total",
+    )
     assert total == len(records)
     errors = prom.last_value(
         'sum(llmload_requests_total{status!="ok"})', t_begin, t_end + 1, step=0.5

@@ -98,6 +98,16 @@ def assert_quantiles_match(
     assert checked, (metric, "no quantile in the fine range", values[:: len(values) // 10])
 
 
+def settled(prom: Prometheus, job: str, run: Run, records: list[RequestRecord]) -> None:
+    """Wait until Prometheus has appended the run's final scrape (slow on a busy machine)."""
+    prom.wait_for(
+        lambda: final(prom, f'sum(llmload_requests_total{{job="{job}"}})', run),
+        lambda total: total == len(records),
+        timeout_s=10,
+        what=f"{job}: the final scrape",
+    )
+
+
 def mean_ttft(prom: Prometheus, metric: str, window: int, at: float) -> float | None:
     return prom.scalar(
         f"sum(increase({metric}_sum[{window}s])) / sum(increase({metric}_count[{window}s]))", at
@@ -123,6 +133,7 @@ def test_runs_seen_by_prometheus_match_the_records(
     # -- one process, 20 users; the warm-up creates the series before measuring --
     run = Run(server.url, tmp_path / "local", local_port, "--warmup", "2s", "--duration", "5s")
     records = run.wait()
+    settled(prom, "llmload", run, records)
     job = '{job="llmload"}'
     assert final(prom, f"sum(llmload_requests_total{job})", run) == len(records) > 50
     errors = sum(not r.ok for r in records)
@@ -182,6 +193,7 @@ def test_runs_seen_by_prometheus_match_the_records(
     # -- two locust workers: the master exports every worker's records exactly once --
     dist = Run(server.url, tmp_path / "dist", dist_port, "--workers", "2", "--duration", "4s")
     dist_records = dist.wait()
+    settled(prom, "llmload-workers", dist, dist_records)
     assert len({r.worker for r in dist_records}) == 2
     workers = '{job="llmload-workers"}'
     assert final(prom, f"sum(llmload_requests_total{workers})", dist) == len(dist_records) > 30
