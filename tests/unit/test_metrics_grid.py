@@ -78,7 +78,7 @@ def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     center=st.floats(0.02, 10.0),
     spread=st.sampled_from([0.0, 0.001, 0.01, 0.1, 0.5]),
