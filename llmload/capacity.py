@@ -30,6 +30,7 @@ from loadtests import cli as loadtests_cli
 from loadtests import runner
 from loadtests.durations import parse_duration, parse_fraction
 from loadtests.healthlog import HealthLog
+from loadtests.phases import Phase
 from loadtests.plan import OutputOptions, RunOptions
 from loadtests.record import RequestRecord
 from loadtests.search import (
@@ -44,7 +45,6 @@ from loadtests.search import (
 )
 from loadtests.session import scheduled_arrivals
 from loadtests.sinks import HarnessHealth, NullSink, RecordSink
-from loadtests.users import Phase
 from reports.capacity import (
     Criterion,
     answer_text,

@@ -42,10 +42,11 @@ from locust.runners import STATE_MISSING
 from loadtests.context import UsageError, build_context, connect_target
 from loadtests.health import HealthSampler
 from loadtests.hub import RecordHub
+from loadtests.phases import Phase
 from loadtests.plan import RunOptions
 from loadtests.record import RequestRecord
 from loadtests.sinks import HarnessHealth, NullSink
-from loadtests.users import LLMUser, LoadContext, Phase
+from loadtests.users import LLMUser, LoadContext
 
 log = logging.getLogger(__name__)
 FLUSH_S = 0.25

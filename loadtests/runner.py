@@ -30,12 +30,13 @@ from loadtests.context import UsageError, build_context, connect_target
 from loadtests.distributed import MasterDriver
 from loadtests.health import HealthSampler
 from loadtests.hub import RecordHub
+from loadtests.phases import Phase
 from loadtests.plan import OutputOptions, RunOptions
 from loadtests.redact import redact_argv, redact_url
 from loadtests.session import EXIT_INTERRUPTED, Driver, Session, plan_phases
 from loadtests.sinks import RecordSink, WebTab
-from loadtests.status import PhaseStats, StatusLine
-from loadtests.users import LLMUser, LoadContext, Phase
+from loadtests.status import StatusLine, error_rate_breach
+from loadtests.users import LLMUser, LoadContext
 from loadtests.writer import RunWriter
 
 log = logging.getLogger("loadtests")
@@ -245,35 +246,6 @@ def run(
             return EXIT_ERROR_RATE
         return EXIT_OK
     return EXIT_INTERRUPTED if outcome == "interrupted" else EXIT_FAILED
-
-
-def error_rate_breach(phases: Sequence[PhaseStats], max_rate: float | None) -> str | None:
-    """Why the measured phases failed too many requests, or ``None``.
-
-    ``max_rate`` None: only a run whose every measured request failed (a wrong key, a
-    dead route) breaches.  Warm-up phases are not measured and do not count.
-    """
-    measured = [p for p in phases if p.name != "warmup"]  # session.plan_phases names it
-    total = sum(p.requests for p in measured)
-    failed = sum(sum(p.errors.values()) for p in measured)
-    if not total:
-        return None
-    classes: dict[str, int] = {}
-    for p in measured:
-        for status, n in p.errors.items():
-            classes[status] = classes.get(status, 0) + n
-    top = ", ".join(f"{k} {v}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1]))
-    rate = failed / total
-    if max_rate is None:
-        if failed < total:
-            return None
-        return f"every measured request failed ({total}: {top}); see requests.jsonl"
-    if rate <= max_rate:
-        return None
-    return (
-        f"{failed} of {total} measured requests failed ({rate:.1%} > --max-error-rate "
-        f"{max_rate:.1%}; {top})"
-    )
 
 
 def worker_lost(driver: Driver, writer: RunWriter) -> bool:

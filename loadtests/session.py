@@ -20,10 +20,10 @@ from gevent.event import Event
 
 from loadtests.hub import RecordHub
 from loadtests.percentile import percentile_of
+from loadtests.phases import Phase
 from loadtests.plan import RunOptions
 from loadtests.shapes import ArrivalSchedule, Constant, PhaseShape, make_shape
 from loadtests.status import StatusLine
-from loadtests.users import Phase
 
 EXIT_INTERRUPTED = 130
 #: open loop: a p95 schedule delay above this means the rate was not kept

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -188,3 +189,32 @@ class StatusLine(NullSink):
                 f" {_ms(percentile_of(p.e2e, 50)):>5} ms {p.tokens:>7}"
             )
         return "\n".join(rows)
+
+
+def error_rate_breach(phases: Sequence[PhaseStats], max_rate: float | None) -> str | None:
+    """Why the measured phases failed too many requests, or ``None``.
+
+    ``max_rate`` None: only a run whose every measured request failed (a wrong key, a
+    dead route) breaches.  Warm-up phases are not measured and do not count.
+    """
+    measured = [p for p in phases if p.name != "warmup"]  # session.plan_phases names it
+    total = sum(p.requests for p in measured)
+    failed = sum(sum(p.errors.values()) for p in measured)
+    if not total:
+        return None
+    classes: dict[str, int] = {}
+    for p in measured:
+        for status, n in p.errors.items():
+            classes[status] = classes.get(status, 0) + n
+    top = ", ".join(f"{k} {v}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1]))
+    rate = failed / total
+    if max_rate is None:
+        if failed < total:
+            return None
+        return f"every measured request failed ({total}: {top}); see requests.jsonl"
+    if rate <= max_rate:
+        return None
+    return (
+        f"{failed} of {total} measured requests failed ({rate:.1%} > --max-error-rate "
+        f"{max_rate:.1%}; {top})"
+    )

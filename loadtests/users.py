@@ -29,8 +29,9 @@ from loadtests.adapters import get_adapter
 from loadtests.adapters.base import Adapter, Prompt, follow_up_of
 from loadtests.fit import ContextFit
 from loadtests.http import Target, clock, perform
+from loadtests.phases import Phase, shard_share
 from loadtests.plan import RunOptions
-from loadtests.record import Mode, RequestRecord
+from loadtests.record import RequestRecord
 from loadtests.shapes import ArrivalSchedule
 from loadtests.sinks import RecordSink
 from loadtests.timing import RecordMeta, StreamTimer
@@ -40,28 +41,6 @@ WARMUP_USER_OFFSET = 1_000_000
 CANCELLED = "cancelled by the client: run stopped"
 #: prompts drawn per request at most, looking for one that fits the target's context
 MAX_DRAWS = 20
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One phase of a run, as every load-generator process sees it."""
-
-    name: str
-    mode: Mode
-    duration: float
-    warmup: bool = False
-    #: requests in the phase, all processes together (``--num-prompts``); None: by duration
-    requests: int | None = None
-    #: a load of the phase's own (the steps of a capacity search); None: the run's
-    users: int | None = None
-    rate: float | None = None
-
-    def load(self, users: int, rate: float | None) -> tuple[int, float | None]:
-        """``(users, rate)`` of this phase, given the run's ``--users`` and ``--rate``."""
-        return (
-            self.users if self.users is not None else users,
-            self.rate if self.rate is not None else rate,
-        )
 
 
 class RequestFailed(Exception):
@@ -174,13 +153,6 @@ class LoadContext:
         if self.phase is not None and self.phase.warmup:
             index += WARMUP_USER_OFFSET
         return index
-
-
-def shard_share(total: int | None, shard: int, shards: int) -> int | None:
-    """Shard ``shard``'s part of ``total`` requests: the parts differ by at most one."""
-    if total is None:
-        return None
-    return total // shards + (1 if shard < total % shards else 0)
 
 
 _CONTEXTS: dict[int, LoadContext] = {}

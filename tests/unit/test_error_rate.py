@@ -6,8 +6,7 @@ import pytest
 
 from loadtests.durations import parse_fraction
 from loadtests.plan import build_options
-from loadtests.runner import error_rate_breach
-from loadtests.status import PhaseStats
+from loadtests.status import PhaseStats, error_rate_breach
 
 
 def phase(name: str, requests: int, **errors: int) -> PhaseStats:

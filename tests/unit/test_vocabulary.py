@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from loadtests.cli import parser
+from loadtests.phases import shard_share
 from loadtests.plan import build_options, load_plan
 from loadtests.session import plan_phases
 from loadtests.shapes import ArrivalSchedule
 from loadtests.slo import parse_slo
-from loadtests.users import shard_share
 
 
 def _cli(*argv: str) -> dict:
