@@ -47,7 +47,10 @@ def row(name: str, cap: dict[str, Any], wall: float) -> str:
     mark = {"pass": "", "fail": "✗", "unreliable": "?"}
     loads = ", ".join(f"{s['load']:g}{mark.get(s['search_verdict'], '?')}" for s in steps)
     lo, hi = ans.get("lo"), ans.get("hi")
-    bracket = f"{lo:g} … {hi:g}" if lo is not None and hi is not None else f"{lo} … {hi}"
+    if lo is not None and hi is not None:
+        bracket = f"{lo:g} … {hi:g}"
+    else:
+        bracket = f"≥ {lo:g}" if lo is not None else f"< {hi:g}" if hi is not None else "–"
     return (
         f"| {name} | {ans.get('text', '–')} | {bracket} | {len(steps)} | {wall:.0f} s | {loads} |"
     )

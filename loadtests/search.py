@@ -235,8 +235,10 @@ def answer(cfg: SearchConfig, steps: Sequence[Step], reason: str) -> Answer:
         return Answer(None, hi.load if hi else None, None, reason, None, hi.ratio if hi else None)
     if hi is None:
         return Answer(lo.load, None, lo.load, reason, lo.ratio, None)
-    if cfg.integer:
-        estimate = lo.load  # whole users: the most that passed
+    if cfg.integer or hi.saturated or lo.ratio is None or hi.ratio is None:
+        # whole users: the most that passed; a saturated failure has no ratio to
+        # interpolate with: claim only what passed
+        estimate = lo.load
     else:
-        estimate = crossing(lo.load, lo.ratio, hi.load, None if hi.saturated else hi.ratio)
+        estimate = crossing(lo.load, lo.ratio, hi.load, hi.ratio)
     return Answer(lo.load, hi.load, estimate, reason, lo.ratio, hi.ratio)

@@ -48,6 +48,8 @@ PLATEAU_GAIN = 0.05
 #: the first, and at least ``GROWING_FLOOR`` of the bound, is a queue still building
 GROWING_RATIO = 1.3
 GROWING_FLOOR = 0.5
+#: stop reasons that leave the bracket wider than the tolerance
+EARLY = ("budget", "harness", "max_steps")
 _PCT = re.compile(r"^(ttft|tpot|e2e)_p(\d{1,2}(?:\.\d+)?)$")
 
 
@@ -394,9 +396,10 @@ def answer_text(capacity: dict[str, Any], curve: Sequence[dict[str, Any]]) -> st
             f"sustains at least {fmt_load(lo, unit)} {unit} at {slo} "
             f"({why}; no failing load found)"
         )
+    early = f" (stopped early: {ans['why']})" if reason in EARLY and ans.get("why") else ""
     return (
         f"sustains {fmt_load(est, unit)} {unit} (between {fmt_load(lo, unit)} and "
-        f"{fmt_load(hi, unit)}) at {slo}" + tail
+        f"{fmt_load(hi, unit)}) at {slo}" + tail + early
     )
 
 

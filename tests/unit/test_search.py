@@ -193,3 +193,11 @@ def test_a_load_that_rounds_onto_the_starved_ceiling_is_not_tried_again() -> Non
     d = decide(cfg, steps)  # twice 6.33 is 12.66, which rounds to the starved 12.7
     assert isinstance(d, Next) and 6.33 < d.load < 12.7
 
+
+
+def test_a_saturated_failure_gives_no_interpolated_claim() -> None:
+    cfg = SearchConfig(start=1.0, minimum=0.1)
+    a = answer(cfg, [Step(9.5, PASS, 0.5), Step(12.7, FAIL, 0.8, True)], "harness")
+    assert (a.lo, a.hi, a.estimate) == (9.5, 12.7, 9.5)
+    a = answer(cfg, [Step(9.5, PASS, 0.5), Step(12.7, FAIL, 1.5)], "converged")
+    assert a.estimate is not None and 9.5 < a.estimate < 12.7
