@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     n = search["requests_per_step"]
+    all_steps = search["steps"] + sweep["steps"]
+    starved = sum(bool(s.get("starved")) for s in all_steps)
     body = "\n".join(
         [
             f"`python -m bench capacity` — {machine()}; {load_note(load1)}; "
@@ -107,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             f"only as fine as its spacing ({(hi - lo) / max(1, args.sweep - 1):.3g} req/s here) "
             f"and it spends most of its time at loads far from the limit; the search spends its "
             f"phases near the limit and stops at the tolerance (10 %).",
+            "",
+            f"{starved} of {len(all_steps)} steps ran with the load generator starved (CPU or "
+            f"event-loop lag above the line: on this machine it shares the cores with the "
+            f"model server). A pass then still counts (a starved client only adds delay); a "
+            f"failure by no more than the client's worst loop lag is run again, and a load "
+            f"starved twice is a ceiling the search narrows below.",
         ]
     )
     print(body)
