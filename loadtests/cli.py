@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from loadtests.plan import ARRIVALS, RunOptions, build_options, load_plan
+from loadtests.plan import ARRIVALS, FIRST_STARTS, RunOptions, build_options, load_plan
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -53,6 +53,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="open loop: requests per second (all users); --request-rate is the vLLM name",
     )
     g.add_argument("--arrival", choices=ARRIVALS, help="open-loop arrivals (poisson)")
+    g.add_argument(
+        "--first-start",
+        choices=FIRST_STARTS,
+        help="closed loop: each user's first request at a seeded random point of one --pacing "
+        "interval (spread, default), or all together as spawned (lock-step bursts)",
+    )
     g.add_argument("--shape", help="steps:start=5,step=5,every=30s | spike:base=10,peak=100,...")
     g.add_argument("--modes", help="phases to run, in order: sync,stream (default)")
     g.add_argument("--warmup", help="warm-up phase length (recorded, excluded from stats)")

@@ -41,6 +41,7 @@ MODES = ("sync", "stream")
 #: the field's names (vLLM ``bench serve``, guidellm) for ours; plan keys and flags alike
 ALIASES = {"request_rate": "rate", "max_concurrency": "users", "goodput": "slo"}
 ARRIVALS = ("poisson", "constant")
+FIRST_STARTS = ("spread", "together")
 #: fields given as durations (``"3s"``), seconds after ``validate()``
 DURATIONS = (
     "pacing",
@@ -101,6 +102,7 @@ class LoadOptions:
     warmup: float
     cooldown: float
     seed: int
+    first_start: str
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,9 @@ class RunOptions:
     num_prompts: int | None = None
     rate: float | None = None
     arrival: str = "poisson"
+    #: closed loop: each user's first request at a seeded uniform offset inside one pacing
+    #: interval (``spread``), or all at once as spawned (``together``: lock-step bursts)
+    first_start: str = "spread"
     shape: str | dict[str, Any] | None = None
     modes: list[str] = field(default_factory=lambda: list(MODES))
     warmup: float = 0.0
@@ -278,6 +283,8 @@ class RunOptions:
             )
         if self.arrival not in ARRIVALS:
             raise ValueError(f"--arrival must be one of {', '.join(ARRIVALS)}")
+        if self.first_start not in FIRST_STARTS:
+            raise ValueError(f"--first-start must be one of {', '.join(FIRST_STARTS)}")
         if self.duration <= 0:
             raise ValueError("--duration must be positive")
         if self.users < 1 or self.spawn_rate <= 0:

@@ -213,3 +213,18 @@ class ArrivalSchedule:
     def claimed(self) -> int:
         """How many arrivals were handed out so far."""
         return self._n
+
+
+def first_start_offset(seed: int, user: int, pacing: float) -> float:
+    """Closed loop: seconds user ``user`` waits before its first request (``--first-start spread``).
+
+    Drawn uniformly inside one pacing interval, seeded by the run's seed and the
+    user's run-wide number (the same users start at the same offsets in a rerun and
+    in any worker).  Users spawned together would otherwise send in lock-step
+    bursts of ``--users`` requests every interval for the whole run: a server sees
+    a burst, not the steady rate ``users / pacing``.  Back-to-back users (pacing 0)
+    start at once.
+    """
+    if pacing <= 0:
+        return 0.0
+    return random.Random(f"first-start:{seed}:{user}").uniform(0.0, pacing)

@@ -9,8 +9,9 @@ goes to this process's sink; locust's own stats count it once, as entry
 time (TTFT, ITL, TPOT: the web UI's llmload tab, ``llmload.webui``).
 
 What a user does is read from the process's ``LoadContext``: the current
-phase (name, mode, warm-up flag), closed-loop pacing (start-to-start) or the
-open-loop arrival schedule.
+phase (name, mode, warm-up flag), closed-loop pacing (start-to-start; each
+user's first request at a seeded offset inside one interval unless
+``--first-start together``) or the open-loop arrival schedule.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from loadtests.http import Target, clock, perform
 from loadtests.phases import Phase, shard_share
 from loadtests.plan import RunOptions
 from loadtests.record import RequestRecord
-from loadtests.shapes import ArrivalSchedule
+from loadtests.shapes import ArrivalSchedule, first_start_offset
 from loadtests.sinks import RecordSink
 from loadtests.timing import RecordMeta, StreamTimer
 
@@ -193,7 +194,10 @@ class LLMUser(User):
                 return 0.5  # the phase's arrivals are all handed out: idle until stopped
             return max(0.0, ctx.phase_t0 + self.slot[1] - clock())
         if self.last_start is None:
-            return 0.0
+            opts = ctx.options
+            if opts.first_start == "together":
+                return 0.0
+            return first_start_offset(opts.seed, self.index, opts.pacing)
         return max(0.0, self.last_start + ctx.options.pacing - clock())
 
     @task
