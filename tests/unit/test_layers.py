@@ -188,3 +188,49 @@ def test_the_checker_sees_a_cycle_an_upward_import_and_a_guard() -> None:
     assert cycles(edges) == [["loadtests.runner", "reports.summary"]]
     assert upward == ["loadtests.runner:2 imports reports.summary (loadtests -> reports)"]
     assert guarded(fake) == ["loadtests.runner:2 guards reports.summary"]
+
+
+def at_import(tree: ast.Module) -> ast.Module:
+    """The statements that run when the module is imported (function bodies left out)."""
+    body: list[ast.stmt] = []
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        body.append(node)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                todo.append(child)
+    imports = [n for n in body if isinstance(n, ast.Import | ast.ImportFrom)]
+    return ast.Module(body=list(imports), type_ignores=[])
+
+
+def test_unit_tests_do_not_import_locust() -> None:
+    # importing locust gevent-patches the process; when urllib3 is already loaded (any test
+    # that touches dashboards) that patch recurses and the unit run stops at collection
+    eager = {m: at_import(tree) for m, tree in MODULES.items()}
+    known = set(MODULES)
+    edges = {m: {t for t, _ in imported(tree, known)} for m, tree in eager.items()}
+    patched = {
+        m
+        for m, tree in eager.items()
+        for node in tree.body
+        for name in (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        )
+        if name.split(".")[0] == "locust"
+    }
+    bad = []
+    for mod in MODULES:
+        if not mod.startswith("tests.unit."):
+            continue
+        seen, todo = set(), [mod]
+        while todo:
+            cur = todo.pop()
+            if cur not in seen:
+                seen.add(cur)
+                todo += edges.get(cur, ())
+        if seen & patched:
+            bad.append(f"{mod} -> {sorted(seen & patched)[0]}")
+    assert bad == []
