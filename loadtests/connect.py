@@ -68,6 +68,15 @@ class CoalescingStream(SyncStream):
         self._pending, self._size = [], 0
         super().close()
 
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        """TLS on top, writes still coalesced (one TLS record for the request)."""
+        self.flush(timeout)
+        tls = super().start_tls(ssl_context, server_hostname, timeout)
+        sock = tls.get_extra_info("socket")
+        return CoalescingStream(sock) if isinstance(tls, SyncStream) and sock is not None else tls
+
 
 class Connector(httpcore.SyncBackend):
     """httpcore network backend: cached resolution, direct connect, coalesced request writes."""
@@ -127,8 +136,16 @@ class Connector(httpcore.SyncBackend):
                 sock.close()
                 last = exc
                 continue
+            if last is not None:  # an earlier address failed: try this one first next time
+                self._prefer(host, port, (family, sockaddr))
             return CoalescingStream(sock)
         raise httpcore.ConnectError(str(last) if last else f"no address for {host}")
+
+    def _prefer(self, host: str, port: int, address: Address) -> None:
+        hit = self._cache.get((host, port))
+        if hit is not None and address in hit[1]:
+            rest = [a for a in hit[1] if a != address]
+            self._cache[(host, port)] = (hit[0], [address, *rest])
 
 
 _CONNECTOR: Connector | None = None

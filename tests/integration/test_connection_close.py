@@ -11,10 +11,14 @@ its first read of every connection holds the whole request.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,20 +35,26 @@ FIRST_S, GAP_S, TOKENS = 0.05, 0.03, 5
 
 
 class CloseServer:
-    """One thread per connection: read the request, stream SSE, close."""
+    """One thread per connection: read the request, stream SSE, close (TLS with ``tls``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
+        self.tls = tls
         self.first_reads: list[bytes] = []
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://localhost:{self.sock.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
         while True:
             try:
                 conn, _ = self.sock.accept()
+                if self.tls is not None:
+                    conn = self.tls.wrap_socket(conn, server_side=True)
             except OSError:
-                return
+                if self.sock.fileno() < 0:
+                    return
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -132,3 +142,35 @@ def test_records_say_when_a_request_paid_for_a_new_connection(
             assert rec.ok, rec.error
             connects.append(rec.connect_s)
     assert connects[0] is not None and connects[1:] == [None, None]
+
+
+def test_over_tls_the_request_still_leaves_in_one_send(tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not installed (it makes the test's self-signed certificate)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    server = CloseServer(tls=ctx)
+    try:
+        target = Target(server.url, {}, request_timeout=30, stall_timeout=30, ca_bundle=str(cert))
+        adapter = get_adapter("openai-chat")
+        prompt = Prompt("s", "p", prompt="hi", max_tokens=3)
+        with target.client() as client:
+            for _ in range(2):
+                call = adapter.build(prompt, mode="stream", model="m", options={})
+                timer = StreamTimer(adapter, clock())
+                assert perform(client, target, call, timer) == (None, None)
+                rec = timer.finish(clock(), RecordMeta("r", "p", "s", "stream", "/x", 0.0))
+                assert rec.ok and rec.stream_end == "done", rec.error
+                assert rec.connect_s is not None  # TCP + TLS handshake, inside the TTFT
+    finally:
+        server.close()
+    for first in server.first_reads:
+        head, sep, body = first.partition(b"\r\n\r\n")
+        assert sep and json.loads(body)["max_tokens"] == 3, first[:300]

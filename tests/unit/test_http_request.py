@@ -66,3 +66,17 @@ def test_names_are_resolved_once_per_ttl(monkeypatch: pytest.MonkeyPatch) -> Non
     c.ttl = 0.0  # expired: asked again (a DNS-balanced target is not pinned)
     c.addresses("model.internal", 8000)
     assert c.lookups == 2
+
+
+def test_the_address_that_answered_is_tried_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    v6 = (socket.AF_INET6, ("::1", 80, 0, 0))
+    v4 = (socket.AF_INET, ("127.0.0.1", 80))
+
+    def fake(host: str, port: int, **_k: object) -> list[tuple]:
+        return [(fam, socket.SOCK_STREAM, 6, "", addr) for fam, addr in (v6, v4)]
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    c = Connector()
+    assert c.addresses("localhost", 80) == [v6, v4]
+    c._prefer("localhost", 80, v4)  # what connect_tcp does when ::1 refused and 127.0.0.1 answered
+    assert c.addresses("localhost", 80) == [v4, v6] and c.lookups == 1
