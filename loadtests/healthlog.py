@@ -10,9 +10,11 @@ A sample is *saturated* when the process used at least ``CPU_LINE_PCT`` of a
 core or its loop woke up ``LAG_LINE_S`` late or more: a ready greenlet (a user
 about to timestamp its next SSE event) waited that long for the CPU, so every
 latency measured then carries up to that much of the client's own delay.  A
-process is *starved* in a phase when at least ``STARVED_SHARE`` of its samples
-were saturated.  The master of a distributed run issues no requests (its lag
-delays forwarding, not timestamps), so it is listed but never starves a phase.
+process is *starved* in a phase when at least ``STARVED_SHARE`` of its samples,
+and at least ``STARVED_MIN_SAMPLES`` of them, were saturated (one slow second
+in a six-second phase is a hiccup, not a starved client).  The master of a
+distributed run issues no requests (its lag delays forwarding, not
+timestamps), so it is listed but never starves a phase.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ CPU_LINE_PCT = 90.0
 LAG_LINE_S = 0.020
 #: a process with at least this share of saturated samples was starved in that phase
 STARVED_SHARE = 0.10
+#: ... and at least this many saturated samples (seconds)
+STARVED_MIN_SAMPLES = 3
 #: processes that only forward and aggregate: listed, never counted as starving a phase
 NOT_LOAD = frozenset({"master"})
 
@@ -50,13 +54,17 @@ def process_summary(snaps: list[HarnessHealth]) -> dict[str, Any]:
         "cpu_max": round(max(cpu), 1),
         "lag_p99_ms": round(percentile_of(lag, 99) or 0.0, 2),
         "lag_max_ms": round(max(lag), 2),
+        "saturated_samples": sum(saturated(s) for s in snaps),
         "saturated_share": round(sum(saturated(s) for s in snaps) / len(snaps), 3),
     }
 
 
 def is_starved(proc: dict[str, Any], share: float = STARVED_SHARE) -> bool:
-    """A process summary at or above ``share`` saturated samples."""
-    return bool(proc.get("samples")) and float(proc.get("saturated_share", 0.0)) >= share
+    """A process summary with at least ``share`` (and ``STARVED_MIN_SAMPLES``) saturated samples."""
+    hot = proc.get("saturated_samples")
+    if hot is None:  # a summary without the count: derive it
+        hot = round(float(proc.get("saturated_share", 0.0)) * int(proc.get("samples", 0)))
+    return hot >= STARVED_MIN_SAMPLES and float(proc.get("saturated_share", 0.0)) >= share
 
 
 def phase_health(per_source: dict[str, list[HarnessHealth]]) -> dict[str, Any]:
@@ -68,6 +76,7 @@ def phase_health(per_source: dict[str, list[HarnessHealth]]) -> dict[str, Any]:
     return {
         "line": {"cpu_percent": CPU_LINE_PCT, "loop_lag_ms": LAG_LINE_S * 1000.0},
         "starved_share": STARVED_SHARE,
+        "starved_min_samples": STARVED_MIN_SAMPLES,
         "processes": processes,
         "starved": starved,
     }

@@ -32,7 +32,7 @@ import numpy as np
 from loadtests.record import RequestRecord
 from reports.baseline import metric_values
 from reports.loader import Run
-from reports.trust import STARVED_SHARE, starved
+from reports.trust import STARVED_SHARE, harness_delay_ms, starved
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
@@ -248,24 +248,48 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
     return GateResult(cfg, checks, run.name, str(baseline.get("source_run", "")))
 
 
-def harness_doubt(run: Run, mode: str, share: float = STARVED_SHARE) -> str | None:
-    """Why the load generator may have caused ``mode``'s latencies (None when it was healthy)."""
+def harness_doubt(
+    run: Run, mode: str, share: float = STARVED_SHARE
+) -> tuple[str, float] | None:
+    """Was the load generator starved in ``mode``'s phases: (why, its loop lag p99 in ms)."""
     for ph in run.meta.get("phases") or []:
         if not isinstance(ph, dict) or ph.get("mode") != mode or ph.get("name") == "warmup":
             continue
-        why = starved(ph.get("health") or {}, share, str(ph.get("name")))
+        health = ph.get("health") or {}
+        why = starved(health, share, str(ph.get("name")))
         if why:
-            return why
+            return why, harness_delay_ms(health)
     return None
 
 
+def _excess_ms(check: Check, cfg: GateConfig) -> float:
+    """How far the run's percentile lies beyond what the check allows (ms)."""
+    n = check.numbers
+    if "limit_ms" in n:
+        return float(n["run_ms"]) - float(n["limit_ms"])
+    return float(n["run_ms"]) - float(n["baseline_ms"]) * (1.0 + cfg.max_regression)
+
+
 def _unless_starved(check: Check, run: Run, mode: str, cfg: GateConfig) -> Check:
-    """A failure the harness may have caused is inconclusive, with the harness's numbers."""
+    """A failure the harness may have caused is inconclusive, with the harness's numbers.
+
+    "May have caused": the client was starved in a gated phase *and* its own delay
+    (loop lag p99) is at least the excess over what is allowed — take it away and the
+    run might pass.  A regression larger than anything the client could add stands.
+    """
     if check.verdict != FAIL:
         return check
-    why = harness_doubt(run, mode, cfg.starved_share)
-    if why is None:
+    doubt = harness_doubt(run, mode, cfg.starved_share)
+    if doubt is None:
         return check
+    why, delay = doubt
+    excess = _excess_ms(check, cfg)
+    if delay < excess:
+        note = (
+            f" (the load generator was starved, but its own delay, loop lag p99 {delay:.0f} ms, "
+            f"is less than the {excess:.0f} ms beyond what is allowed)"
+        )
+        return Check(check.name, FAIL, check.reason + note, {**check.numbers, "starved": True})
     reason = f"inconclusive: {why} — not calling this a regression ({check.reason})"
     return Check(check.name, INCONCLUSIVE, reason, {**check.numbers, "starved": True})
 

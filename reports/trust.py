@@ -92,6 +92,11 @@ def starved(health: dict[str, Any], share: float = STARVED_SHARE, phase: str = "
     )
 
 
+def harness_delay_ms(health: dict[str, Any]) -> float:
+    """The most the client itself may have added to a latency in the phase: loop lag p99."""
+    return max((float(p["lag_p99_ms"]) for p in _load_procs(health).values()), default=0.0)
+
+
 # -- the box -------------------------------------------------------------------
 
 

@@ -57,18 +57,25 @@ def test_runner_wrote_the_report(runs: dict[str, Path]) -> None:
     assert (runs["base"] / "report.html").stat().st_size > 10_000
 
 
+STARVED = "inconclusive: the load generator was starved"
+
+
 def test_same_server_twice_passes(
     runs: dict[str, Path], baseline: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert gate(runs["same"], baseline) == 0, capsys.readouterr().out
+    # on a loaded machine the client may be starved; the gate then says so (exit 2), never fails
+    code, out = gate(runs["same"], baseline), capsys.readouterr().out
+    assert code == 0 or (code == 2 and STARVED in out), out
 
 
 def test_twenty_percent_slower_server_fails(
     runs: dict[str, Path], baseline: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert gate(runs["slow"], baseline) == 1
-    out = capsys.readouterr().out
+    # ... unless the run's own harness health shows a starved client whose delay covers the
+    # excess: then "may have been the harness" is the honest verdict, with the numbers
+    code, out = gate(runs["slow"], baseline), capsys.readouterr().out
     assert "regression beyond allowed +10%" in out
+    assert code == 1 or (code == 2 and STARVED in out), out
 
 
 def test_tiny_run_is_inconclusive(
