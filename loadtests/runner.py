@@ -1,8 +1,9 @@
 """Running a test: phases over a locust runner, records into the run directory.
 
-``run(options, argv)`` is ``python -m loadtests run``: it checks the target is
-reachable (one line and exit 2 otherwise, within ~5 s), builds the workload
-and the sinks (writer, status line, exporter, Grafana annotations), then runs
+``run(options, argv, sinks=..., report=...)`` is the run behind ``python -m
+loadtests run`` (wired by ``llmload.run``): it checks the target is reachable
+(one line and exit 2 otherwise, within ~5 s), builds the workload, its own
+writer and status line plus the sinks the caller's factory gives, then runs
 each phase — warm-up, then one per mode, all with the same shape, prompts and
 seed — on a driver: ``LocalDriver`` (users in this process) or, with
 ``--workers``/``--master``, ``distributed.MasterDriver`` (locust workers).
