@@ -1,4 +1,4 @@
-"""``python -m target_server --workers N``: N processes on one port, the kernel spreading connections."""
+"""``python -m target_server --workers N``: N processes on one port, spread by the kernel."""
 
 from __future__ import annotations
 
