@@ -2,8 +2,9 @@
 
 With ``--itl-growth-ms G`` every token of a request waits ``ITL + G x (other running
 requests)``; back-to-back users keep ``u`` requests running, so TPOT is
-``ITL + G (u - 1)``.  ITL 10 ms, G 10 ms and an SLO of p90 TPOT <= 85 ms give a
-capacity of 8 users (80 ms) with 9 failing (90 ms): the search must say 8..9.
+``ITL + G (u - 1)``.  ITL 10 ms, G 10 ms and an SLO of median TPOT <= 85 ms give a
+capacity of 8 users (80 ms) with 9 failing (90 ms): the search must say 8..9.  (The
+median: the hand computation is of the typical TPOT; a busy machine's tail is not.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def test_search_lands_on_the_hand_computed_capacity(start_server_proc, tmp_path:
     proc = subprocess.run(
         [
             sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--users",
-            "--slo", "tpot_p90=85ms", "--confidence", "0.9", "--step-requests", "40",
+            "--slo", "tpot_p50=85ms", "--confidence", "0.9", "--step-requests", "40",
             "--min-step", "1s", "--warmup", "2s", "--budget", "120s",
             "--max-tokens", "6", "--ignore-eos", "--seed", "3", "--out", str(out),
         ],
@@ -53,7 +54,7 @@ def test_search_lands_on_the_hand_computed_capacity(start_server_proc, tmp_path:
     at8 = next(p for p in curve if p["load"] == 8)
     assert 70 < at8["tpot_ms"]["p50"] < 85
     text = summary["capacity"]["text"]
-    assert text.startswith("sustains 8 users (between 8 and 9) at p90 TPOT ≤ 85 ms") or (
+    assert text.startswith("sustains 8 users (between 8 and 9) at p50 TPOT ≤ 85 ms") or (
         ans["hi"] is None and text.startswith("sustains at least 8 users")
     ), text
     assert "## Capacity" in (out / "summary.md").read_text(encoding="utf-8")
