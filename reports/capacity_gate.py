@@ -27,7 +27,17 @@ import numpy as np
 
 from loadtests.search import RATIO_CAP, crossing
 from reports.capacity import capacity_doc
-from reports.gate import FAIL, INCONCLUSIVE, PASS, Check, GateConfig, GateResult
+from reports.gate import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    Check,
+    GateConfig,
+    GateResult,
+    ratio_bounds,
+    ratio_numbers,
+    ratio_words,
+)
 from reports.loader import Run
 
 __all__ = ["capacity_check", "capacity_doc", "estimate", "evaluate_capacity"]
@@ -102,23 +112,15 @@ def capacity_check(run_doc: dict[str, Any], base_doc: dict[str, Any], cfg: GateC
         b = estimate(loads_b, _ratios(base_doc, rng))
         if r is not None and b is not None and b > 0:
             ratios.append(r / b)
-    alpha = 1.0 - cfg.confidence
     if len(ratios) < cfg.resamples / 2:
         return Check(name, INCONCLUSIVE, "most resamples found no crossing: too noisy", nums)
-    lo, hi = (float(x) for x in np.quantile(ratios, [alpha, 1.0 - alpha]))
-    change = cap_r / cap_b
-    nums.update(
-        change_pct=(change - 1) * 100,
-        ci_low_pct=(lo - 1) * 100,
-        ci_high_pct=(hi - 1) * 100,
-        confidence=cfg.confidence,
-        resamples=cfg.resamples,
-        seed=cfg.seed,
-    )
+    lo, hi = ratio_bounds(ratios, cfg.confidence)
     conf = f"{cfg.confidence:.0%}"
+    change = cap_r / cap_b
+    nums.update(ratio_numbers(change, lo, hi, cfg))
     what = (
-        f"capacity: {cap_b:.3g} → {cap_r:.3g} {unit} ({(change - 1) * 100:+.1f}%; "
-        f"{conf} one-sided bounds {(lo - 1) * 100:+.1f}% … {(hi - 1) * 100:+.1f}%)"
+        f"capacity: {cap_b:.3g} → {cap_r:.3g} {unit} "
+        f"({ratio_words(change, lo, hi, cfg.confidence)})"
     )
     allowed = f"allowed −{cfg.max_regression * 100:g}%"
     floor = 1.0 - cfg.max_regression

@@ -131,6 +131,33 @@ def bootstrap_ratio(
     return out
 
 
+def ratio_bounds(ratios: Any, confidence: float) -> tuple[float, float]:
+    """The one-sided ``confidence`` bounds of bootstrapped run/baseline ratios."""
+    alpha = 1.0 - confidence
+    lo, hi = (float(x) for x in np.quantile(ratios, [alpha, 1.0 - alpha]))
+    return lo, hi
+
+
+def ratio_numbers(ratio: float, lo: float, hi: float, cfg: Any) -> dict[str, float]:
+    """A check's numbers for a ratio and its bounds (``cfg``: confidence, resamples, seed)."""
+    return {
+        "change_pct": (ratio - 1) * 100,
+        "ci_low_pct": (lo - 1) * 100,
+        "ci_high_pct": (hi - 1) * 100,
+        "confidence": cfg.confidence,
+        "resamples": cfg.resamples,
+        "seed": cfg.seed,
+    }
+
+
+def ratio_words(ratio: float, lo: float, hi: float, confidence: float) -> str:
+    """``+12.3%; 95% one-sided bounds +5.0% … +20.1%``."""
+    return (
+        f"{(ratio - 1) * 100:+.1f}%; {confidence:.0%} one-sided bounds "
+        f"{(lo - 1) * 100:+.1f}% … {(hi - 1) * 100:+.1f}%"
+    )
+
+
 def relative_check(
     mode: str, base: dict[str, Any], run_vals: list[float], cfg: GateConfig
 ) -> Check:
@@ -158,23 +185,13 @@ def relative_check(
     b_p = float(np.percentile(bvals, q))
     r_p = float(np.percentile(rvals, q))
     ratios = bootstrap_ratio(bvals, bn, rvals, rn, q, cfg.resamples, cfg.seed)
-    alpha = 1.0 - cfg.confidence
-    lo, hi = (float(x) for x in np.quantile(ratios, [alpha, 1.0 - alpha]))
-    ratio = r_p / b_p if b_p > 0 else math.inf
-    nums.update(
-        baseline_ms=b_p,
-        run_ms=r_p,
-        change_pct=(ratio - 1) * 100,
-        ci_low_pct=(lo - 1) * 100,
-        ci_high_pct=(hi - 1) * 100,
-        confidence=cfg.confidence,
-        resamples=cfg.resamples,
-        seed=cfg.seed,
-    )
+    lo, hi = ratio_bounds(ratios, cfg.confidence)
     conf = f"{cfg.confidence:.0%}"
+    ratio = r_p / b_p if b_p > 0 else math.inf
+    nums.update(baseline_ms=b_p, run_ms=r_p, **ratio_numbers(ratio, lo, hi, cfg))
     what = (
-        f"p{q:g} {cfg.label} {mode}: {b_p:.1f} ms → {r_p:.1f} ms ({(ratio - 1) * 100:+.1f}%; "
-        f"{conf} one-sided bounds {(lo - 1) * 100:+.1f}% … {(hi - 1) * 100:+.1f}%)"
+        f"p{q:g} {cfg.label} {mode}: {b_p:.1f} ms → {r_p:.1f} ms "
+        f"({ratio_words(ratio, lo, hi, cfg.confidence)})"
     )
     allowed = f"allowed +{cfg.max_regression * 100:g}%"
     if lo > limit:
