@@ -54,6 +54,7 @@ from reports.capacity import (
     plateau,
     samples_needed,
 )
+from reports.fmt import fmt_ms
 
 DEFAULT_SLO = "ttft_p95=600ms"
 #: open loop: concurrency cap; reaching it (the schedule slips) is a sign of saturation
@@ -272,7 +273,7 @@ class CapacitySearch(NullSink):
         self, name: str, load: float, verdict: str, point: dict[str, Any], starved: list[str]
     ) -> str:
         crit = "; ".join(
-            f"{x['slo']}: {x['observed_ms']:.0f} ms" if x["observed_ms"] is not None
+            f"{x['slo']}: {fmt_ms(x['observed_ms'])} ms" if x["observed_ms"] is not None
             else f"{x['slo']}: {x['within']}/{x['n']} within"
             for x in point["criteria"]
         )

@@ -33,6 +33,7 @@ from loadtests.durations import parse_fraction
 from loadtests.record import RequestRecord
 from loadtests.search import RATIO_CAP
 from loadtests.slo import METRICS, parse_duration_ms
+from reports.fmt import fmt_ms
 from reports.stats import percentile
 
 DEFAULT_GOODPUT = 0.95
@@ -417,7 +418,7 @@ def _at_hi(hi: float | None, unit: str, curve: Sequence[dict[str, Any]]) -> str:
         return f"{where} the target did not keep up ({step['saturated'][0]})"
     if worst["observed_ms"] is not None:
         name = worst["text"].split(" ≤ ")[0]
-        return f"{where} {name} is {worst['observed_ms']:.0f} ms"
+        return f"{where} {name} is {fmt_ms(worst['observed_ms'])} ms"
     share = worst.get("share_within")
     if share is None:
         return ""
