@@ -109,7 +109,7 @@ def test_open_loop_records_schedule_delay(start_server_proc, tmp_path: Path) -> 
     assert 27 <= len(records) <= 30
     delays = [r["schedule_delay_s"] for r in records]
     assert all(d is not None and d >= 0 for d in delays)
-    assert median(delays) < 0.05
+    assert median(delays) < 0.05 + harness_slack(run.run_json, "stream")  # + the client's own lag
     starts = sorted(r["started_at"] for r in records)
     assert abs((starts[-1] - starts[0]) / (len(starts) - 1) - 0.1) < 0.02
 
