@@ -17,6 +17,7 @@ BENCHES: dict[str, str] = {
     "reliability": "bench.reliability",
     "model": "bench.model",
     "capacity": "bench.capacity",
+    "scale": "bench.scale",
 }
 
 
