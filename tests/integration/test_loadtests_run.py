@@ -41,7 +41,7 @@ def test_sync_then_stream_is_exact(start_server_proc, tmp_path: Path) -> None:
     assert info["schema"] == 1 and info["config"]["seed"] == 7 and info["model"]
     assert {"llmload", "python", "locust", "httpx"} <= set(info["versions"])
     # the client sampled itself in each phase (no exporter asked for)
-    assert all(p["health"]["processes"]["local"]["samples"] >= 2 for p in info["phases"])
+    assert all(p["health"]["processes"]["local"]["samples"] >= 1 for p in info["phases"])
     # every issued request is one record, and the server counted each once
     assert len({r["request_id"] for r in records}) == len(records)
     assert server_requests(server.url) == len(records)
