@@ -232,7 +232,7 @@ class CapacitySearch(NullSink):
         records = self._records.get(phase.name, [])
         times = self._times.get(phase.name, [])
         wall = times[-1] - times[0] if len(times) == 2 else phase.duration
-        scheduled = scheduled_arrivals(self.opts, phase, 1) if c.open_loop else None
+        scheduled = scheduled_arrivals(self.opts.load, phase, 1) if c.open_loop else None
         point = judge(
             records,
             c.criteria,
@@ -241,6 +241,22 @@ class CapacitySearch(NullSink):
             open_loop=c.open_loop,
             scheduled=scheduled,
         )
+        earlier_here = [
+            e for e in self.log if e["load"] == load and e["search_verdict"] != UNRELIABLE
+        ]
+        if earlier_here:
+            # a step too close to call, run again: the verdict is on both runs' requests
+            pool = [r for e in earlier_here for r in self._records.get(e["phase"], [])]
+            pooled = judge(
+                pool + records,
+                c.criteria,
+                c.confidence,
+                duration_s=point["duration_s"] + sum(e["duration_s"] for e in earlier_here),
+                open_loop=c.open_loop,
+            )
+            for key in ("criteria", "verdict", "ratio"):
+                point[key] = pooled[key]
+            point["pooled_with"] = [e["phase"] for e in earlier_here]
         health = self._health_by_phase.get(phase.name) or {}
         starved = list(health.get("starved") or [])
         if not c.open_loop:
@@ -252,7 +268,8 @@ class CapacitySearch(NullSink):
         # more than the client's worst lag; a closer failure is not evidence about the server
         doubt = bool(starved) and explained_by_client(point, health)
         verdict = PASS if point["verdict"] == "pass" else UNRELIABLE if doubt else FAIL
-        self.steps.append(Step(load, verdict, point["ratio"], bool(point["saturated"])))
+        uncertain = point["verdict"] == "uncertain"
+        self.steps.append(Step(load, verdict, point["ratio"], bool(point["saturated"]), uncertain))
         self.log.append(
             {
                 "phase": phase.name,
@@ -264,6 +281,7 @@ class CapacitySearch(NullSink):
                 "duration_s": point["duration_s"],
                 "scheduled": scheduled,
                 "plateau": point.get("plateau", ""),
+                "pooled_with": point.get("pooled_with", []),
                 "point": point,
             }
         )

@@ -5,7 +5,8 @@ ordinary phase, judges it against the SLOs (``reports.capacity.judge``) and
 asks ``decide`` for the next load until it answers ``Done``.
 
 A step's ``verdict`` is ``pass`` (the SLOs were met, with the stated
-confidence), ``fail`` (they were not, or not demonstrably) or ``unreliable``
+confidence), ``fail`` (they were not, or not demonstrably: ``uncertain``, run
+once more and judged on both runs' requests) or ``unreliable``
 (the load generator itself was starved: the step says nothing about the
 server).  ``ratio`` is the worst observed-percentile / limit over the SLOs
 (1.0 = exactly at the limit); it steers the interpolation.  ``saturated`` marks
@@ -45,6 +46,8 @@ class Step:
     verdict: str
     ratio: float | None = None
     saturated: bool = False
+    #: a failure only because the SLO could not be shown with confidence (too close to call)
+    uncertain: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,11 +102,18 @@ class Answer:
     hi_ratio: float | None = None
 
 
+def _judged(steps: Sequence[Step]) -> list[Step]:
+    """The passes and failures, the latest at each load (a rerun's verdict replaces the first)."""
+    latest = {s.load: s for s in steps if s.verdict in (PASS, FAIL)}
+    return list(latest.values())
+
+
 def bracket(steps: Sequence[Step]) -> tuple[Step | None, Step | None]:
     """``(lo, hi)``: the lowest failing step, and the highest passing step below it."""
-    fails = [s for s in steps if s.verdict == FAIL]
+    judged = _judged(steps)
+    fails = [s for s in judged if s.verdict == FAIL]
     hi = min(fails, key=lambda s: s.load) if fails else None
-    passes = [s for s in steps if s.verdict == PASS and (hi is None or s.load < hi.load)]
+    passes = [s for s in judged if s.verdict == PASS and (hi is None or s.load < hi.load)]
     lo = max(passes, key=lambda s: s.load) if passes else None
     return lo, hi
 
@@ -180,6 +190,9 @@ def _propose(cfg: SearchConfig, steps: Sequence[Step]) -> Next | Done:
     last = steps[-1]
     if last.verdict == UNRELIABLE and _starved_count(steps, last.load) == 1:
         return Next(last.load, "again: the load generator was starved in the last step")
+    judged_here = sum(s.load == last.load and s.verdict in (PASS, FAIL) for s in steps)
+    if last.verdict == FAIL and last.uncertain and judged_here == 1:
+        return Next(last.load, "again: too close to call, more requests")
     lo, hi = bracket(steps)
     ceiling, ceiling_why = _ceiling(cfg, steps)
     if lo is not None and lo.saturated:

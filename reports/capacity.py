@@ -437,15 +437,23 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
     for r in run.records:
         by_phase.setdefault(r.phase, []).append(r)
     curve = []
+    point_conf = float(block.get("confidence", 0.95))
     for step in block["steps"]:
         point = judge(
             by_phase.get(step["phase"], []),
             criteria,
-            float(block.get("confidence", 0.95)),
+            point_conf,
             duration_s=float(step.get("duration_s") or step.get("wall_s") or 1.0),
             open_loop=open_loop,
             scheduled=step.get("scheduled"),
         )
+        pooled_with = [p for p in step.get("pooled_with") or [] if p in by_phase]
+        if pooled_with:  # a step run again (too close to call): judged on both runs
+            pool = [r for p in [*pooled_with, step["phase"]] for r in by_phase[p]]
+            both = judge(pool, criteria, point_conf, duration_s=1.0, open_loop=open_loop)
+            for key in ("criteria", "verdict", "ratio"):
+                point[key] = both[key]
+            point["pooled_with"] = pooled_with
         extra = {k: step.get(k) for k in ("phase", "load", "why", "search_verdict", "starved")}
         if step.get("plateau"):
             point["plateau"] = step["plateau"]
@@ -479,14 +487,18 @@ def capacity_doc(run: Any) -> dict[str, Any] | None:
         return None
     criteria = [Criterion(float(c["quantile"]), dict(c["bounds_ms"])) for c in block["criteria"]]
     open_loop = block.get("unit") == "req/s"
-    steps = []
+    by_load: dict[float, list[RequestRecord]] = {}
     for step in block["steps"]:
         if step.get("search_verdict") == "unreliable":
             continue  # a starved load generator measured nothing about the server
-        recs = [r for r in run.records if r.phase == step["phase"]]
+        # a step run again at the same load (too close to call) pools with the first run
+        recs = by_load.setdefault(step["load"], [])
+        recs += [r for r in run.records if r.phase == step["phase"]]
+    steps = []
+    for load, recs in by_load.items():
         per = [scores(recs, c, open_loop) for c in criteria]
         rows = [[round(min(s, RATIO_CAP), 4) for s in col] for col in per]
-        steps.append({"load": step["load"], "n": len(recs), "scores": rows})
+        steps.append({"load": load, "n": len(recs), "scores": rows})
     return {
         "unit": block.get("unit"),
         "criteria": block["criteria"],

@@ -71,6 +71,8 @@ def rows(cap: dict[str, Any]) -> list[list[str]]:
         notes = _marks(cap, p) + list(p.get("saturated") or [])
         if p.get("plateau"):
             notes.append(p["plateau"])
+        if p.get("pooled_with"):
+            notes.append(f"too close to call alone: judged with {', '.join(p['pooled_with'])}")
         if p.get("starved"):
             notes.append(_starved_note(p))
         verdict = p.get("search_verdict") or p["verdict"]

@@ -201,3 +201,21 @@ def test_a_saturated_failure_gives_no_interpolated_claim() -> None:
     assert (a.lo, a.hi, a.estimate) == (9.5, 12.7, 9.5)
     a = answer(cfg, [Step(9.5, PASS, 0.5), Step(12.7, FAIL, 1.5)], "converged")
     assert a.estimate is not None and 9.5 < a.estimate < 12.7
+
+
+def test_a_step_too_close_to_call_is_run_again_and_the_rerun_decides() -> None:
+    cfg = SearchConfig(start=1.0, minimum=0.1)
+    steps = [Step(4.0, PASS, 0.5), Step(8.0, FAIL, 0.97, uncertain=True)]
+    d = decide(cfg, steps)
+    assert isinstance(d, Next) and d.load == 8.0 and "close to call" in d.why
+    steps.append(Step(8.0, PASS, 0.95))  # judged on both runs' requests: a pass
+    lo, hi = bracket(steps)
+    assert lo is not None and lo.load == 8.0 and hi is None
+    d = decide(cfg, steps)
+    assert isinstance(d, Next) and d.load > 8.0
+    # still too close after the rerun: not sustained, no third run
+    steps = [Step(4.0, PASS, 0.5), Step(8.0, FAIL, 0.97, uncertain=True)]
+    steps.append(Step(8.0, FAIL, 0.99, uncertain=True))
+    d = decide(cfg, steps)
+    assert isinstance(d, Next) and 4.0 < d.load < 8.0
+
