@@ -202,7 +202,7 @@ def run(
             print(f"web UI: http://{opts.web_host}:{opts.web_port}", file=sys.stderr)
         try:
             previous: Phase | None = None
-            for phase in phases if phases is not None else plan_phases(opts):
+            for phase in phases if phases is not None else plan_phases(opts.load):
                 cooldown = opts.cooldown if previous is not None and not previous.warmup else 0.0
                 session.run_phase(driver, phase, cooldown)
                 previous = phase

@@ -21,7 +21,7 @@ from gevent.event import Event
 from loadtests.hub import RecordHub
 from loadtests.percentile import percentile_of
 from loadtests.phases import Phase
-from loadtests.plan import RunOptions
+from loadtests.plan import LoadOptions, RunOptions
 from loadtests.shapes import ArrivalSchedule, Constant, PhaseShape, make_shape
 from loadtests.status import StatusLine
 
@@ -53,7 +53,7 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
-def plan_phases(opts: RunOptions) -> list[Phase]:
+def plan_phases(opts: LoadOptions) -> list[Phase]:
     """Warm-up (optional, in the first mode), then one phase per mode."""
     phases = []
     if opts.warmup > 0:
@@ -65,7 +65,7 @@ def plan_phases(opts: RunOptions) -> list[Phase]:
     return phases
 
 
-def phase_shape(opts: RunOptions, phase: Phase) -> PhaseShape:
+def phase_shape(opts: LoadOptions, phase: Phase) -> PhaseShape:
     """The user-count shape of one phase (open loop, or a load of its own: all users at once)."""
     users, rate = phase.load(opts.users, opts.rate)
     if rate is not None:
@@ -77,7 +77,7 @@ def phase_shape(opts: RunOptions, phase: Phase) -> PhaseShape:
     )
 
 
-def scheduled_arrivals(opts: RunOptions, phase: Phase, shards: int) -> int:
+def scheduled_arrivals(opts: LoadOptions, phase: Phase, shards: int) -> int:
     """How many open-loop arrivals the seeded schedules hold for a phase."""
     _, rate = phase.load(opts.users, opts.rate)
     assert rate is not None
@@ -96,6 +96,7 @@ class Session:
 
     def __init__(self, opts: RunOptions, hub: RecordHub, status: StatusLine) -> None:
         self.opts = opts
+        self.load = opts.load  # the part the phases read
         self.hub = hub
         self.status = status
         self.interrupted = False
@@ -133,7 +134,7 @@ class Session:
             self.wake.wait(cooldown)
         if self.interrupted:
             return
-        shape = phase_shape(self.opts, phase)
+        shape = phase_shape(self.load, phase)
         self.driver = driver
         driver.begin(phase)
         self.status.begin(phase.name, phase.mode, phase.duration, phase.requests)
@@ -176,10 +177,10 @@ class Session:
         got = stats.requests if stats is not None else 0
         if got != issued:
             self._warn(f"phase {phase.name}: {issued} requests issued but {got} records arrived")
-        _, rate = phase.load(self.opts.users, self.opts.rate)
+        _, rate = phase.load(self.load.users, self.load.rate)
         if rate is None or self.interrupted or stats is None:
             return
-        expected = scheduled_arrivals(self.opts, phase, driver.shards)
+        expected = scheduled_arrivals(self.load, phase, driver.shards)
         late = percentile_of(stats.delays, 95) or 0.0
         if got < 0.95 * expected or late > LATE_P95_S:
             self._warn(

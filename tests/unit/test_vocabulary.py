@@ -87,11 +87,11 @@ def test_bad_vocabulary_is_a_one_line_error(argv: tuple[str, ...]) -> None:
 def test_num_prompts_without_duration_has_no_time_limit() -> None:
     opts = build_options({}, _cli("--num-prompts", "40", "--warmup", "5s"))
     assert math.isinf(opts.duration) and opts.config()["duration"] is None
-    warm, *measured = plan_phases(opts)
+    warm, *measured = plan_phases(opts.load)
     assert warm.requests is None and warm.duration == 5
     assert [p.requests for p in measured] == [40, 40]
     capped = build_options({}, _cli("--num-prompts", "40", "--duration", "30s"))
-    assert capped.duration == 30 and plan_phases(capped)[0].requests == 40
+    assert capped.duration == 30 and plan_phases(capped.load)[0].requests == 40
 
 
 @pytest.mark.parametrize("shards", [1, 2, 3, 7])
