@@ -10,7 +10,7 @@ from typing import Any
 
 from loadtests.record import RequestRecord
 from loadtests.redact import redact_value
-from reports.capacity import capacity_doc
+from reports.capacity_curve import capacity_doc
 from reports.loader import Run
 from reports.stats import percentile
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from loadtests.search import RATIO_CAP, crossing
-from reports.capacity import capacity_doc
+from reports.capacity_curve import capacity_doc
 from reports.gate import (
     FAIL,
     INCONCLUSIVE,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from reports.capacity import fmt_load
+from reports.capacity_curve import fmt_load
 from reports.charts import Axes, Series, render
 from reports.fmt import fmt_ms, fmt_rate, table
 

@@ -11,7 +11,7 @@ from loadtests.record import ERROR_CLASSES, RequestRecord
 from loadtests.redact import redact_value
 from loadtests.slo import format_slo, parse_slo
 from reports import diagnostics
-from reports.capacity import capacity_summary
+from reports.capacity_curve import capacity_summary
 from reports.loader import Run, is_warmup
 from reports.schema import SCHEMA, Comparison, ComparisonRow, MetricStats, PhaseStats
 from reports.stats import PERCENTILE_METHOD

@@ -8,14 +8,13 @@ import pytest
 
 from reports.capacity import (
     Criterion,
-    answer_text,
     binomial_tail,
     explained_by_client,
     judge,
-    knee,
     parse_capacity_slo,
     samples_needed,
 )
+from reports.capacity_curve import answer_text, knee
 from tests.fixtures.reports import make_records
 
 
