@@ -110,10 +110,11 @@ class MasterDriver:
         self.opts = opts
         self.hub = hub
         self.session = session
-        self.expect = opts.workers or opts.expect_workers
+        dist = opts.distributed
+        self.expect = dist.expected
         self.shards = self.expect
-        bind_host = opts.master_host if opts.master else "127.0.0.1"
-        port = opts.master_port if opts.master else 0
+        bind_host = dist.master_host if dist.master else "127.0.0.1"
+        port = dist.master_port if dist.master else 0
         self.runner = environment.create_master_runner(bind_host, port)
         self.port = self.runner.server.port
         self.ready: set[str] = set()
@@ -137,10 +138,10 @@ class MasterDriver:
         ):
             self.runner.register_message(name, handler)
         self.procs: list[subprocess.Popen[bytes]] = []
-        for _ in range(opts.workers):
+        for _ in range(dist.workers):
             cmd = [sys.executable, "-m", "loadtests", "worker", "--master-port", str(self.port)]
             self.procs.append(subprocess.Popen(cmd, start_new_session=True))
-        if opts.master:
+        if dist.master:
             print(f"master: waiting for {self.expect} worker(s) on port {self.port}", flush=True)
         try:
             self._wait(lambda: len(self.runner.clients.ready) >= self.expect, "workers to connect")

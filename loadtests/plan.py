@@ -152,6 +152,16 @@ class DistributedOptions:
     master_port: int
     expect_workers: int
 
+    @property
+    def enabled(self) -> bool:
+        """The run's users are on locust workers (spawned here, or connecting to us)."""
+        return self.workers > 0 or self.master
+
+    @property
+    def expected(self) -> int:
+        """How many workers the master waits for."""
+        return self.workers or self.expect_workers
+
 
 #: group name -> its dataclass; every RunOptions field is in exactly one (``seed`` is in
 #: load and workload: it fixes both the arrivals and the prompts)

@@ -153,7 +153,7 @@ def run(
     this module knows the record contract, not who consumes it.  ``phases``
     replaces the fixed warm-up + one phase per mode (``plan_phases``).
     """
-    distributed = opts.workers > 0 or opts.master
+    distributed = opts.distributed.enabled
     hub = RecordHub()
     try:
         target = connect_target(opts)
