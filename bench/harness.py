@@ -84,10 +84,23 @@ def _child(
         if client == "httpx":
             return target.client()
         if client == "httpx-plain":  # httpcore's own connect: a resolver call per connection
+            import httpcore
             import httpx
 
-            limits = httpx.Limits(max_connections=4, max_keepalive_connections=1)
-            return httpx.Client(base_url=url, trust_env=False, limits=limits,
+            class Timed(httpcore.SyncBackend):
+                """httpcore's backend, its connect timed for the records' ``connect_s``."""
+
+                def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+                    began = time.perf_counter()
+                    stream = super().connect_tcp(*args, **kwargs)
+                    stream.connect_s = time.perf_counter() - began  # type: ignore[attr-defined]
+                    return stream
+
+            transport = httpx.HTTPTransport(trust_env=False)
+            transport._pool = httpcore.ConnectionPool(
+                max_connections=4, max_keepalive_connections=1, network_backend=Timed()
+            )
+            return httpx.Client(base_url=url, trust_env=False, transport=transport,
                                 timeout=httpx.Timeout(120, connect=10))  # fmt: skip
         from locust.env import Environment
 

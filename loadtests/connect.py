@@ -39,12 +39,18 @@ Address = tuple[int, tuple[Any, ...]]  # (family, sockaddr)
 
 
 class CoalescingStream(SyncStream):
-    """A ``SyncStream`` whose writes go out together, at the first read."""
+    """A ``SyncStream`` whose writes go out together, at the first read.
 
-    def __init__(self, sock: socket.socket) -> None:
+    ``connect_s``: how long opening it took (TCP, plus TLS), until the request
+    that opened it takes the figure (``take_connect_s``); None afterwards, so a
+    request on a reused connection reports none.
+    """
+
+    def __init__(self, sock: socket.socket, connect_s: float | None = None) -> None:
         super().__init__(sock)
         self._pending: list[bytes] = []
         self._size = 0
+        self.connect_s = connect_s
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
@@ -73,9 +79,12 @@ class CoalescingStream(SyncStream):
     ) -> httpcore.NetworkStream:
         """TLS on top, writes still coalesced (one TLS record for the request)."""
         self.flush(timeout)
+        started = time.perf_counter()
         tls = super().start_tls(ssl_context, server_hostname, timeout)
         sock = tls.get_extra_info("socket")
-        return CoalescingStream(sock) if isinstance(tls, SyncStream) and sock is not None else tls
+        if not isinstance(tls, SyncStream) or sock is None:
+            return tls
+        return CoalescingStream(sock, (self.connect_s or 0.0) + time.perf_counter() - started)
 
 
 class Connector(httpcore.SyncBackend):
@@ -119,6 +128,7 @@ class Connector(httpcore.SyncBackend):
         except OSError as exc:
             raise httpcore.ConnectError(str(exc)) from exc
         last: OSError | None = None
+        started = time.perf_counter()
         for family, sockaddr in addresses:
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
@@ -138,7 +148,7 @@ class Connector(httpcore.SyncBackend):
                 continue
             if last is not None:  # an earlier address failed: try this one first next time
                 self._prefer(host, port, (family, sockaddr))
-            return CoalescingStream(sock)
+            return CoalescingStream(sock, time.perf_counter() - started)
         raise httpcore.ConnectError(str(last) if last else f"no address for {host}")
 
     def _prefer(self, host: str, port: int, address: Address) -> None:
@@ -146,6 +156,14 @@ class Connector(httpcore.SyncBackend):
         if hit is not None and address in hit[1]:
             rest = [a for a in hit[1] if a != address]
             self._cache[(host, port)] = (hit[0], [address, *rest])
+
+
+def take_connect_s(stream: Any) -> float | None:
+    """The set-up time of ``stream`` if this is the first request on it, else None."""
+    seconds = getattr(stream, "connect_s", None)
+    if seconds is not None:
+        stream.connect_s = None
+    return seconds
 
 
 _CONNECTOR: Connector | None = None

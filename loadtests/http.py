@@ -19,7 +19,6 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import gevent
@@ -27,7 +26,7 @@ import httpcore
 import httpx
 
 from loadtests.adapters.base import HttpCall
-from loadtests.connect import connector
+from loadtests.connect import connector, take_connect_s
 from loadtests.plan import ConnectionOptions
 from loadtests.redact import redact_url
 from loadtests.timing import StreamTimer
@@ -147,11 +146,7 @@ class Target:
         )
 
     def request(
-        self,
-        client: httpx.Client,
-        call: HttpCall,
-        timeout: httpx.Timeout,
-        timer: StreamTimer | None = None,
+        self, client: httpx.Client, call: HttpCall, timeout: httpx.Timeout
     ) -> httpx.Request:
         """``call`` as the request ``client.build_request`` would make, in a quarter of its time.
 
@@ -159,12 +154,9 @@ class Target:
         client's headers copied, instead of httpx re-parsing and merging both
         per request (~200 µs each on this machine class, in series when many
         users send together).  A client holding cookies (a sticky-session load
-        balancer) takes httpx's own path, which sends them back.  With a ``timer``, a
-        connection opened for this request tells it its set-up time (httpcore's trace).
+        balancer) takes httpx's own path, which sends them back.
         """
-        extensions: dict[str, Any] = {"timeout": timeout.as_dict()}
-        if timer is not None:
-            extensions["trace"] = _connect_tracer(timer)
+        extensions = {"timeout": timeout.as_dict()}
         if client.cookies:
             return client.build_request(
                 call.method, call.path, json=call.json, headers=call.headers,
@@ -232,9 +224,12 @@ def perform(
                 call = follow_up(first.content)
             except ValueError as exc:
                 return "protocol", f"unreadable first response: {exc}"
-        resp = client.send(target.request(client, call, timeout, timer), stream=True)
+        resp = client.send(target.request(client, call, timeout), stream=True)
         try:
             timer.headers(clock(), resp.status_code)
+            connect_s = take_connect_s(resp.extensions.get("network_stream"))
+            if connect_s is not None:
+                timer.connected(connect_s)
             if call.stream:
                 for chunk in resp.iter_bytes():
                     timer.feed(chunk, clock())
@@ -262,20 +257,6 @@ def perform(
         return "disconnect", _describe(exc)
     finally:
         deadline.close()
-
-
-def _connect_tracer(timer: StreamTimer) -> Callable[[str, dict[str, Any]], None]:
-    """httpcore ``trace`` callback: the time from TCP connect to connected (TLS included)."""
-    started: list[float] = []
-
-    def trace(name: str, info: dict[str, Any]) -> None:
-        if name == "connection.connect_tcp.started":
-            started.append(clock())
-        elif started and name in ("connection.connect_tcp.complete",
-                                  "connection.start_tls.complete"):  # fmt: skip
-            timer.connected(clock() - started[0])
-
-    return trace
 
 
 class _RedactUrls(logging.Filter):
