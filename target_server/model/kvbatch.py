@@ -199,7 +199,9 @@ class SlotBatch:
     def __init__(self, model: Any, cache_kwarg: str, device: torch.device, rows: int = 8):
         check_full_attention(model.config)
         self.model, self.cache_kwarg, self.device = model, cache_kwarg, device
-        self.dtype = next(model.parameters()).dtype
+        # the model's compute dtype (HF's ``model.dtype``: its first floating-point
+        # parameter, so a 4-bit quantised model still gives bf16/fp16 here)
+        self.dtype = getattr(model, "dtype", None) or next(model.parameters()).dtype
         self.cache = SlotCache(model.config, rows, GROW_COLUMNS, device, self.dtype)
         self.n = 0
         self.lengths: list[int] = []  # tokens in each row's cache (= next position)
