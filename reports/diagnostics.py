@@ -260,7 +260,7 @@ def connection_per_request(records: Sequence[RequestRecord]) -> Diagnostic | Non
     """The ``connection_per_request`` diagnostic, or None."""
     by_user: dict[tuple[str, int | None], list[RequestRecord]] = {}
     for r in records:
-        if r.ok and not r.warmup:
+        if r.ok and not r.warmup and r.user_id is not None:  # no user: no "after its first"
             by_user.setdefault((r.worker, r.user_id), []).append(r)
     later = [r for rs in by_user.values() for r in sorted(rs, key=lambda r: r.started_at)[1:]]
     opened = [r.connect_s for r in later if r.connect_s is not None]

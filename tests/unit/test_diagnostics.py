@@ -178,3 +178,8 @@ def test_kept_alive_connections_are_not_flagged() -> None:
     # one request per user (e.g. --num-prompts = --users): nothing to judge
     once = [_spaced(i, user_id=i, started_at=0.0, connect_s=0.003) for i in range(12)]
     assert detect(once, "stream") == []
+
+
+def test_records_without_a_user_are_not_judged_for_connections() -> None:
+    recs = [_spaced(i, started_at=float(i), connect_s=0.003) for i in range(8)]
+    assert detect(recs, "stream") == []
