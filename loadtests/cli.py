@@ -23,7 +23,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target", help="base URL, path prefix kept (e.g. https://host/llm)")
     g.add_argument("--model", help="model name (default: first of the target's /v1/models)")
     g.add_argument("--protocol", help="openai-chat (default), openai-completions, gradio, tgi")
-    g.add_argument("--api-name", help="--protocol gradio: the fn's api_name (chat)")
+    g.add_argument("--api-name", help="--protocol gradio: the fn's endpoint (default: the app's)")
     g.add_argument("--api-key-env", metavar="VAR", help="send $VAR as 'Authorization: Bearer'")
     g.add_argument("--header", action="append", metavar="K:V", help="extra header (repeatable)")
     g.add_argument("--ca-bundle", metavar="PEM", help="CA bundle for TLS verification")
