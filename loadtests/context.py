@@ -72,7 +72,9 @@ def build_context(
             print(note, file=sys.stderr, flush=True)
     limit = facts.context_limit
     return LoadContext(
-        options=opts,
+        connection=opts.connection,
+        load=opts.load,
+        sampling=w,
         target=target,
         workload=workload,
         sink=sink,

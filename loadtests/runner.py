@@ -88,8 +88,8 @@ class LocalDriver:
         return int(self.runner.user_count)
 
     def stop(self, force: bool) -> None:
-        opts = self.ctx.options
-        self.env.stop_timeout = 0 if force else opts.request_timeout + DRAIN_SLACK_S
+        timeout = self.ctx.connection.request_timeout
+        self.env.stop_timeout = 0 if force else timeout + DRAIN_SLACK_S
         self.runner.stop()
 
     def abort(self) -> None:

@@ -31,7 +31,7 @@ from loadtests.adapters.base import Adapter, Prompt, follow_up_of
 from loadtests.fit import ContextFit
 from loadtests.http import Target, clock, perform
 from loadtests.phases import Phase, shard_share
-from loadtests.plan import RunOptions
+from loadtests.plan import ConnectionOptions, LoadOptions, WorkloadOptions
 from loadtests.record import RequestRecord
 from loadtests.shapes import ArrivalSchedule, first_start_offset
 from loadtests.sinks import RecordSink
@@ -50,9 +50,16 @@ class RequestFailed(Exception):
 
 @dataclass
 class LoadContext:
-    """Per-process state shared by the users: what to send, where, and to whom it goes."""
+    """Per-process state shared by the users: what to send, where, and to whom it goes.
 
-    options: RunOptions
+    Of the run's options it holds the three parts the users read: ``connection``
+    (protocol, Gradio API name), ``load`` (users, rate, arrivals, pacing, first
+    start, seed) and ``sampling`` (the workload options: temperature, ignore_eos).
+    """
+
+    connection: ConnectionOptions
+    load: LoadOptions
+    sampling: WorkloadOptions
     target: Target
     workload: Any
     sink: RecordSink
@@ -91,12 +98,12 @@ class LoadContext:
     def request_options(self) -> dict[str, Any]:
         """Options for ``Adapter.build`` (temperature, ignore_eos, seed)."""
         opts: dict[str, Any] = {}
-        if self.options.temperature is not None:
-            opts["temperature"] = self.options.temperature
-        if self.options.ignore_eos:
+        if self.sampling.temperature is not None:
+            opts["temperature"] = self.sampling.temperature
+        if self.sampling.ignore_eos:
             opts["ignore_eos"] = True
-        if self.options.api_name:
-            opts["api_name"] = self.options.api_name
+        if self.connection.api_name:
+            opts["api_name"] = self.connection.api_name
         opts.update(self.adapter_options)
         return opts
 
@@ -119,12 +126,12 @@ class LoadContext:
         self._next_user = 0
         self.issued.setdefault(phase.name, 0)
         self.budget = shard_share(phase.requests, self.shard, self.shards)
-        _, rate = phase.load(self.options.users, self.options.rate)
+        _, rate = phase.load(self.load.users, self.load.rate)
         if rate is not None:
             self.schedule = ArrivalSchedule(
                 rate,
-                self.options.arrival,
-                self.options.seed,
+                self.load.arrival,
+                self.load.seed,
                 phase.duration,
                 self.shard,
                 self.shards,
@@ -176,7 +183,7 @@ class LLMUser(User):
         ctx = context_of(self.environment)
         self.ctx = ctx
         self.index = ctx.next_user_index()
-        self.adapter: Adapter = get_adapter(ctx.options.protocol)
+        self.adapter: Adapter = get_adapter(ctx.connection.protocol)
         self.follow_up = follow_up_of(self.adapter)
         self.http = ctx.target.client()
         self.prompts = ctx.workload.for_user(self.index)
@@ -194,11 +201,11 @@ class LLMUser(User):
                 return 0.5  # the phase's arrivals are all handed out: idle until stopped
             return max(0.0, ctx.phase_t0 + self.slot[1] - clock())
         if self.last_start is None:
-            opts = ctx.options
+            opts = ctx.load
             if opts.first_start == "together":
                 return 0.0
             return first_start_offset(opts.seed, self.index, opts.pacing)
-        return max(0.0, self.last_start + ctx.options.pacing - clock())
+        return max(0.0, self.last_start + ctx.load.pacing - clock())
 
     @task
     def chat(self) -> None:
