@@ -71,15 +71,17 @@ def _tree_cpu(proc: psutil.Process) -> float:
 
 def server_row(streams: int, workers: int, window: float) -> dict[str, Any]:
     """One bundled server (``workers`` processes), ``streams`` raw-socket streams against it."""
-    from bench.server_timing import run_level
+    from bench.server_timing import run_level, runqueue_wait_s
 
     args = ["--log-level", "warning", "--ttft-ms", str(SERVER_TTFT_MS)]
     args += ["--itl-ms", str(SERVER_ITL_MS), "--workers", str(workers)]
     with launch(args, cwd=ROOT, ready_timeout=60) as server:
         proc = psutil.Process(server.proc.pid)
-        cpu0 = _tree_cpu(proc)
+        pids = [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+        cpu0, wait0 = _tree_cpu(proc), sum(runqueue_wait_s(p) for p in pids)
         lv = asyncio.run(run_level(server.url, streams, SERVER_TOKENS, window))
         cpu = _tree_cpu(proc) - cpu0
+        wait = sum(runqueue_wait_s(p) for p in pids) - wait0
     err = [v * 1000 - SERVER_TTFT_MS for v in lv.ttft_server]
     return {
         "streams": streams,
@@ -88,6 +90,7 @@ def server_row(streams: int, workers: int, window: float) -> dict[str, Any]:
         "errors": lv.errors,
         "events_per_s": lv.events / lv.wall,
         "server_cpu": 100 * cpu / lv.wall,
+        "server_wait": 100 * wait / lv.wall,
         "us_per_event": cpu / lv.events * 1e6 if lv.events else float("nan"),
         "p50": _pct(err, 50),
         "p99": _pct(err, 99),
@@ -99,17 +102,37 @@ def server_row(streams: int, workers: int, window: float) -> dict[str, Any]:
 
 
 def client_row(streams: int) -> dict[str, Any]:
-    """``bench harness``'s httpx child at ``streams`` against the reference server (ITL 50 ms)."""
-    from bench.harness import _measure, _reference
+    """``bench harness``'s httpx child at ``streams`` against the reference server (ITL 50 ms).
+
+    Also how long the child was runnable but not running (``schedstat``): on a shared
+    machine that, not the client's work, is what its latency then shows.
+    """
+    from bench.harness import _reference
+    from bench.server_timing import runqueue_wait_s
 
     proc, url = _reference(CLIENT_ITL_MS)
     try:
-        r = _measure("httpx", proc, url, streams, CLIENT_ITL_MS)
+        cmd = [sys.executable, "-m", "bench.harness", "--child", "httpx", url, str(streams)]
+        cmd += [str(CLIENT_ITL_MS)]
+        t0 = time.monotonic()
+        child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)  # fmt: skip
+        wait = 0.0
+        while child.poll() is None:
+            wait = runqueue_wait_s(child.pid) or wait
+            time.sleep(0.2)
+        out, err = child.communicate(timeout=120)
+        wall = time.monotonic() - t0
     finally:
         proc.terminate()
         proc.wait(10)
+    if child.returncode != 0:
+        return {"streams": streams, "error": err.strip()[-300:]}
+    r: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     cpu = r.get("client_cpu") or float("nan")
     r["per_cpu_s"] = r.get("events_per_s", 0) / (cpu / 100) if cpu == cpu and cpu else 0.0
+    r["client_wait"] = 100 * wait / wall
+    print(json.dumps(r), flush=True)
     return r
 
 
@@ -247,17 +270,23 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
             else "."
         ),
         "",
+        "*Waiting for a CPU* = share of the wall time the process (all its threads and worker "
+        "processes) was runnable but not running (`/proc/PID/task/*/schedstat`): other work "
+        "on the machine holding its core. Where it is large, the latencies in that row measure "
+        "the machine.",
+        "",
         f"### 1. Bundled server: its own TTFT error (TTFT {SERVER_TTFT_MS} ms, ITL "
         f"{SERVER_ITL_MS} ms, {SERVER_TOKENS} tokens, {args.window:g} s per row)",
         "",
         "| streams | server processes | requests | errors | events/s | server CPU "
-        "| CPU per event | TTFT err p50 / p99 / max |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| server waiting for a CPU | CPU per event | TTFT err p50 / p99 / max |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in res["server"]:
         lines.append(
             f"| {r['streams']} | {r['workers']} | {r['requests']} | {r['errors']} "
-            f"| {r['events_per_s']:,.0f} | {r['server_cpu']:.0f} % | {r['us_per_event']:.0f} µs "
+            f"| {r['events_per_s']:,.0f} | {r['server_cpu']:.0f} % | {r['server_wait']:.0f} % "
+            f"| {r['us_per_event']:.0f} µs "
             f"| {r['p50']:+.2f} / {r['p99']:+.2f} / {r['max']:+.2f} ms |"
         )
     goal = [r for r in res["server"] if r["streams"] >= 1000 and r["workers"] == 1]
@@ -284,16 +313,17 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
         "16 tokens, `bench harness` child)",
         "",
         "| streams | requests | client − server p50 / p99 | SSE events/s | client CPU "
-        "| events per client CPU-s |",
-        "|---:|---:|---|---:|---:|---:|",
+        "| client waiting for a CPU | events per client CPU-s |",
+        "|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in res["client"]:
         if "error" in r:
-            lines.append(f"| {r['streams']} | – | failed: {r['error'][:80]} | | | |")
+            lines.append(f"| {r['streams']} | – | failed: {r['error'][:80]} | | | | |")
             continue
         lines.append(
             f"| {r['streams']} | {r['requests']} | {r['p50_ms']:.1f} / {r['p99_ms']:.1f} ms "
-            f"| {r['events_per_s']:,.0f} | {r['client_cpu']:.0f} % | {r['per_cpu_s']:,.0f} |"
+            f"| {r['events_per_s']:,.0f} | {r['client_cpu']:.0f} % | {r['client_wait']:.0f} % "
+            f"| {r['per_cpu_s']:,.0f} |"
         )
     big = [r for r in res["client"] if r.get("streams") == 1000 and "p99_ms" in r]
     if big:
