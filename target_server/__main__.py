@@ -15,6 +15,7 @@ import contextlib
 import gc
 import logging
 import os
+import select
 import signal
 import socket
 import sys
@@ -110,12 +111,19 @@ def _run(
     return asyncio.run(serve(settings, sock, ready))
 
 
+def _ended(pid: int) -> bool:
+    """Has child ``pid`` exited (it stays waitable)?"""
+    flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+    return os.waitid(os.P_PID, pid, flags) is not None
+
+
 def _workers(settings: Settings) -> int:
     """``--workers N``: N forked processes, each listening on the port with SO_REUSEPORT.
 
     The parent holds the port (bound, not listening: port 0 resolves once for all),
     prints the listening line when every worker has started, passes SIGTERM/SIGINT
-    on, and exits with the worst exit code.  Worker ``i`` draws with seed ``seed + i``.
+    on, stops every worker when one ends on its own (exit 1), and exits with the worst
+    exit code.  Worker ``i`` draws with seed ``seed + i``.
     """
     try:
         holder = bind(settings.host, settings.port, reuse_port=True, listen=False)
@@ -157,8 +165,12 @@ def _workers(settings: Settings) -> int:
     signal.signal(signal.SIGINT, forward)
     started = 0
     while started < settings.workers:
+        if not select.select([rfd], [], [], 0.5)[0]:
+            if any(_ended(p) for p in pids):  # one died before starting, the others wait
+                break
+            continue
         data = os.read(rfd, settings.workers)
-        if not data:  # every worker closed the pipe: one or more died before starting
+        if not data:  # every worker closed the pipe: they all died before starting
             break
         started += len(data)
     os.close(rfd)
@@ -173,16 +185,21 @@ def _workers(settings: Settings) -> int:
         print("target_server: error: a worker failed to start", file=sys.stderr, flush=True)
         forward(signal.SIGTERM, None)
     worst = 0 if started == settings.workers else 1
-    for p in pids:
-        while True:
-            try:
-                _, status = os.waitpid(p, 0)
-                break
-            except InterruptedError:
-                continue
+    remaining = set(pids)
+    while remaining:
+        pid, status = os.wait()
+        if pid not in remaining:
+            continue
+        remaining.discard(pid)
         code = os.waitstatus_to_exitcode(status)
-        if code in (-signal.SIGTERM, -signal.SIGINT) and stopping:
-            code = 0  # uvicorn re-raises the signal it was stopped with: a clean stop
+        if stopping:
+            if code in (-signal.SIGTERM, -signal.SIGINT):
+                code = 0  # uvicorn re-raises the signal it was stopped with: a clean stop
+        else:  # a worker ended on its own: the server is not whole any more, stop the rest
+            print(f"target_server: error: worker {pid} exited ({code}); stopping",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            code = code or 1
+            forward(signal.SIGTERM, None)
         worst = max(worst, code if code >= 0 else 1)  # killed by anything else: 1
     holder.close()
     return worst

@@ -54,3 +54,30 @@ def test_workers_must_be_positive() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 2 and "workers must be >= 1" in r.stderr
+
+
+def test_a_worker_that_dies_stops_the_server() -> None:
+    args = ["--workers", "2", "--log-level", "warning"]
+    with launch(args, cwd=ROOT, ready_timeout=60) as server:
+        parent = psutil.Process(server.proc.pid)
+        victim, other = parent.children()
+        victim.kill()
+        code = server.proc.wait(30)  # the parent notices and stops the other worker
+        assert code == 1
+        assert "exited" in server.tail(5)
+        other.wait(10)
+
+
+def test_a_worker_that_cannot_start_fails_the_server() -> None:
+    import subprocess
+    import sys
+
+    # a checkpoint that is not there: each worker's engine fails after it listens (as a
+    # single server does), the parent stops the rest and exits 1
+    r = subprocess.run(
+        [sys.executable, "-m", "target_server", "--workers", "2", "--port", "0",
+         "--engine", "transformers", "--model", "/nonexistent/ckpt"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "engine failed" in r.stderr
