@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator
 from time import perf_counter
 from typing import Any
 
+from target_server.busy import CpuMeter
 from target_server.engine import (
     EngineFault,
     GenerationRequest,
@@ -70,6 +71,7 @@ class SyntheticEngine:
         self._running = 0
         self._ready = False
         self.pacer = Pacer()  # every stream's token deadlines on one timer per millisecond
+        self.busy = CpuMeter()  # its limit is the event loop's core
 
     @property
     def ready(self) -> bool:
@@ -89,8 +91,13 @@ class SyntheticEngine:
         return self._running
 
     def extra_metrics(self) -> dict[str, float]:
-        """No engine-specific gauges."""
-        return {}
+        """The engine load gauges the model engines export: busy is the process's CPU share
+        (timers are all it computes), no queue inside the engine, every stream in the batch."""
+        return {
+            "engine_busy_ratio": self.busy.ratio(),
+            "engine_queue_depth": 0.0,
+            "engine_batch_size": float(self._running),
+        }
 
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
         """Count prompt tokens (no other work)."""

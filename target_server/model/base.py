@@ -7,7 +7,6 @@ import json
 import logging
 import random
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig
 
+from target_server.busy import BusyMeter
 from target_server.engine import (
     EngineFault,
     EngineInputError,
@@ -69,51 +69,6 @@ class PieceMaker:
             self.finished = True
             text += self.text.flush()
         return TokenPiece(text, finish_reason=reason)
-
-
-class BusyMeter:
-    """How much of the wall time the engine spent computing, over a sliding window.
-
-    One thread calls ``begin``/``end`` around each unit of work (a decode turn, or
-    "at least one generate thread alive"); any thread may read ``ratio``.
-    """
-
-    def __init__(self, window_s: float = 10.0, mark_every_s: float = 0.5):
-        self.window_s, self.mark_every_s = window_s, mark_every_s
-        self.total = 0.0
-        self._since: float | None = None
-        self._marks: deque[tuple[float, float]] = deque([(time.perf_counter(), 0.0)], maxlen=256)
-
-    def begin(self, now: float | None = None) -> None:
-        self._since = time.perf_counter() if now is None else now
-
-    def end(self, now: float | None = None) -> None:
-        if self._since is None:
-            return
-        now = time.perf_counter() if now is None else now
-        self.total += now - self._since
-        self._since = None
-        if now - self._marks[-1][0] >= self.mark_every_s:
-            self._marks.append((now, self.total))
-
-    def busy_s(self, now: float | None = None) -> float:
-        """Seconds spent busy since the start (the work in progress included)."""
-        now = time.perf_counter() if now is None else now
-        since = self._since
-        return self.total + (now - since if since is not None else 0.0)
-
-    def ratio(self, now: float | None = None) -> float:
-        """Busy fraction of the last ``window_s`` (or since the newest older mark)."""
-        now = time.perf_counter() if now is None else now
-        marks = list(self._marks)
-        t0, b0 = marks[0]
-        for t, b in marks:
-            if t > now - self.window_s:
-                break
-            t0, b0 = t, b
-        if now <= t0:
-            return 0.0
-        return max(0.0, min(1.0, (self.busy_s(now) - b0) / (now - t0)))
 
 
 class ModelEngine:
