@@ -233,6 +233,10 @@ def run(
             writer.update(context_fit=ctx.fit.describe())
             if line := ctx.fit.summary_line():
                 print(f"note: {line}", file=sys.stderr, flush=True)
+            if ctx.fit.checked and ctx.fit.skipped == ctx.fit.checked and outcome == "completed":
+                print(f"error: no prompt fits the target's context length ({ctx.fit.limit} "
+                      "tokens): nothing was sent", file=sys.stderr, flush=True)  # fmt: skip
+                outcome = "failed"
         writer.set_status(outcome)
         hub.close()
     print(f"run directory: {out_dir} ({writer.records} records, {outcome})", flush=True)

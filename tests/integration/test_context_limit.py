@@ -147,3 +147,19 @@ def test_default_mix_never_fails_by_design(
     assert fit["skipped"] > 0 and fit["checked"] > fit["skipped"]
     assert stderr.count("note: context length 1100 tokens:") == 1
     assert "target context length: 1100 tokens" in stderr
+
+
+def test_a_run_where_no_prompt_fits_fails_and_says_why(
+    vllm: tuple[str, FastAPI], tmp_path: Path
+) -> None:
+    url, app = vllm
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"prompt": "长" * 2000, "max_tokens": 64}) + "\n")
+    cmd = [sys.executable, "-m", "loadtests", "run", "--out", str(tmp_path / "run"),
+           "--target", url, "--modes", "stream", "--users", "1", "--duration", "1s",
+           "--dataset", str(data), "--status-interval", "60"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "no prompt fits the target's context length (1100 tokens)" in proc.stderr
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "failed" and run["context_fit"]["skipped"] > 0
