@@ -42,7 +42,7 @@ CACHE_MAX = 4096
 
 def estimate_tokens(text: str) -> int:
     """A conservative token count of ``text`` without a tokenizer."""
-    ascii_chars = sum(1 for c in text if c < "\x80")
+    ascii_chars = len(text) if text.isascii() else len(text.encode("ascii", "ignore"))
     tokens = ascii_chars / ASCII_CHARS_PER_TOKEN + OTHER_CHAR_TOKENS * (len(text) - ascii_chars)
     return math.ceil(ESTIMATE_MARGIN * tokens)
 
