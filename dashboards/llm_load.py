@@ -233,6 +233,55 @@ def server() -> list[Panel]:
     ]
 
 
+#: Engine busy ratio thresholds: above the first the target has little headroom left,
+#: above the second latencies are mostly queueing.
+BUSY_WARN, BUSY_SATURATED = 0.5, 0.8
+
+
+def saturation() -> list[Panel]:
+    """Is the target itself the bottleneck? The bundled server's engine load gauges."""
+    busy = f"max(llmserve_engine_busy_ratio{{{JOB}}})"
+    return [
+        stat(
+            "Engine busy",
+            busy,
+            "percentunit",
+            description=(
+                "Share of the last 10 s the busiest engine spent working (synthetic engine: "
+                "its process's CPU). Orange above 50 %: little headroom; red above 80 %: "
+                "latencies are mostly queueing."
+            ),
+            steps=((BUSY_WARN, "orange"), (BUSY_SATURATED, "red")),
+            width=6,
+            height=8,
+        ),
+        timeseries(
+            "Engine busy ratio",
+            [(f"max by (instance) (llmserve_engine_busy_ratio{{{JOB}}})", "{{instance}}")],
+            "percentunit",
+            description="Near 1 while the queue depth grows: the target, not the client, "
+            "limits the run.",
+            width=6,
+        ),
+        timeseries(
+            "Engine queue depth",
+            [(f"sum by (instance) (llmserve_engine_queue_depth{{{JOB}}})", "{{instance}}")],
+            "none",
+            description="Requests handed to the engine, not generating yet (the synthetic "
+            "engine has no queue of its own: 0). Admission's queue is on Running / waiting.",
+            width=6,
+        ),
+        timeseries(
+            "Engine batch size",
+            [(f"sum by (instance) (llmserve_engine_batch_size{{{JOB}}})", "{{instance}}")],
+            "none",
+            description="Rows in the running decode batch (threaded engine and synthetic "
+            "engine: streams generating).",
+            width=6,
+        ),
+    ]
+
+
 def harness() -> list[Panel]:
     """Is the load generator itself the bottleneck?"""
     return [
@@ -334,6 +383,7 @@ def build() -> dict[str, Any]:
     grid.add_row("Latency", latency())
     grid.add_row("Throughput", throughput())
     grid.add_row("Server", server())
+    grid.add_row("Is the target saturated?", saturation())
     grid.add_row("Harness health", harness())
     return {
         "uid": UID,

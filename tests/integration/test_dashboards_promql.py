@@ -162,6 +162,10 @@ def test_key_panels_show_the_run(scraped_run: ScrapedRun) -> None:
     assert peak("Active users") == USERS
     assert peak("Requests/s") > 0 and peak("Output tokens/s") > 0
     assert peak("Error %") == 0
+    # the synthetic engine's load gauges: streams in its batch, its process's CPU share
+    assert peak("Engine batch size") >= 1
+    assert 0 < peak("Engine busy") <= 1 and 0 < peak("Engine busy ratio") <= 1
+    assert peak("Engine queue depth") == 0
     gap = run.prom.query_range(
         _concrete(exprs[("Client - server TTFT (streaming)", "A")]), run.start, at, step=1.0
     )

@@ -100,7 +100,9 @@ def test_structure_is_valid(dashboard: dict) -> None:
 
 def test_rows_in_the_issue_order(dashboard: dict) -> None:
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
-    assert rows == ["Overview", "Latency", "Throughput", "Server", "Harness health"]
+    assert rows == [
+        "Overview", "Latency", "Throughput", "Server", "Is the target saturated?", "Harness health",
+    ]  # fmt: skip
     titles = {p["title"] for p in validate.iter_panels(dashboard)}
     for needed in (
         "Requests/s", "Active users", "Error %", "Client TTFT p50", "Client TTFT p95",
@@ -108,7 +110,8 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Client - server TTFT (streaming)", "Inter-token latency", "Time per output token",
         "End-to-end latency", "Client TTFT heatmap", "Output tokens/s: client vs server",
         "Requests/s by status", "Running / waiting requests", "Queue time",
-        "GPU memory (CUDA targets)", "Client CPU %", "Event-loop lag",
+        "GPU memory (CUDA targets)", "Engine busy", "Engine busy ratio", "Engine queue depth",
+        "Engine batch size", "Client CPU %", "Event-loop lag",
         "Schedule delay (open loop)",
     ):  # fmt: skip
         assert needed in titles
