@@ -14,7 +14,6 @@ bundled server (``target_server.launch``), the load generator and the gate
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import reports
+from reports.build import read_summary
 from reports.cli import add_gate_options
 from reports.cli import main as reports_main
 from reports.terminal import render_terminal
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"ci-gate: {' '.join(load_command(out, url))}", flush=True)
             run_load(out, url)
         if (out / "summary.json").exists():
-            print(render_terminal(json.loads((out / "summary.json").read_text())))
+            print(render_terminal(read_summary(out / "summary.json")))
             print(f"report: {out / 'report.html'}", flush=True)
     except (LaunchFailed, RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         print(f"ci-gate: {exc}", file=sys.stderr)

@@ -4,7 +4,7 @@ locust's table shows one entry per scenario and mode (one request = one count,
 its response time the E2E latency), rounded the way locust stores times.  The
 **llmload** tab shows what the report will: for every phase and scenario the
 TTFT, TTST, ITL, TPOT and E2E percentiles and output tokens/s, computed by
-``reports.summary.group_stats`` — the function that writes ``summary.json`` —
+``reports.summary.phase_with_scenarios`` — what ``summary.json`` is written from —
 from the same records, and formatted as the report formats them.  The
 **llmload errors & health** tab lists errors by class and each load-generator
 process's latest health (CPU, event-loop lag, requests in flight).
@@ -28,7 +28,7 @@ from loadtests.record import RequestRecord
 from loadtests.sinks import HarnessHealth, NullSink
 from loadtests.slo import parse_slo
 from reports.fmt import fmt_ms, fmt_rate
-from reports.summary import group_stats
+from reports.summary import phase_with_scenarios
 
 LATENCY_TAB, HEALTH_TAB = "llmload", "llmload-health"
 _LATENCY = [
@@ -87,7 +87,7 @@ class LiveTab(NullSink):
     # -- statistics ------------------------------------------------------------------
 
     def stats(self, now: float | None = None) -> dict[str, Any]:
-        """``{phase: group_stats + "scenarios"}`` so far, and the health; cached briefly."""
+        """``{phase: summary.json's phase block + "warmup"}`` so far, and the health (cached)."""
         clock = time.monotonic()
         if self._cache is not None and clock < self._next:
             return self._cache
@@ -97,12 +97,8 @@ class LiveTab(NullSink):
             if not ph.records:
                 continue
             span = max((ph.ended or now) - ph.started, 1e-9)
-            stats = group_stats(ph.records, span, self.slo)
+            stats = phase_with_scenarios(ph.records, span, self.slo).to_json()
             stats["warmup"] = ph.name == "warmup"
-            stats["scenarios"] = {
-                scen: group_stats([r for r in ph.records if r.scenario == scen], span, self.slo)
-                for scen in dict.fromkeys(r.scenario for r in ph.records)
-            }
             phases[ph.name] = stats
         health = {src: asdict(h) for src, h in self.health.items()}
         self._cache = {"phases": phases, "health": health}

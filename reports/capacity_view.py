@@ -1,6 +1,6 @@
 """The capacity section of ``summary.md``, ``report.html`` and the terminal (pure renderers).
 
-Input: ``summary["capacity"]`` (``reports.capacity.capacity_summary``).  The
+Input: ``Summary.capacity`` (``reports.capacity_curve.capacity_summary``, a mapping).  The
 curve — TTFT p50/p95, TPOT p50/p95, throughput and error rate against load —
 with the capacity bracket and the knee marked.
 """
@@ -13,6 +13,7 @@ from typing import Any
 from reports.capacity_curve import fmt_load
 from reports.charts import Axes, Series, render
 from reports.fmt import fmt_ms, fmt_rate, table
+from reports.schema import Summary
 
 HEADER = [
     "load",
@@ -111,9 +112,9 @@ def _how(cap: dict[str, Any]) -> str:
     )
 
 
-def capacity_markdown(summary: dict[str, Any]) -> str:
+def capacity_markdown(summary: Summary) -> str:
     """The ``## Capacity`` section ('' when the run was not a capacity search)."""
-    cap = summary.get("capacity")
+    cap = summary.capacity
     if not cap:
         return ""
     return "\n\n".join(
@@ -126,8 +127,8 @@ def capacity_markdown(summary: dict[str, Any]) -> str:
     )
 
 
-def capacity_terminal(summary: dict[str, Any]) -> list[str]:
-    cap = summary.get("capacity")
+def capacity_terminal(summary: Summary) -> list[str]:
+    cap = summary.capacity
     if not cap:
         return []
     return [f"capacity: {cap['text']} ({cap['steps']} steps, {cap.get('elapsed_s') or 0:.0f} s)"]
@@ -188,9 +189,9 @@ def charts(cap: dict[str, Any]) -> list[Axes]:
     ]
 
 
-def capacity_html(summary: dict[str, Any]) -> str:
+def capacity_html(summary: Summary) -> str:
     """The capacity ``<h2>`` section of ``report.html`` ('' when not a capacity run)."""
-    cap = summary.get("capacity")
+    cap = summary.capacity
     if not cap:
         return ""
     head = "".join(f"<th>{escape(h)}</th>" for h in HEADER)

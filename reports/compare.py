@@ -10,8 +10,10 @@ from reports.charts import Axes, Series, render
 from reports.fmt import fmt_ms, fmt_rate, table
 from reports.html import CSS
 from reports.loader import Run
+from reports.schema import PhaseStats, Summary
 
-#: (label, key path in a phase summary, "ms"|"rate"|"pct"|"int", lower is better; None: neutral)
+#: (label, (distribution, statistic) or (PhaseStats field,), "ms"|"rate"|"pct"|"int",
+#: lower is better; None: neutral)
 ROWS: list[tuple[str, tuple[str, ...], str, bool | None]] = [
     ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ms", True),
     ("TTFT p95 (ms)", ("ttft_ms", "p95"), "ms", True),
@@ -29,10 +31,8 @@ ROWS: list[tuple[str, tuple[str, ...], str, bool | None]] = [
 ]
 
 
-def _get(g: dict[str, Any], path: tuple[str, ...]) -> float | None:
-    value: Any = g
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
+def _get(g: PhaseStats, path: tuple[str, ...]) -> float | None:
+    value: Any = getattr(g.dist(path[0]), path[1]) if len(path) == 2 else getattr(g, path[0])
     return value if isinstance(value, int | float) else None
 
 
@@ -56,13 +56,13 @@ def _delta(a: float | None, b: float | None, lower_better: bool | None) -> str:
     return f"{change:+.1f}% {'better' if better else 'worse'}"
 
 
-def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[list[str]]]:
+def compare_rows(a: Summary, b: Summary) -> dict[str, list[list[str]]]:
     """Per phase present in both summaries: metric, A, B, change."""
     out = {}
-    for phase in a["phases"]:
-        if phase not in b["phases"]:
+    for phase, ga in a.phases.items():
+        gb = b.phases.get(phase)
+        if gb is None:
             continue
-        ga, gb = a["phases"][phase], b["phases"][phase]
         out[phase] = [
             [
                 label,
@@ -75,13 +75,13 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[list[st
     return out
 
 
-def render_compare_markdown(a: dict[str, Any], b: dict[str, Any]) -> str:
+def render_compare_markdown(a: Summary, b: Summary) -> str:
     """Markdown: one table per shared phase, A vs B with the change."""
-    out = [f"# llmload compare: `{a['run_id']}` (A) vs `{b['run_id']}` (B)"]
+    out = [f"# llmload compare: `{a.run_id}` (A) vs `{b.run_id}` (B)"]
     rows = compare_rows(a, b)
     for phase, r in rows.items():
         out.append(f"## {phase}\n\n" + table(["metric", "A", "B", "change (B vs A)"], r))
-    only = sorted(set(a["phases"]) ^ set(b["phases"]))
+    only = sorted(set(a.phases) ^ set(b.phases))
     if only:
         out.append(f"Phases in only one run (not compared): {', '.join(only)}.")
     if not rows:
@@ -89,9 +89,9 @@ def render_compare_markdown(a: dict[str, Any], b: dict[str, Any]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def render_compare_html(run_a: Run, a: dict[str, Any], run_b: Run, b: dict[str, Any]) -> str:
+def render_compare_html(run_a: Run, a: Summary, run_b: Run, b: Summary) -> str:
     """HTML: the same tables, plus TTFT CDFs of A and B per mode on one chart."""
-    parts = [f"<h1>llmload compare: {escape(a['run_id'])} (A) vs {escape(b['run_id'])} (B)</h1>"]
+    parts = [f"<h1>llmload compare: {escape(a.run_id)} (A) vs {escape(b.run_id)} (B)</h1>"]
     series = []
     for label, run in (("A", run_a), ("B", run_b)):
         for s in ts.ttft_cdfs(run.measured):
@@ -112,8 +112,8 @@ def render_compare_html(run_a: Run, a: dict[str, Any], run_b: Run, b: dict[str, 
         )
         parts.append(f"<h2>{escape(phase)}</h2><table>{head}{body}</table>")
     meta = "".join(
-        f"<tr><td>{escape(k)}</td><td>{escape(str(x['run'].get(k, '')))}</td>"
-        f"<td>{escape(str(y['run'].get(k, '')))}</td></tr>"
+        f"<tr><td>{escape(k)}</td><td>{escape(str(x.run.get(k, '')))}</td>"
+        f"<td>{escape(str(y.run.get(k, '')))}</td></tr>"
         for k in ("target", "model", "protocol", "label", "started_at")
         for x, y in [(a, b)]
     )

@@ -13,7 +13,8 @@ from reports.capacity_view import capacity_html
 from reports.charts import Axes, render
 from reports.fmt import fmt_ms, fmt_rate
 from reports.loader import Run
-from reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_row
+from reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
+from reports.schema import MetricStats, Summary
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
@@ -63,13 +64,13 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table>{head}{body}</table>"
 
 
-def _p50_p95(d: dict[str, Any]) -> str:
-    return f"{fmt_ms(d['p50'])} / {fmt_ms(d['p95'])} ms"
+def _p50_p95(d: MetricStats) -> str:
+    return f"{fmt_ms(d.p50)} / {fmt_ms(d.p95)} ms"
 
 
-def _trust(summary: dict[str, Any]) -> str:
+def _trust(summary: Summary) -> str:
     """The "can I trust these numbers" box: one row per check, green/amber/red with the reason."""
-    trust = summary.get("trust")
+    trust = summary.trust
     if not trust:
         return ""
     level = trust["level"]
@@ -85,11 +86,11 @@ def _trust(summary: dict[str, Any]) -> str:
     )
 
 
-def _harness(summary: dict[str, Any]) -> str:
+def _harness(summary: Summary) -> str:
     """Per phase and process: the load generator's CPU and event-loop lag."""
     rows = []
-    for name, g in summary["phases"].items():
-        h = g.get("harness") or {}
+    for name, g in summary.phases.items():
+        h = g.harness or {}
         for proc, p in (h.get("processes") or {}).items():
             if not p.get("samples"):
                 continue
@@ -102,7 +103,7 @@ def _harness(summary: dict[str, Any]) -> str:
         return ""
     header = ["phase", "process", "samples", "CPU p50", "CPU max", "loop lag p99 (ms)",
               "loop lag max (ms)", "above the line"]  # fmt: skip
-    line = next(g["harness"]["line"] for g in summary["phases"].values() if g.get("harness"))
+    line = next(g.harness["line"] for g in summary.phases.values() if g.harness)
     return (
         '<div id="harness-table">'
         + _table(header, rows)
@@ -113,39 +114,39 @@ def _harness(summary: dict[str, Any]) -> str:
     )
 
 
-def _cards(summary: dict[str, Any]) -> str:
+def _cards(summary: Summary) -> str:
     """Headline numbers: TTFT (and TTST) p50/p95 per mode, tokens/s, errors, goodput."""
     cards: list[tuple[str, str, str]] = []  # value, label, css class
-    phases = summary["phases"]
-    first = {m: next((p for p in phases.values() if p["mode"] == m), None) for m in MODES}
+    phases = summary.phases
+    first = {m: next((p for p in phases.values() if p.mode == m), None) for m in MODES}
     for mode, g in first.items():
         if g is None or mode == "mixed":
             continue
-        cards.append((_p50_p95(g["ttft_ms"]), f"TTFT p50 / p95 · {mode}", ""))
-        if mode == "stream" and g.get("ttst_ms", {}).get("n"):
-            cards.append((_p50_p95(g["ttst_ms"]), "TTST p50 / p95 · stream", ""))
-        if "ttft_from_intended_ms" in g:
+        cards.append((_p50_p95(g.dist("ttft_ms")), f"TTFT p50 / p95 · {mode}", ""))
+        if mode == "stream" and g.dist("ttst_ms").n:
+            cards.append((_p50_p95(g.dist("ttst_ms")), "TTST p50 / p95 · stream", ""))
+        if "ttft_from_intended_ms" in g.dists:
             label = f"TTFT from intended send p50 / p95 · {mode}"
-            cards.append((_p50_p95(g["ttft_from_intended_ms"]), label, ""))
-    comp = summary.get("comparison")
-    imp = comp["scenarios"]["all"]["ttft_ms_p50_improvement_pct"] if comp else None
+            cards.append((_p50_p95(g.dists["ttft_from_intended_ms"]), label, ""))
+    comp = summary.comparison
+    imp = comp.scenarios["all"].improvement_pct("ttft_ms", "p50") if comp else None
     if imp is not None:
         cards.append((f"{imp:.0f}%", "TTFT p50 cut by streaming", ""))
     g = first["stream"] or first["sync"]
     if g:
-        cards.append((fmt_rate(g["output_tokens_per_s"]), f"output tokens/s · {g['mode']}", ""))
-    total = sum(p["count"] for p in phases.values())
-    errs = sum(p["count"] - p["ok"] for p in phases.values())
+        cards.append((fmt_rate(g.output_tokens_per_s), f"output tokens/s · {g.mode}", ""))
+    total = sum(p.count for p in phases.values())
+    errs = sum(p.count - p.ok for p in phases.values())
     cards.append((f"{errs} / {total}", "errors / requests", "bad" if errs else ""))
     rates = {}
     for mode in ("stream", "sync", "mixed"):
-        group = [p for p in phases.values() if p["mode"] == mode]
+        group = [p for p in phases.values() if p.mode == mode]
         if group:
-            rates[mode] = sum(p["slo_met"] for p in group) / sum(p["count"] for p in group)
+            rates[mode] = sum(p.slo_met for p in group) / sum(p.count for p in group)
     value = " / ".join(f"{v:.0%}" for v in rates.values()) or "–"
-    slo = summary["slo"].replace(",", ", ")
+    slo = summary.slo.replace(",", ", ")
     cards.append((value, f"met SLO · {' / '.join(rates)} ({slo})", "wide"))
-    corrupt = summary["input"]["corrupt_lines"]
+    corrupt = summary.input.corrupt_lines
     if corrupt:
         cards.append((str(corrupt), "corrupt lines skipped", "bad"))
     html = "".join(
@@ -255,32 +256,29 @@ DETAIL_ROWS = (
 )
 
 
-def _details(summary: dict[str, Any]) -> str:
+def _stats_row(label: str, d: MetricStats) -> list[str]:
+    return [label, str(d.n), fmt_ms(d.p50), fmt_ms(d.p95), fmt_ms(d.p99)]
+
+
+def _details(summary: Summary) -> str:
     """Per phase: the secondary distributions, TTFT per turn, token-count agreement."""
     out = []
-    for name, g in summary["phases"].items():
-        rows = [
-            [label, str(g[k]["n"]), fmt_ms(g[k]["p50"]), fmt_ms(g[k]["p95"]), fmt_ms(g[k]["p99"])]
-            for label, k in DETAIL_ROWS
-            if g.get(k, {}).get("n")
-        ]
-        rows += [
-            [f"TTFT, turn {t}", str(d["n"]), fmt_ms(d["p50"]), fmt_ms(d["p95"]), fmt_ms(d["p99"])]
-            for t, d in g.get("ttft_by_turn_ms", {}).items()
-        ]
+    for name, g in summary.phases.items():
+        rows = [_stats_row(label, g.dist(k)) for label, k in DETAIL_ROWS if g.dist(k).n]
+        rows += [_stats_row(f"TTFT, turn {t}", d) for t, d in (g.ttft_by_turn_ms or {}).items()]
         if rows:
             out.append(f"<h3>{escape(name)}</h3>" + _table(["ms", "n", "p50", "p95", "p99"], rows))
-        m = g.get("token_count_mismatch")
+        m = g.token_count_mismatch
         if m:
             out.append(
                 f"<p>Token counts ({escape(name)}): server usage vs client count differ in "
                 f"{m['mismatched']} of "
                 f"{m['compared']} requests ({m['rate']:.1%}).</p>"
             )
-        m = g.get("multi_token_events")
-        if m:
+        n = g.multi_token_events
+        if n:
             out.append(
-                f"<p>Token counts ({escape(name)}): in {m['requests']} of {m['compared']} "
+                f"<p>Token counts ({escape(name)}): in {n['requests']} of {n['compared']} "
                 "responses some events carried several tokens (server usage &gt; content "
                 "events). Expected, not a fault: without <code>--tokenizer</code> the client "
                 "counts events, and a server may hold back a partial character.</p>"
@@ -288,10 +286,10 @@ def _details(summary: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _errors(summary: dict[str, Any]) -> str:
+def _errors(summary: Summary) -> str:
     totals: dict[str, int] = {}
-    for p in summary["phases"].values():
-        for cls, n in p["errors"].items():
+    for p in summary.phases.values():
+        for cls, n in p.errors.items():
             totals[cls] = totals.get(cls, 0) + n
     if not totals:
         return "<p>No failed requests.</p>"
@@ -315,12 +313,12 @@ def _show(key: str, value: Any) -> str:
     return str(value)
 
 
-def _metadata(summary: dict[str, Any]) -> str:
-    run = summary.get("run", {})
+def _metadata(summary: Summary) -> str:
+    run = summary.run
     keys = ("target", "model", "protocol", "label", "status", "started_at", "ended_at", "command")
     rows = [[k, _show(k, run[k])] for k in keys if run.get(k) is not None]
-    rows.append(["SLO", summary["slo"]])
-    rows.append(["percentiles", summary["percentile_method"]])
+    rows.append(["SLO", summary.slo])
+    rows.append(["percentiles", summary.percentile_method])
     # folded: the settings are there when wanted, not a long scroll at the end of every report
     blocks = "".join(
         f"<details><summary>{escape(k)}</summary>"
@@ -331,19 +329,19 @@ def _metadata(summary: dict[str, Any]) -> str:
     return _table([], rows) + blocks
 
 
-def render_html(run: Run, summary: dict[str, Any]) -> str:
+def render_html(run: Run, summary: Summary) -> str:
     """The whole report page."""
-    title = f"llmload run {summary['run_id']}"
+    title = f"llmload run {summary.run_id}"
     parts = [
         f"<h1>{escape(title)}</h1>",
-        f'<p class="muted">{escape(str(summary["run"].get("target") or ""))} · '
-        f"{escape(str(summary['run'].get('model') or ''))} · "
-        f"generated {summary['generated_at']}</p>",
+        f'<p class="muted">{escape(str(summary.run.get("target") or ""))} · '
+        f"{escape(str(summary.run.get('model') or ''))} · "
+        f"generated {summary.generated_at}</p>",
         _trust(summary),
         _cards(summary),
         capacity_html(summary),
     ]
-    for d in summary.get("diagnostics") or []:
+    for d in summary.diagnostics:
         parts.append(
             f'<div class="diag"><b>{escape(str(d.get("code")))}</b> — {escape(diag_hint(d))}</div>'
         )
@@ -355,14 +353,9 @@ def render_html(run: Run, summary: dict[str, Any]) -> str:
                 ["request type", "sync", "streaming", "improvement", "requests sync / stream"], rows
             )
         )
-    prow = []
-    for name, g in summary["phases"].items():
-        prow.append(phase_row(f"**{name}**", g))
-        if len(g["scenarios"]) > 1:
-            prow += [phase_row(f"{name} / {s}", sg) for s, sg in g["scenarios"].items()]
     parts.append(
         '<h2>Phases and scenarios</h2><div id="phases-table">'
-        + _table(PHASE_HEADER, prow)
+        + _table(PHASE_HEADER, phase_rows(summary))
         + f'<p class="note">{escape(PHASE_NOTE.replace("`", ""))}</p></div>'
     )
     parts.append("<h2>Charts</h2>" + _charts(run))
@@ -373,10 +366,10 @@ def render_html(run: Run, summary: dict[str, Any]) -> str:
     if harness:
         parts.append("<h2>Harness health</h2>" + harness)
     parts.append("<h2>Errors</h2>" + _errors(summary))
-    inp = summary["input"]
+    inp = summary.input
     parts.append(
-        f"<h2>Data</h2><p>{inp['records']} records, {inp['warmup_records']} warm-up "
-        f"(left out of statistics), {inp['corrupt_lines']} corrupt lines skipped.</p>"
+        f"<h2>Data</h2><p>{inp.records} records, {inp.warmup_records} warm-up "
+        f"(left out of statistics), {inp.corrupt_lines} corrupt lines skipped.</p>"
     )
     parts.append("<h2>Run metadata</h2>" + _metadata(summary))
     return (

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from reports.capacity_view import capacity_markdown
 from reports.fmt import fmt_ms, table
 from reports.rows import (
@@ -13,15 +11,17 @@ from reports.rows import (
     comparison_rows,
     diag_hint,
     harness_lines,
-    phase_row,
+    open_loop_phases,
+    phase_rows,
 )
+from reports.schema import Summary
 
 TRUST_ICON = {"green": "🟢", "amber": "🟠", "red": "🔴", "n/a": "⚪"}
 
 
-def trust_markdown(summary: dict[str, Any]) -> str:
+def trust_markdown(summary: Summary) -> str:
     """The short form of the trust box: overall level, then one line per check."""
-    trust = summary.get("trust")
+    trust = summary.trust
     if not trust:
         return ""
     lines = [f"**Can I trust these numbers?** {TRUST_ICON[trust['level']]} {trust['level']}", ""]
@@ -33,19 +33,18 @@ def trust_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(summary: dict[str, Any]) -> str:
+def render_markdown(summary: Summary) -> str:
     """``summary.md``: the comparison table first, then per phase and per scenario detail."""
-    run = summary.get("run", {})
+    run = summary.run
     out = [
-        f"# llmload run `{summary['run_id']}`"
-        + (f" — {summary['label']}" if summary.get("label") else "")
+        f"# llmload run `{summary.run_id}`" + (f" — {summary.label}" if summary.label else "")
     ]
     facts = [
         ("target", run.get("target")),
         ("model", run.get("model")),
         ("protocol", run.get("protocol")),
         ("status", run.get("status")),
-        ("SLO (goodput)", summary["slo"]),
+        ("SLO (goodput)", summary.slo),
     ]
     out.append("\n".join(f"- **{k}**: `{v}`" for k, v in facts if v))
     trust = trust_markdown(summary)
@@ -69,11 +68,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
                 rows,
             )
         )
-    prow = []
-    for name, g in summary["phases"].items():
-        prow.append(phase_row(f"**{name}**", g))
-        if len(g["scenarios"]) > 1:
-            prow += [phase_row(f"{name} / {s}", sg) for s, sg in g["scenarios"].items()]
+    prow = phase_rows(summary)
     out.append("## Phases and scenarios")
     out.append(table(PHASE_HEADER, prow) if prow else "_No measured requests._")
     if prow:
@@ -82,16 +77,15 @@ def render_markdown(summary: dict[str, Any]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def _extras(summary: dict[str, Any]) -> list[str]:
+def _extras(summary: Summary) -> list[str]:
     out: list[str] = []
-    for name, g in summary["phases"].items():
-        if "ttft_by_turn_ms" in g:
+    for name, g in summary.phases.items():
+        if g.ttft_by_turn_ms is not None:
             rows = [
-                [t, str(d["n"]), fmt_ms(d["p50"]), fmt_ms(d["p95"])]
-                for t, d in g["ttft_by_turn_ms"].items()
+                [t, str(d.n), fmt_ms(d.p50), fmt_ms(d.p95)] for t, d in g.ttft_by_turn_ms.items()
             ]
             out.append(f"### TTFT per turn — {name}\n\n" + table(["turn", "n", "p50", "p95"], rows))
-    open_loop = [(n, g) for n, g in summary["phases"].items() if "ttft_from_intended_ms" in g]
+    open_loop = open_loop_phases(summary)
     if open_loop:
         out.append(
             "## From the intended send time (open loop)\n\n"
@@ -101,49 +95,49 @@ def _extras(summary: dict[str, Any]) -> list[str]:
         )
     for name, g in open_loop:
         rows = [
-            [label, fmt_ms(g[k]["p50"]), fmt_ms(g[k]["p95"]), fmt_ms(g[k]["p99"])]
-            for label, k in INTENDED
+            [label, fmt_ms(d.p50), fmt_ms(d.p95), fmt_ms(d.p99)]
+            for label, d in ((label, g.dist(k)) for label, k in INTENDED)
         ]
         out.append(f"### {name}\n\n" + table(["ms", "p50", "p95", "p99"], rows))
-    inp = summary["input"]
+    inp = summary.input
     quality = [
-        f"- records: {inp['records']} ({inp['warmup_records']} warm-up, left out of statistics)",
-        f"- corrupt lines skipped in requests.jsonl: {inp['corrupt_lines']}",
+        f"- records: {inp.records} ({inp.warmup_records} warm-up, left out of statistics)",
+        f"- corrupt lines skipped in requests.jsonl: {inp.corrupt_lines}",
     ]
-    if inp.get("run_json") != "ok":
+    if inp.run_json != "ok":
         quality.append("- run.json: missing or unreadable (phase times taken from the records)")
     quality += [f"- {line}" for line in harness_lines(summary)]
-    fit = (summary.get("run") or {}).get("context_fit") or {}
+    fit = summary.run.get("context_fit") or {}
     if fit.get("skipped") or fit.get("trimmed"):
         quality.append(
             f"- target context length {fit['context_limit']} tokens: {fit['skipped']} of "
             f"{fit['checked']} prompts skipped (no room for an answer), {fit['trimmed']} sent "
             f"with max_tokens trimmed to fit (prompt tokens by {fit['prompt_tokens']})"
         )
-    for name, g in summary["phases"].items():
-        if "token_count_mismatch" in g:
-            m = g["token_count_mismatch"]
+    for name, g in summary.phases.items():
+        if g.token_count_mismatch is not None:
+            m = g.token_count_mismatch
             quality.append(
                 f"- {name}: server usage vs client token count differ in "
                 f"{m['mismatched']}/{m['compared']} requests ({m['rate']:.1%})"
             )
-        if "multi_token_events" in g:
-            m = g["multi_token_events"]
+        if g.multi_token_events is not None:
+            n = g.multi_token_events
             quality.append(
-                f"- {name}: in {m['requests']}/{m['compared']} responses some events carried "
+                f"- {name}: in {n['requests']}/{n['compared']} responses some events carried "
                 "several tokens (server usage > content events) — expected, not a fault: the "
                 "client counts events without --tokenizer, and a server may hold back a "
                 "partial character; pass --tokenizer to compare token counts"
             )
-        if "client_minus_server_ttft_ms" in g:
-            d = g["client_minus_server_ttft_ms"]
+        if "client_minus_server_ttft_ms" in g.dists:
+            d = g.dists["client_minus_server_ttft_ms"]
             quality.append(
-                f"- {name}: client − server TTFT p50 {fmt_ms(d['p50'])} ms, "
-                f"p95 {fmt_ms(d['p95'])} ms (network + proxy + client)"
+                f"- {name}: client − server TTFT p50 {fmt_ms(d.p50)} ms, "
+                f"p95 {fmt_ms(d.p95)} ms (network + proxy + client)"
             )
     out.append("## Data quality\n\n" + "\n".join(quality))
-    out.append(f"Percentiles: {summary['percentile_method']}.")
-    diags = summary.get("diagnostics") or []
+    out.append(f"Percentiles: {summary.percentile_method}.")
+    diags = summary.diagnostics
     if diags:
         lines = [f"- **`{d.get('code')}`** — {diag_hint(d)}" for d in diags]
         out.append("## Diagnostics\n\n" + "\n".join(lines))

@@ -1,6 +1,6 @@
 """Rows and phrases the renderers share: the phase and comparison tables, diagnostic hints.
 
-Pure functions of a summary; ``reports.markdown``, ``reports.html``,
+Pure functions of the typed summary (``reports.schema``); ``reports.markdown``, ``reports.html``,
 ``reports.terminal`` and ``reports.compare`` are sibling renderers over them
 (number formatting is ``reports.fmt``).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from reports.fmt import fmt_ms, fmt_pct, fmt_rate
+from reports.schema import MetricStats, PhaseStats, Summary
 from reports.trust import harness_text
 
 DIAGNOSTIC_HINTS = {
@@ -21,57 +22,73 @@ DIAGNOSTIC_HINTS = {
 }
 
 
-def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
+def comparison_rows(summary: Summary) -> list[list[str]]:
     """The seeds' table: scenario, sync first/total, stream first/total, improvement."""
-    comp = summary.get("comparison")
+    comp = summary.comparison
     if not comp:
         return []
     rows = []
-    for name, c in comp["scenarios"].items():
+    for name, c in comp.scenarios.items():
+        sync, stream = (
+            f"first {fmt_ms(c.value(mode, 'ttft_ms', 'p50'))} / "
+            f"total {fmt_ms(c.value(mode, 'e2e_ms', 'p50'))}"
+            for mode in ("sync", "stream")
+        )
         rows.append(
             [
                 name,
-                f"first {fmt_ms(c['sync_ttft_ms_p50'])} / total {fmt_ms(c['sync_e2e_ms_p50'])}",
-                f"first {fmt_ms(c['stream_ttft_ms_p50'])} / total {fmt_ms(c['stream_e2e_ms_p50'])}",
-                f"first {fmt_pct(c['ttft_ms_p50_improvement_pct'])}, "
-                f"total {fmt_pct(c['e2e_ms_p50_improvement_pct'])}",
-                f"{c['sync_count']} / {c['stream_count']}",
+                sync,
+                stream,
+                f"first {fmt_pct(c.improvement_pct('ttft_ms', 'p50'))}, "
+                f"total {fmt_pct(c.improvement_pct('e2e_ms', 'p50'))}",
+                f"{c.sync_count} / {c.stream_count}",
             ]
         )
     return rows
 
 
-def pair(d: dict[str, Any] | None) -> str:
+def pair(d: MetricStats) -> str:
     """``p50 / p95`` of one distribution, ``– / –`` when it has no values."""
-    if not d or not d.get("n"):
+    if not d.n:
         return "– / –"
-    return f"{fmt_ms(d['p50'])} / {fmt_ms(d['p95'])}"
+    return f"{fmt_ms(d.p50)} / {fmt_ms(d.p95)}"
 
 
-def ttstpair(g: dict[str, Any]) -> str:
+def ttstpair(g: PhaseStats) -> str:
     """TTST p50 / p95 of a streaming group; ``–`` for sync (its first byte is the whole body)."""
-    return pair(g.get("ttst_ms")) if g["mode"] != "sync" else "–"
+    return pair(g.dist("ttst_ms")) if g.mode != "sync" else "–"
 
 
-def phase_row(name: str, g: dict[str, Any]) -> list[str]:
+def phase_row(name: str, g: PhaseStats) -> list[str]:
     """One row of the phases table (``PHASE_HEADER``)."""
-    errors = ", ".join(f"{k} {v}" for k, v in g["errors"].items()) or "0"
-    t = g["ttft_ms"]
+    errors = ", ".join(f"{k} {v}" for k, v in g.errors.items()) or "0"
+    t = g.dist("ttft_ms")
     return [
         name,
-        g["mode"],
-        str(g["count"]),
+        g.mode,
+        str(g.count),
         errors,
-        f"{fmt_ms(t['p50'])} / {fmt_ms(t['p95'])} / {fmt_ms(t['p99'])}",
+        f"{fmt_ms(t.p50)} / {fmt_ms(t.p95)} / {fmt_ms(t.p99)}",
         ttstpair(g),
-        pair(g["itl_ms"]),
-        pair(g.get("itl_per_token_ms")),
-        fmt_ms(g["tpot_ms"]["p50"]),
-        pair(g["e2e_ms"]),
-        fmt_rate(g["output_tokens_per_s"]),
-        fmt_rate(g["requests_per_s"]),
-        fmt_rate(g["goodput_per_s"]),
+        pair(g.dist("itl_ms")),
+        pair(g.dist("itl_per_token_ms")),
+        fmt_ms(g.dist("tpot_ms").p50),
+        pair(g.dist("e2e_ms")),
+        fmt_rate(g.output_tokens_per_s),
+        fmt_rate(g.requests_per_s),
+        fmt_rate(g.goodput_per_s),
     ]
+
+
+def phase_rows(summary: Summary) -> list[list[str]]:
+    """The phases table's rows: each phase (its name in bold), then its scenarios when several."""
+    rows = []
+    for name, g in summary.phases.items():
+        rows.append(phase_row(f"**{name}**", g))
+        scenarios = g.scenarios or {}
+        if len(scenarios) > 1:
+            rows += [phase_row(f"{name} / {s}", sg) for s, sg in scenarios.items()]
+    return rows
 
 
 PHASE_HEADER = [
@@ -107,13 +124,18 @@ INTENDED = (
 )
 
 
-def harness_lines(summary: dict[str, Any]) -> list[str]:
+def harness_lines(summary: Summary) -> list[str]:
     """Per phase: the load generator's own CPU and loop lag (``reports.trust``)."""
     return [
-        f"{name}: load generator {harness_text(g['harness'])}"
-        for name, g in summary["phases"].items()
-        if g.get("harness")
+        f"{name}: load generator {harness_text(g.harness)}"
+        for name, g in summary.phases.items()
+        if g.harness
     ]
+
+
+def open_loop_phases(summary: Summary) -> list[tuple[str, PhaseStats]]:
+    """The phases with intended send times (open loop): latency from the schedule is known."""
+    return [(n, g) for n, g in summary.phases.items() if "ttft_from_intended_ms" in g.dists]
 
 
 def diag_hint(d: dict[str, Any]) -> str:

@@ -5,9 +5,18 @@
 ``reports compare`` read it back from disk), so ``to_json()`` keeps its keys
 and their order exactly.  ``from_json`` reads a written block back.
 
-A new block for a phase (harness health, capacity, vLLM export, ...) goes in
-``PhaseStats.extra`` (kept in insertion order, after the fixed keys) or at the
-top level of the summary; a new fixed statistic is a field here.
+``Summary`` is the whole file: ``reports.summary.build_summary`` returns it and
+every renderer (``reports.markdown``, ``html``, ``terminal``, ``compare``,
+``rows``, ``trust``, ``capacity_view``, ``vllm_bench``) reads it.  Blocks owned
+by other modules stay documented mappings inside it: ``PhaseStats.harness``
+(``reports.trust.phase_health``), ``PhaseStats.diagnostics``
+(``reports.diagnostics.Diagnostic.to_dict``), ``Summary.capacity``
+(``reports.capacity_curve.capacity_summary``), ``Summary.trust``
+(``reports.trust.assess``) and ``Summary.run`` (run.json, redacted).
+
+A new block for a phase goes in ``PhaseStats.extra`` (kept in insertion order,
+after the fixed keys) or, for the run, in ``Summary.extra``; a new fixed
+statistic is a field here, written by ``to_json`` and read by ``from_json``.
 """
 
 from __future__ import annotations
@@ -98,8 +107,18 @@ class PhaseStats:
     ttft_by_turn_ms: dict[str, MetricStats] | None = None
     multi_token_events: dict[str, int] | None = None
     token_count_mismatch: dict[str, float] | None = None
-    #: blocks added after the statistics (scenarios, diagnostics, harness, ...), in order
+    #: a phase's per-scenario statistics (None for a scenario itself)
+    scenarios: dict[str, PhaseStats] | None = None
+    #: the phase's protocol diagnostics (``Diagnostic.to_dict()`` each; None for a scenario)
+    diagnostics: list[dict[str, Any]] | None = None
+    #: the load generator's own health in the phase (``reports.trust.phase_health``)
+    harness: dict[str, Any] | None = None
+    #: blocks added after these, in order
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def dist(self, name: str) -> MetricStats:
+        """One distribution; empty (``n`` 0) when the phase has none of it."""
+        return self.dists.get(name) or MetricStats()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -127,8 +146,59 @@ class PhaseStats:
         if self.token_count_mismatch is not None:
             out["token_count_mismatch"] = dict(self.token_count_mismatch)
         out.update({k: self.dists[k].to_json() for k in SERVER if k in self.dists})
+        if self.scenarios is not None:
+            out["scenarios"] = {k: g.to_json() for k, g in self.scenarios.items()}
+        if self.diagnostics is not None:
+            out["diagnostics"] = list(self.diagnostics)
+        if self.harness is not None:
+            out["harness"] = self.harness
         out.update(self.extra)
         return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PhaseStats:
+        """A phase block read back (a distribution an older file lacks reads as empty)."""
+        dists = {k: MetricStats.from_json(d.get(k) or {}) for k in DISTRIBUTIONS}
+        dists.update({k: MetricStats.from_json(d[k]) for k in (*OPEN_LOOP, *SERVER) if k in d})
+        turns = d.get("ttft_by_turn_ms")
+        scenarios = d.get("scenarios")
+        return cls(
+            mode=d["mode"],
+            count=d["count"],
+            ok=d["ok"],
+            errors=dict(d.get("errors") or {}),
+            error_rate=d.get("error_rate", 0.0),
+            duration_s=d.get("duration_s", 0.0),
+            dists=dists,
+            output_tokens_total=d.get("output_tokens_total", 0),
+            output_tokens_per_s=d.get("output_tokens_per_s", 0.0),
+            requests_per_s=d.get("requests_per_s", 0.0),
+            goodput_per_s=d.get("goodput_per_s", 0.0),
+            slo_met=d.get("slo_met", 0),
+            slo_met_rate=d.get("slo_met_rate", 0.0),
+            ttft_by_turn_ms=(
+                None if turns is None else {t: MetricStats.from_json(s) for t, s in turns.items()}
+            ),
+            multi_token_events=d.get("multi_token_events"),
+            token_count_mismatch=d.get("token_count_mismatch"),
+            scenarios=(
+                None
+                if scenarios is None
+                else {k: PhaseStats.from_json(g) for k, g in scenarios.items()}
+            ),
+            diagnostics=d.get("diagnostics"),
+            harness=d.get("harness"),
+            extra={k: v for k, v in d.items() if k not in _PHASE_KEYS},
+        )
+
+
+#: the keys ``PhaseStats.from_json`` reads into fields (the rest go to ``extra``)
+_PHASE_KEYS = frozenset(
+    ("mode", "count", "ok", "errors", "error_rate", "duration_s", *DISTRIBUTIONS, *OPEN_LOOP)
+    + (*SERVER, "output_tokens_total", "output_tokens_per_s", "requests_per_s")
+    + ("goodput_per_s", "slo_met", "slo_met_rate", "ttft_by_turn_ms", "multi_token_events")
+    + ("token_count_mismatch", "scenarios", "diagnostics", "harness")
+)
 
 
 #: what the comparison compares, in summary.json's order
@@ -147,24 +217,41 @@ class ComparisonRow:
     stream: tuple[float | None, ...]
 
     @classmethod
-    def of(cls, sync: Mapping[str, Any], stream: Mapping[str, Any]) -> ComparisonRow:
-        """From two phase blocks (``PhaseStats.to_json()`` form)."""
+    def of(cls, sync: PhaseStats, stream: PhaseStats) -> ComparisonRow:
+        """From the sync and the streaming phase (or scenario)."""
         return cls(
-            sync["ok"],
-            stream["ok"],
-            tuple(sync[m][s] for m, s in COMPARED),
-            tuple(stream[m][s] for m, s in COMPARED),
+            sync.ok,
+            stream.ok,
+            tuple(getattr(sync.dist(m), s) for m, s in COMPARED),
+            tuple(getattr(stream.dist(m), s) for m, s in COMPARED),
         )
+
+    def value(self, mode: str, metric: str, stat: str) -> float | None:
+        """``value("sync", "ttft_ms", "p50")``: one compared statistic of one side."""
+        side = self.sync if mode == "sync" else self.stream
+        return side[COMPARED.index((metric, stat))]
+
+    def improvement_pct(self, metric: str, stat: str) -> float | None:
+        """How much lower streaming's statistic is than sync's, in % of sync's (None: unknown)."""
+        sv, tv = self.value("sync", metric, stat), self.value("stream", metric, stat)
+        return (sv - tv) / sv * 100.0 if sv and tv is not None else None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"sync_count": self.sync_count, "stream_count": self.stream_count}
         for (metric, stat), sv, tv in zip(COMPARED, self.sync, self.stream, strict=True):
             out[f"sync_{metric}_{stat}"] = sv
             out[f"stream_{metric}_{stat}"] = tv
-            out[f"{metric}_{stat}_improvement_pct"] = (
-                (sv - tv) / sv * 100.0 if sv and tv is not None else None
-            )
+            out[f"{metric}_{stat}_improvement_pct"] = self.improvement_pct(metric, stat)
         return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ComparisonRow:
+        return cls(
+            d["sync_count"],
+            d["stream_count"],
+            tuple(d.get(f"sync_{m}_{s}") for m, s in COMPARED),
+            tuple(d.get(f"stream_{m}_{s}") for m, s in COMPARED),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,3 +266,115 @@ class Comparison:
             "basis": self.basis,
             "scenarios": {k: row.to_json() for k, row in self.scenarios.items()},
         }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Comparison:
+        rows = {k: ComparisonRow.from_json(r) for k, r in d["scenarios"].items()}
+        return cls(rows, d["basis"]) if "basis" in d else cls(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class InputStats:
+    """What was read: records (warm-up included), corrupt lines, whether run.json was there."""
+
+    records: int
+    measured_records: int
+    warmup_records: int
+    corrupt_lines: int
+    corrupt_line_numbers: list[int]  # the first 50
+    run_json: str  # "ok" or "missing or unreadable"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "measured_records": self.measured_records,
+            "warmup_records": self.warmup_records,
+            "corrupt_lines": self.corrupt_lines,
+            "corrupt_line_numbers": list(self.corrupt_line_numbers),
+            "run_json": self.run_json,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> InputStats:
+        return cls(
+            d.get("records", 0),
+            d.get("measured_records", d.get("records", 0)),
+            d.get("warmup_records", 0),
+            d.get("corrupt_lines", 0),
+            list(d.get("corrupt_line_numbers") or []),
+            d.get("run_json", "ok"),
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The whole ``summary.json``: ``to_json()`` is the file, ``from_json`` reads one back."""
+
+    run_id: str
+    label: str | None
+    generated_at: str
+    percentile_method: str
+    slo_ms: dict[str, float]
+    slo: str
+    input: InputStats
+    phases: dict[str, PhaseStats]
+    comparison: Comparison | None
+    #: every phase's diagnostics, one per code (``Diagnostic.to_dict()`` each)
+    diagnostics: list[dict[str, Any]]
+    #: ``reports.capacity_curve.capacity_summary`` (None: not a capacity run)
+    capacity: dict[str, Any] | None
+    #: run.json without its private keys, redacted
+    run: dict[str, Any]
+    #: ``reports.trust.assess`` (None only while the summary is being built)
+    trust: dict[str, Any] | None = None
+    schema: int = SCHEMA
+    #: top-level blocks added after these, in order
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": self.schema,
+            "run_id": self.run_id,
+            "label": self.label,
+            "generated_at": self.generated_at,
+            "percentile_method": self.percentile_method,
+            "slo_ms": dict(self.slo_ms),
+            "slo": self.slo,
+            "input": self.input.to_json(),
+            "phases": {k: g.to_json() for k, g in self.phases.items()},
+            "comparison": self.comparison.to_json() if self.comparison else None,
+            "diagnostics": list(self.diagnostics),
+            "capacity": self.capacity,
+            "run": self.run,
+            "trust": self.trust,
+        }
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Summary:
+        """A ``summary.json`` read back (``compare`` and ``ci`` on runs built earlier)."""
+        comp = d.get("comparison")
+        return cls(
+            run_id=str(d.get("run_id", "")),
+            label=d.get("label"),
+            generated_at=str(d.get("generated_at", "")),
+            percentile_method=str(d.get("percentile_method", "")),
+            slo_ms=dict(d.get("slo_ms") or {}),
+            slo=str(d.get("slo", "")),
+            input=InputStats.from_json(d.get("input") or {}),
+            phases={k: PhaseStats.from_json(g) for k, g in (d.get("phases") or {}).items()},
+            comparison=Comparison.from_json(comp) if comp else None,
+            diagnostics=list(d.get("diagnostics") or []),
+            capacity=d.get("capacity"),
+            run=dict(d.get("run") or {}),
+            trust=d.get("trust"),
+            schema=int(d.get("schema", SCHEMA)),
+            extra={k: v for k, v in d.items() if k not in _SUMMARY_KEYS},
+        )
+
+
+_SUMMARY_KEYS = frozenset(
+    ("schema", "run_id", "label", "generated_at", "percentile_method", "slo_ms", "slo")
+    + ("input", "phases", "comparison", "diagnostics", "capacity", "run", "trust")
+)

@@ -1,5 +1,6 @@
 """Pure, exact statistics for reports: percentiles, distributions, binning.
 
+A distribution's ``n p50 p90 p95 p99 mean max`` is ``reports.schema.MetricStats.of``.
 Percentiles are the harness's one percentile (``loadtests.percentile``: linear
 interpolation between closest ranks, numpy's default, Hyndman & Fan type 7).
 """
@@ -7,17 +8,11 @@ interpolation between closest ranks, numpy's default, Hyndman & Fan type 7).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from loadtests.percentile import PERCENTILE_METHOD as PERCENTILE_METHOD
 from loadtests.percentile import percentile as percentile
 from reports.schema import PERCENTILES as PERCENTILES
-from reports.schema import MetricStats
-
-
-def describe(values: Iterable[float | None], scale: float = 1.0) -> dict[str, float | int | None]:
-    """``n p50 p90 p95 p99 mean max`` of the non-null values, each multiplied by ``scale``."""
-    return MetricStats.of(values, scale).to_json()
 
 
 def ecdf_points(values: Sequence[float], max_points: int = 200) -> list[tuple[float, float]]:

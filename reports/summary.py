@@ -1,10 +1,12 @@
-"""Build ``summary.json``: per phase and per scenario statistics, comparison, diagnostics."""
+"""Build the typed summary (``reports.schema.Summary``; its ``to_json()`` is ``summary.json``):
+per phase and per scenario statistics, comparison, diagnostics, harness health, trust."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from loadtests.record import ERROR_CLASSES, RequestRecord
@@ -13,7 +15,7 @@ from loadtests.slo import format_slo, parse_slo
 from reports import diagnostics
 from reports.capacity_curve import capacity_summary
 from reports.loader import Run, is_warmup
-from reports.schema import SCHEMA, Comparison, ComparisonRow, MetricStats, PhaseStats
+from reports.schema import Comparison, ComparisonRow, InputStats, MetricStats, PhaseStats, Summary
 from reports.stats import PERCENTILE_METHOD
 from reports.timeseries import per_token_gaps
 from reports.trust import assess, phase_health
@@ -127,14 +129,21 @@ def phase_stats(
     )
 
 
-def group_stats(
+def phase_with_scenarios(
     records: Sequence[RequestRecord],
     duration_s: float,
     slo: dict[str, float],
     client_counts_events: bool = False,
-) -> dict[str, Any]:
-    """``phase_stats`` in its ``summary.json`` form (the live web UI shows the same)."""
-    return phase_stats(records, duration_s, slo, client_counts_events).to_json()
+) -> PhaseStats:
+    """``phase_stats`` of a phase's records with each scenario's (the live web UI shows these)."""
+    stats = phase_stats(records, duration_s, slo, client_counts_events)
+    scenarios = {
+        scen: phase_stats(
+            [r for r in records if r.scenario == scen], duration_s, slo, client_counts_events
+        )
+        for scen in dict.fromkeys(r.scenario for r in records)
+    }
+    return replace(stats, scenarios=scenarios)
 
 
 def _phase_durations(meta: dict[str, Any]) -> dict[str, float]:
@@ -156,34 +165,29 @@ def _ordered_phases(meta: dict[str, Any], records: Iterable[RequestRecord]) -> l
     return list(dict.fromkeys(n for n in names if n and n != "warmup"))
 
 
-def comparison(phases: dict[str, dict[str, Any]]) -> Comparison | None:
+def comparison(phases: dict[str, PhaseStats]) -> Comparison | None:
     """Sync vs stream per scenario (p50, p95 and mean TTFT/total, improvement %) when both exist."""
-    sync = next((p for p in phases.values() if p["mode"] == "sync"), None)
-    stream = next((p for p in phases.values() if p["mode"] == "stream"), None)
+    sync = next((p for p in phases.values() if p.mode == "sync"), None)
+    stream = next((p for p in phases.values() if p.mode == "stream"), None)
     if sync is None or stream is None:
         return None
-    pairs = [("all", sync, stream)] + [
-        (name, sync["scenarios"][name], stream["scenarios"][name])
-        for name in sync["scenarios"]
-        if name in stream["scenarios"]
-    ]
-    return Comparison({name: ComparisonRow.of(a, b) for name, a, b in pairs})
+    a, b = sync.scenarios or {}, stream.scenarios or {}
+    pairs = [("all", sync, stream)] + [(name, a[name], b[name]) for name in a if name in b]
+    return Comparison({name: ComparisonRow.of(x, y) for name, x, y in pairs})
 
 
-def _diagnose(
-    records: Sequence[RequestRecord], phase_summary: dict[str, Any]
-) -> list[dict[str, Any]]:
+def _diagnose(records: Sequence[RequestRecord], mode: str) -> list[dict[str, Any]]:
     """The protocol diagnostics of one phase (``reports.diagnostics.detect``), as dicts."""
-    return [d.to_dict() for d in diagnostics.detect(records, phase_summary)]
+    return [d.to_dict() for d in diagnostics.detect(records, mode)]
 
 
-def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:
-    """The whole ``summary.json`` for ``run`` (pure: reads nothing but ``run``)."""
+def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
+    """The whole summary for ``run`` (pure: reads nothing but ``run``)."""
     slo = parse_slo(slo_spec)
     measured = run.measured
     durations = _phase_durations(run.meta)
     health = phase_health(run.meta)
-    phases: dict[str, dict[str, Any]] = {}
+    phases: dict[str, PhaseStats] = {}
     config = run.meta.get("config")
     events = isinstance(config, dict) and "tokenizer" in config and not config["tokenizer"]
     for name in _ordered_phases(run.meta, measured):
@@ -191,38 +195,31 @@ def build_summary(run: Run, slo_spec: str | None = None) -> dict[str, Any]:
         if not recs:
             continue
         duration = durations.get(name) or _span_s(recs)
-        stats = group_stats(recs, duration, slo, events)
-        stats["scenarios"] = {
-            scen: group_stats([r for r in recs if r.scenario == scen], duration, slo, events)
-            for scen in dict.fromkeys(r.scenario for r in recs)
-        }
-        stats["diagnostics"] = _diagnose(recs, stats)
-        if name in health:
-            stats["harness"] = health[name]
-        phases[name] = stats
-    codes = {d.get("code"): d for p in phases.values() for d in p["diagnostics"]}
+        stats = phase_with_scenarios(recs, duration, slo, events)
+        phases[name] = replace(
+            stats, diagnostics=_diagnose(recs, stats.mode), harness=health.get(name)
+        )
+    codes = {d.get("code"): d for p in phases.values() for d in p.diagnostics or []}
     meta = redact_value({k: v for k, v in run.meta.items() if not k.startswith("_")})
-    summary = {
-        "schema": SCHEMA,
-        "run_id": run.meta.get("run_id") or run.path.name,
-        "label": run.meta.get("label"),
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "percentile_method": PERCENTILE_METHOD,
-        "slo_ms": slo,
-        "slo": format_slo(slo),
-        "input": {
-            "records": len(run.records),
-            "measured_records": len(measured),
-            "warmup_records": sum(is_warmup(r) for r in run.records),
-            "corrupt_lines": len(run.corrupt_lines),
-            "corrupt_line_numbers": run.corrupt_lines[:50],
-            "run_json": "missing or unreadable" if "_meta_error" in run.meta else "ok",
-        },
-        "phases": phases,
-        "comparison": compared.to_json() if (compared := comparison(phases)) else None,
-        "diagnostics": list(codes.values()),
-        "capacity": capacity_summary(run),
-        "run": meta,
-    }
-    summary["trust"] = assess(summary)
-    return summary
+    summary = Summary(
+        run_id=run.meta.get("run_id") or run.path.name,
+        label=run.meta.get("label"),
+        generated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        percentile_method=PERCENTILE_METHOD,
+        slo_ms=slo,
+        slo=format_slo(slo),
+        input=InputStats(
+            records=len(run.records),
+            measured_records=len(measured),
+            warmup_records=sum(is_warmup(r) for r in run.records),
+            corrupt_lines=len(run.corrupt_lines),
+            corrupt_line_numbers=run.corrupt_lines[:50],
+            run_json="missing or unreadable" if "_meta_error" in run.meta else "ok",
+        ),
+        phases=phases,
+        comparison=comparison(phases),
+        diagnostics=list(codes.values()),
+        capacity=capacity_summary(run),
+        run=meta,
+    )
+    return replace(summary, trust=assess(summary))

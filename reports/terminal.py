@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from reports.capacity_view import capacity_terminal
 from reports.fmt import fmt_ms, fmt_rate
-from reports.rows import comparison_rows, diag_hint, harness_lines
+from reports.rows import comparison_rows, diag_hint, harness_lines, open_loop_phases
+from reports.schema import Summary
 
 
-def render_terminal(summary: dict[str, Any]) -> str:
+def render_terminal(summary: Summary) -> str:
     """A compact plain-text summary the runner prints at the end of a run."""
-    lines = [f"llmload run {summary['run_id']}"]
-    trust = summary.get("trust")
+    lines = [f"llmload run {summary.run_id}"]
+    trust = summary.trust
     if trust:
         lines.append(f"trust: {trust['level'].upper()}")
         lines += [
@@ -33,37 +32,37 @@ def render_terminal(summary: dict[str, Any]) -> str:
         f"{'goodput/s':>9}"
     )
     lines += ["per phase (ms; TTST is time to second token):", header]
-    for name, g in summary["phases"].items():
-        errs = g["count"] - g["ok"]
-        tt = g.get("ttst_ms") or {}
-        sync = g["mode"] == "sync"
+    for name, g in summary.phases.items():
+        errs = g.count - g.ok
+        tt, ttft = g.dist("ttst_ms"), g.dist("ttft_ms")
+        sync = g.mode == "sync"
         lines.append(
-            f"  {name:<10} {g['mode']:<6} {g['count']:>6} {errs:>5} "
-            f"{fmt_ms(g['ttft_ms']['p50']):>9} {fmt_ms(g['ttft_ms']['p95']):>7} "
-            f"{'–' if sync else fmt_ms(tt.get('p50')):>9} "
-            f"{'–' if sync else fmt_ms(tt.get('p95')):>7} "
-            f"{fmt_ms(g['itl_ms']['p50']):>8} {fmt_ms(g['e2e_ms']['p50']):>8} "
-            f"{fmt_rate(g['output_tokens_per_s']):>8} {fmt_rate(g['goodput_per_s']):>9}"
+            f"  {name:<10} {g.mode:<6} {g.count:>6} {errs:>5} "
+            f"{fmt_ms(ttft.p50):>9} {fmt_ms(ttft.p95):>7} "
+            f"{'–' if sync else fmt_ms(tt.p50):>9} "
+            f"{'–' if sync else fmt_ms(tt.p95):>7} "
+            f"{fmt_ms(g.dist('itl_ms').p50):>8} {fmt_ms(g.dist('e2e_ms').p50):>8} "
+            f"{fmt_rate(g.output_tokens_per_s):>8} {fmt_rate(g.goodput_per_s):>9}"
         )
-    open_loop = [(n, g) for n, g in summary["phases"].items() if "ttft_from_intended_ms" in g]
+    open_loop = open_loop_phases(summary)
     if open_loop:
         lines.append("from the intended send time (open loop, ms):")
     for name, g in open_loop:
-        d, e = g["ttft_from_intended_ms"], g["e2e_from_intended_ms"]
+        d, e = g.dist("ttft_from_intended_ms"), g.dist("e2e_from_intended_ms")
         lines.append(
-            f"  {name:<10} TTFT p50 {fmt_ms(d['p50'])} p95 {fmt_ms(d['p95'])}   "
-            f"E2E p50 {fmt_ms(e['p50'])} p95 {fmt_ms(e['p95'])}   "
-            f"schedule delay p95 {fmt_ms(g['schedule_delay_ms']['p95'])}"
+            f"  {name:<10} TTFT p50 {fmt_ms(d.p50)} p95 {fmt_ms(d.p95)}   "
+            f"E2E p50 {fmt_ms(e.p50)} p95 {fmt_ms(e.p95)}   "
+            f"schedule delay p95 {fmt_ms(g.dist('schedule_delay_ms').p95)}"
         )
     harness = harness_lines(summary)
     if harness:
         lines.append("harness health (the load generator itself):")
         lines += [f"  {line}" for line in harness]
-    inp = summary["input"]
-    if not summary["phases"]:
-        lines.append(f"  no measured requests ({inp['warmup_records']} warm-up records only)")
-    if inp["corrupt_lines"]:
-        lines.append(f"  ! {inp['corrupt_lines']} corrupt lines in requests.jsonl were skipped")
-    for d in summary.get("diagnostics") or []:
-        lines.append(f"  ! {d.get('code')}: {diag_hint(d)}")
+    inp = summary.input
+    if not summary.phases:
+        lines.append(f"  no measured requests ({inp.warmup_records} warm-up records only)")
+    if inp.corrupt_lines:
+        lines.append(f"  ! {inp.corrupt_lines} corrupt lines in requests.jsonl were skipped")
+    for diag in summary.diagnostics:
+        lines.append(f"  ! {diag.get('code')}: {diag_hint(diag)}")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from loadtests.healthlog import NOT_LOAD, STARVED_SHARE, is_starved
+from reports.schema import Summary
 
 GREEN, AMBER, RED, NA = "green", "amber", "red", "n/a"
 _RANK = {NA: 0, GREEN: 1, AMBER: 2, RED: 3}
@@ -100,9 +101,8 @@ def harness_delay_ms(health: dict[str, Any]) -> float:
 # -- the box -------------------------------------------------------------------
 
 
-def _harness_item(summary: dict[str, Any]) -> TrustItem:
-    phases = summary["phases"]
-    healths = {n: g["harness"] for n, g in phases.items() if g.get("harness")}
+def _harness_item(summary: Summary) -> TrustItem:
+    healths = {n: g.harness for n, g in summary.phases.items() if g.harness}
     if not healths:
         return TrustItem("harness health", AMBER, "not recorded (a run from an older llmload)")
     for name, h in healths.items():
@@ -119,11 +119,11 @@ def _harness_item(summary: dict[str, Any]) -> TrustItem:
     return TrustItem("harness health", GREEN, text)
 
 
-def _tokens_item(summary: dict[str, Any]) -> TrustItem:
-    found = [(n, g["token_count_mismatch"]) for n, g in summary["phases"].items()
-             if g.get("token_count_mismatch")]  # fmt: skip
+def _tokens_item(summary: Summary) -> TrustItem:
+    found = [(n, g.token_count_mismatch) for n, g in summary.phases.items()
+             if g.token_count_mismatch]  # fmt: skip
     if not found:
-        if any(g.get("multi_token_events") for g in summary["phases"].values()):
+        if any(g.multi_token_events for g in summary.phases.values()):
             why = "not compared: without --tokenizer the client counts events, not tokens"
             return TrustItem("token counts", NA, why)
         return TrustItem("token counts", NA, "not compared (needs server usage and a client count)")
@@ -136,20 +136,20 @@ def _tokens_item(summary: dict[str, Any]) -> TrustItem:
     )
 
 
-def _gap_item(summary: dict[str, Any]) -> TrustItem:
-    found = [(n, g) for n, g in summary["phases"].items() if g.get("client_minus_server_ttft_ms")]
+def _gap_item(summary: Summary) -> TrustItem:
+    found = [(n, g) for n, g in summary.phases.items() if "client_minus_server_ttft_ms" in g.dists]
     if not found:
         return TrustItem("client − server TTFT", NA, "the target reports no TTFT of its own")
     levels, texts = [], []
     for name, g in found:
-        gap, ttft = g["client_minus_server_ttft_ms"], g["ttft_ms"].get("p50") or 0.0
-        p95 = gap.get("p95")
+        gap, ttft = g.dists["client_minus_server_ttft_ms"], g.dist("ttft_ms").p50 or 0.0
+        p95 = gap.p95
         if p95 is None:
             continue
         green = max(GAP_GREEN[0], GAP_GREEN[1] * ttft)
         red = max(GAP_RED[0], GAP_RED[1] * ttft)
         levels.append(RED if p95 > red else AMBER if p95 > green else GREEN)
-        texts.append(f"{name}: p50 {gap['p50']:.1f} ms, p95 {p95:.1f} ms per request")
+        texts.append(f"{name}: p50 {gap.p50 or 0.0:.1f} ms, p95 {p95:.1f} ms per request")
     level = worst(levels)
     note = {GREEN: "", AMBER: " (network, proxy or a busy client)", RED: " — more than the "
             "network explains: check the harness health and any proxy"}.get(level, "")  # fmt: skip
@@ -158,9 +158,9 @@ def _gap_item(summary: dict[str, Any]) -> TrustItem:
     return TrustItem("client − server TTFT", level, "; ".join(texts) + note)
 
 
-def _bundled_note(summary: dict[str, Any]) -> str:
+def _bundled_note(summary: Summary) -> str:
     """When the server was the bundled one: it ran beside the load generator, on its cores."""
-    if not (summary.get("run") or {}).get("bundled_server"):
+    if not summary.run.get("bundled_server"):
         return ""
     return (
         "; the bundled server ran on this machine beside the load generator and competed "
@@ -168,23 +168,23 @@ def _bundled_note(summary: dict[str, Any]) -> str:
     )
 
 
-def _delay_item(summary: dict[str, Any]) -> TrustItem:
-    found = [(n, g["schedule_delay_ms"]) for n, g in summary["phases"].items()
-             if g.get("schedule_delay_ms", {}).get("n")]  # fmt: skip
+def _delay_item(summary: Summary) -> TrustItem:
+    found = [(n, g.dist("schedule_delay_ms")) for n, g in summary.phases.items()
+             if g.dist("schedule_delay_ms").n]  # fmt: skip
     if not found:
         return TrustItem("schedule delay", NA, "closed loop (no intended send times)")
-    name, d = max(found, key=lambda kv: kv[1]["p95"])
-    p95 = d["p95"]
+    name, d = max(found, key=lambda kv: kv[1].p95 or 0.0)
+    p95 = d.p95 or 0.0
     level = RED if p95 > DELAY_RED_MS else AMBER if p95 > DELAY_AMBER_MS else GREEN
     return TrustItem("schedule delay", level, f"p95 {p95:.1f} ms ({name}); open-loop rate kept"
                      if level == GREEN else f"p95 {p95:.1f} ms ({name}): sends fell behind the "
                      "schedule (latency from the intended time counts it)")  # fmt: skip
 
 
-def _lost_item(summary: dict[str, Any]) -> TrustItem:
-    lost = sum(g["errors"].get("lost", 0) for g in summary["phases"].values())
-    workers = (summary.get("run") or {}).get("lost_workers") or []
-    corrupt = summary["input"]["corrupt_lines"]
+def _lost_item(summary: Summary) -> TrustItem:
+    lost = sum(g.errors.get("lost", 0) for g in summary.phases.values())
+    workers = summary.run.get("lost_workers") or []
+    corrupt = summary.input.corrupt_lines
     if lost or workers:
         names = ", ".join(sorted({str(w.get("worker")) for w in workers})) or "a worker"
         return TrustItem(
@@ -195,7 +195,7 @@ def _lost_item(summary: dict[str, Any]) -> TrustItem:
     return TrustItem("lost records", GREEN, "every request issued has its record")
 
 
-def assess(summary: dict[str, Any]) -> dict[str, Any]:
+def assess(summary: Summary) -> dict[str, Any]:
     """The trust box: ``{"level", "items": [{"check", "level", "reason"}]}``."""
     items = [
         f(summary) for f in (_harness_item, _tokens_item, _gap_item, _delay_item, _lost_item)

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from loadtests.record import RequestRecord
+from reports.schema import Summary
 from reports.stats import percentile
 
 #: vLLM's default ``--metric-percentiles`` is 99; the others are there for free
@@ -140,19 +141,19 @@ def run_info(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def phase_results(
-    records: Sequence[RequestRecord], meta: dict[str, Any], summary: dict[str, Any]
+    records: Sequence[RequestRecord], meta: dict[str, Any], summary: Summary
 ) -> dict[str, dict[str, Any]]:
     """``{phase: vLLM result}`` for each measured phase of ``summary`` (its duration, goodput)."""
     info = run_info(meta)
     out: dict[str, dict[str, Any]] = {}
-    for name, phase in summary.get("phases", {}).items():
+    for name, phase in summary.phases.items():
         recs = [r for r in records if r.phase == name]
-        result = vllm_result(recs, phase["duration_s"], good=phase.get("slo_met"), info=info)
+        result = vllm_result(recs, phase.duration_s, good=phase.slo_met, info=info)
         result["llmload"] = {
             "phase": name,
-            "mode": phase.get("mode"),
-            "run_id": summary.get("run_id"),
-            "goodput_slo_ms": summary.get("slo_ms"),
+            "mode": phase.mode,
+            "run_id": summary.run_id,
+            "goodput_slo_ms": summary.slo_ms,
             "definitions": "docs/reports.md#vllm-bench-serve-json",
         }
         out[name] = result

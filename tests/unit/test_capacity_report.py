@@ -44,7 +44,8 @@ def capacity_run() -> Run:
 
 def test_summary_md_html_and_terminal_carry_the_curve() -> None:
     summary = build_summary(capacity_run(), "ttft=300ms")
-    cap = summary["capacity"]
+    cap = summary.capacity
+    assert cap is not None and summary.to_json()["capacity"] == cap
     assert [p["load"] for p in cap["curve"]] == [2.0, 4.0, 8.0]
     assert [p["verdict"] for p in cap["curve"]] == ["pass", "pass", "fail"]
     assert cap["text"].startswith("sustains 5 req/s (between 4 and 8) at p95 TTFT ≤ 300 ms")
@@ -64,5 +65,5 @@ def test_a_plain_run_has_no_capacity_section() -> None:
     run = capacity_run()
     del run.meta["capacity"]
     summary = build_summary(run, None)
-    assert summary["capacity"] is None
+    assert summary.capacity is None and summary.to_json()["capacity"] is None
     assert capacity_markdown(summary) == "" and capacity_html(summary) == ""

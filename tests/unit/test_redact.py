@@ -102,7 +102,7 @@ def test_canaries_through_every_output(tmp_path: Path) -> None:
     run = load_run(run_dir)
     summary = build_summary(run)
     outputs = {
-        "summary.json": json.dumps(summary),
+        "summary.json": json.dumps(summary.to_json()),
         "summary.md": render_markdown(summary),
         "report.html": render_html(run, summary),
     }

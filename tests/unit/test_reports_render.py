@@ -93,8 +93,8 @@ def test_headline_cards_put_ttst_next_to_ttft(run_factory: Callable[..., Path]) 
     labels = card_labels(render_html(run, summary))
     i = labels.index("TTFT p50 / p95 · stream")
     assert labels[i - 1] == "TTFT p50 / p95 · sync" and labels[i + 1] == "TTST p50 / p95 · stream"
-    tt = summary["phases"]["stream"]["ttst_ms"]
-    assert f"<b>{fmt_ms(tt['p50'])} / {fmt_ms(tt['p95'])} ms</b>" in render_html(run, summary)
+    tt = summary.phases["stream"].dist("ttst_ms")
+    assert f"<b>{fmt_ms(tt.p50)} / {fmt_ms(tt.p95)} ms</b>" in render_html(run, summary)
     # goodput per mode, not pooled: sync TTFT is its whole response, so it misses more often
     slo = next(lb for lb in labels if lb.startswith("met SLO"))
     assert slo.startswith("met SLO · stream / sync (")

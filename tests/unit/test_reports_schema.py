@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from reports.loader import load_run
-from reports.schema import ComparisonRow, MetricStats
+from reports.schema import ComparisonRow, MetricStats, PhaseStats, Summary
 from reports.summary import build_summary, comparison, phase_stats
-from tests.fixtures.reports import make_records, write_run
+from tests.fixtures.reports import SCENARIOS, make_records, write_run
 
 #: summary.json's phase keys, in order, for a run with every optional block
 PHASE_KEYS = [
@@ -45,11 +45,17 @@ def test_a_phase_keeps_summary_json_keys_and_order(tmp_path: Path) -> None:
 
 
 def test_comparison_row_improvement() -> None:
-    sync = {"ok": 3, "ttft_ms": {"p50": 400.0, "p95": 500.0, "mean": 410.0}}
-    sync["e2e_ms"] = {"p50": 800.0, "p95": 900.0, "mean": None}
-    stream = {"ok": 4, "ttft_ms": {"p50": 100.0, "p95": 125.0, "mean": 0.0}}
-    stream["e2e_ms"] = {"p50": 800.0, "p95": None, "mean": 1.0}
-    row = ComparisonRow.of(sync, stream).to_json()
+    sync = {"mode": "sync", "count": 3, "ok": 3}
+    sync["ttft_ms"] = {"n": 3, "p50": 400.0, "p95": 500.0, "mean": 410.0}
+    sync["e2e_ms"] = {"n": 3, "p50": 800.0, "p95": 900.0, "mean": None}
+    stream = {"mode": "stream", "count": 4, "ok": 4}
+    stream["ttft_ms"] = {"n": 4, "p50": 100.0, "p95": 125.0, "mean": 0.0}
+    stream["e2e_ms"] = {"n": 4, "p50": 800.0, "p95": None, "mean": 1.0}
+    typed = ComparisonRow.of(PhaseStats.from_json(sync), PhaseStats.from_json(stream))
+    assert typed.improvement_pct("ttft_ms", "p50") == pytest.approx(75.0)
+    assert typed.value("stream", "e2e_ms", "mean") == 1.0
+    row = typed.to_json()
+    assert ComparisonRow.from_json(row) == typed
     assert row["sync_count"] == 3 and row["stream_count"] == 4
     assert row["ttft_ms_p50_improvement_pct"] == pytest.approx(75.0)
     assert row["e2e_ms_p50_improvement_pct"] == 0.0
@@ -64,6 +70,41 @@ def test_summary_comparison_is_the_typed_one(tmp_path: Path) -> None:
     recs = make_records("sync", "sync", 20, t_start=1.7e9, seed=1)
     recs += make_records("stream", "stream", 20, t_start=1.7e9 + 60, seed=2)
     summary = build_summary(load_run(write_run(tmp_path / "r", recs)))
-    typed = comparison(summary["phases"])
-    assert typed is not None and summary["comparison"] == typed.to_json()
-    assert set(typed.scenarios) == set(summary["comparison"]["scenarios"])
+    typed = comparison(summary.phases)
+    doc = summary.to_json()
+    assert typed is not None and summary.comparison == typed
+    assert doc["comparison"] == typed.to_json()
+    assert set(typed.scenarios) == set(doc["comparison"]["scenarios"]) == {"all", *SCENARIOS}
+
+
+def test_summary_json_reads_back_to_the_same_bytes(tmp_path: Path) -> None:
+    """``from_json`` (compare and ci on earlier runs) loses nothing: same value, same file."""
+    recs = make_records("sync", "sync", 20, t_start=1.7e9, seed=1)
+    recs += make_records("stream", "stream", 30, t_start=1.7e9 + 60, open_loop=True, turns=2)
+    recs += make_records("buffered", "stream", 20, t_start=1.7e9 + 120, buffered=True, tokens=20)
+    summary = build_summary(load_run(write_run(tmp_path / "r", recs)), "ttft=500ms")
+    text = json.dumps(summary.to_json(), indent=2, ensure_ascii=False)
+    back = Summary.from_json(json.loads(text))
+    assert back == summary
+    assert json.dumps(back.to_json(), indent=2, ensure_ascii=False) == text
+    assert back.phases["stream"].scenarios and back.phases["buffered"].diagnostics
+    # a block this version does not know is carried through, in place
+    doc = json.loads(text)
+    doc["phases"]["sync"]["later_block"] = {"x": 1}
+    doc["later_top"] = [1]
+    assert Summary.from_json(doc).to_json() == doc
+
+
+def test_an_older_summary_without_newer_distributions_still_renders(tmp_path: Path) -> None:
+    from reports.markdown import render_markdown
+    from reports.terminal import render_terminal
+
+    recs = make_records("stream", "stream", 20, t_start=1.7e9)
+    doc = build_summary(load_run(write_run(tmp_path / "r", recs))).to_json()
+    for key in ("ttst_ms", "itl_per_token_ms", "trust", "capacity"):
+        doc["phases"]["stream"].pop(key, None)
+        doc.pop(key, None)
+    old = Summary.from_json(doc)
+    assert old.phases["stream"].dist("ttst_ms").n == 0 and old.trust is None
+    assert "| **stream** |" in render_markdown(old)
+    assert "llmload run" in render_terminal(old)

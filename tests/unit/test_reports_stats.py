@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reports.charts import nice_ticks
-from reports.stats import bin_width, describe, downsample, ecdf_points, histogram, percentile
+from reports.schema import MetricStats
+from reports.stats import bin_width, downsample, ecdf_points, histogram, percentile
 
 
 @pytest.mark.parametrize(
@@ -32,20 +33,20 @@ def test_percentile_hand_computed(values: list[float], p: float, expected: float
     assert percentile(values, p) == pytest.approx(expected, abs=1e-12)
 
 
-def test_describe_hand_computed_and_scaled() -> None:
+def test_metric_stats_hand_computed_and_scaled() -> None:
     # seconds -> ms; None and NaN are ignored
-    d = describe([0.010, 0.020, None, 0.030, float("nan"), 0.040, 0.050], scale=1000.0)
-    assert d["n"] == 5
-    assert d["p50"] == pytest.approx(30.0)
-    assert d["p90"] == pytest.approx(46.0)
-    assert d["p95"] == pytest.approx(48.0)  # h = 3.8
-    assert d["p99"] == pytest.approx(49.6)  # h = 3.96
-    assert d["mean"] == pytest.approx(30.0)
-    assert d["max"] == pytest.approx(50.0)
+    d = MetricStats.of([0.010, 0.020, None, 0.030, float("nan"), 0.040, 0.050], scale=1000.0)
+    assert d.n == 5
+    assert d.p50 == pytest.approx(30.0)
+    assert d.p90 == pytest.approx(46.0)
+    assert d.p95 == pytest.approx(48.0)  # h = 3.8
+    assert d.p99 == pytest.approx(49.6)  # h = 3.96
+    assert d.mean == pytest.approx(30.0)
+    assert d.max == pytest.approx(50.0)
 
 
-def test_describe_empty_is_all_null() -> None:
-    d = describe([])
+def test_metric_stats_empty_is_all_null() -> None:
+    d = MetricStats.of([]).to_json()
     assert d == {
         "n": 0,
         "p50": None,

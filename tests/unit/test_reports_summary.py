@@ -16,6 +16,7 @@ from reports.diagnostics import Diagnostic
 from reports.html import render_html
 from reports.loader import RunError, load_run
 from reports.markdown import render_markdown
+from reports.schema import Summary
 from reports.summary import build_summary
 from reports.terminal import render_terminal
 from tests.fixtures.reports import make_records, write_run
@@ -70,7 +71,7 @@ def hand_run(tmp_path: Path) -> Path:
 
 
 def test_hand_computed_summary(tmp_path: Path) -> None:
-    s = build_summary(load_run(hand_run(tmp_path)), "ttft=500ms,e2e=2s")
+    s = build_summary(load_run(hand_run(tmp_path)), "ttft=500ms,e2e=2s").to_json()
     assert list(s["phases"]) == ["sync", "stream"]  # warm-up left out
     assert s["input"]["warmup_records"] == 1 and s["input"]["records"] == 8
     sync, stream = s["phases"]["sync"], s["phases"]["stream"]
@@ -117,7 +118,8 @@ def test_open_loop_turns_and_server_timings(tmp_path: Path) -> None:
     recs = make_records(
         "stream", "stream", 30, t_start=T, open_loop=True, turns=3, ttft_ms=100, jitter=0.0
     )
-    s = build_summary(load_run(write_run(tmp_path / "ol", recs)))
+    summary = build_summary(load_run(write_run(tmp_path / "ol", recs)))
+    s = summary.to_json()
     g = s["phases"]["stream"]
     # delays cycle 0, 10, 20 ms: TTFT from the intended send time adds them
     assert g["schedule_delay_ms"]["max"] == pytest.approx(20.0)
@@ -125,15 +127,15 @@ def test_open_loop_turns_and_server_timings(tmp_path: Path) -> None:
     assert set(g["ttft_by_turn_ms"]) == {"0", "1", "2"}
     assert g["client_minus_server_ttft_ms"]["p50"] == pytest.approx(3.0)
     assert s["comparison"] is None
-    assert "TTFT per turn" in render_markdown(s)
+    assert "TTFT per turn" in render_markdown(summary)
 
 
 def test_corrupt_lines_are_skipped_and_counted(tmp_path: Path) -> None:
     recs = make_records("stream", "stream", 10, t_start=T)
     run = write_run(tmp_path / "c", recs, extra_lines=['{"request_id": "x", trunc', "[1, 2]", "{}"])
     s = build_summary(load_run(run))
-    assert s["input"]["corrupt_lines"] == 3
-    assert s["phases"]["stream"]["count"] == 10
+    assert s.input.corrupt_lines == 3
+    assert s.phases["stream"].count == 10
     assert "corrupt lines skipped in requests.jsonl: 3" in render_markdown(s)
 
 
@@ -143,7 +145,7 @@ def test_target_is_redacted_again(tmp_path: Path) -> None:
         make_records("stream", "stream", 3, t_start=T),
         meta={"target": "https://bob:hunter2@api.example/v1?token=abc&x=1"},
     )
-    s = build_summary(load_run(run))
+    s = build_summary(load_run(run)).to_json()
     text = json.dumps(s)
     assert "hunter2" not in text and "token=abc" not in text and "sk-123" not in text
     assert s["run"]["target"] == "https://REDACTED@api.example/v1?token=REDACTED&x=1"
@@ -185,40 +187,40 @@ def test_diagnostics_are_called_and_rendered(
     # every phase goes through reports.diagnostics.detect; what it finds reaches the Markdown
     calls = []
 
-    def detect(records: list[RequestRecord], phase_summary: dict) -> list[Diagnostic]:
-        calls.append((len(records), phase_summary["mode"]))
+    def detect(records: list[RequestRecord], mode: str) -> list[Diagnostic]:
+        calls.append((len(records), mode))
         return [Diagnostic("proxy_buffering", "Chunks arrive in bursts.", "A proxy buffers.")]
 
     monkeypatch.setattr(diagnostics, "detect", detect)
     s = build_summary(load_run(hand_run(tmp_path)))
     assert calls == [(4, "sync"), (3, "stream")]
-    assert s["phases"]["stream"]["diagnostics"][0]["code"] == "proxy_buffering"
+    assert (s.phases["stream"].diagnostics or [])[0]["code"] == "proxy_buffering"
     assert "**`proxy_buffering`** — Chunks arrive in bursts. A proxy buffers." in render_markdown(s)
 
 
 def test_real_proxy_buffering_diagnostic_is_rendered(tmp_path: Path) -> None:
     recs = make_records("stream", "stream", 20, t_start=T, buffered=True, tokens=20)
     s = build_summary(load_run(write_run(tmp_path / "buf", recs)))
-    codes = [d["code"] for d in s["phases"]["stream"]["diagnostics"]]
-    assert "proxy_buffering" in codes and [d["code"] for d in s["diagnostics"]] == codes
+    codes = [d["code"] for d in s.to_json()["phases"]["stream"]["diagnostics"]]
+    assert "proxy_buffering" in codes and [d["code"] for d in s.diagnostics] == codes
     md = render_markdown(s)
     assert "**`proxy_buffering`** — " in md and "proxy_buffering off" in md
     assert "proxy_buffering" in render_terminal(s)
     clean = build_summary(
         load_run(write_run(tmp_path / "ok", make_records("stream", "stream", 20, t_start=T)))
     )
-    assert all(d["code"] != "proxy_buffering" for d in clean["diagnostics"])
+    assert all(d["code"] != "proxy_buffering" for d in clean.diagnostics)
 
 
 def test_missing_run_json_still_reports(tmp_path: Path) -> None:
     run = write_run(tmp_path / "nometa", make_records("stream", "stream", 20, t_start=T))
     (run / "run.json").unlink()
     s = build_summary(load_run(run))
-    assert s["input"]["run_json"] == "missing or unreadable"
+    assert s.input.run_json == "missing or unreadable"
     # phase wall time falls back to the records' span: first start to last end
     recs = make_records("stream", "stream", 20, t_start=T)
     span = max(r.started_at + (r.e2e_s or 0) for r in recs) - T
-    assert s["phases"]["stream"]["duration_s"] == pytest.approx(span)
+    assert s.phases["stream"].duration_s == pytest.approx(span)
     assert "run.json: missing or unreadable" in render_markdown(s)
 
 
@@ -228,7 +230,7 @@ def md_row(md: str, first_cell: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
-def known_run(tmp_path: Path, n: int = 30) -> dict:
+def known_run(tmp_path: Path, n: int = 30) -> Summary:
     """sync + stream, no jitter: stream TTFT 200 ms, TTST 220 ms; sync TTFT 500 ms."""
     recs = make_records("sync", "sync", n, t_start=T, jitter=0.0, scenarios=("a",))
     recs += make_records("stream", "stream", n, t_start=T + 10, jitter=0.0, scenarios=("a",))
@@ -237,7 +239,7 @@ def known_run(tmp_path: Path, n: int = 30) -> dict:
 
 def test_ttst_sits_next_to_ttft(tmp_path: Path) -> None:
     s = known_run(tmp_path)
-    assert s["phases"]["stream"]["ttst_ms"]["p50"] == pytest.approx(220.0)
+    assert s.phases["stream"].dist("ttst_ms").p50 == pytest.approx(220.0)
     md = render_markdown(s)
     header = md_row(md, "phase / scenario")
     i = header.index("TTFT p50 / p95 / p99 (ms)")
@@ -273,7 +275,7 @@ def test_itl_per_token_and_token_truth_are_rendered(tmp_path: Path) -> None:
     # without a client-side count there is nothing to compare: no mismatch line
     bare = [replace(r, client_output_tokens=None) for r in recs]
     s2 = build_summary(load_run(write_run(tmp_path / "bare", bare)))
-    assert "token_count_mismatch" not in s2["phases"]["stream"]
+    assert "token_count_mismatch" not in s2.to_json()["phases"]["stream"]
     assert "token count differ" not in render_markdown(s2)
 
 
@@ -283,7 +285,7 @@ def test_without_a_tokenizer_usage_above_the_event_count_is_not_called_a_mismatc
     recs = make_records("stream", "stream", 30, t_start=T, jitter=0.0, scenarios=("a",))
     meta = {"config": {"tokenizer": None}}  # the client counted content events
     s = build_summary(load_run(write_run(tmp_path / "ev", recs, meta=meta)))
-    stream = s["phases"]["stream"]
+    stream = s.to_json()["phases"]["stream"]
     assert "token_count_mismatch" not in stream
     assert stream["multi_token_events"] == {"compared": 30, "requests": 3}
     md = render_markdown(s)

@@ -109,11 +109,11 @@ def test_build_run_writes_one_file_per_measured_phase(run_factory: Callable[...,
     summary = build_run(run_dir)
     for phase in ("sync", "stream"):
         data = json.loads((run_dir / f"vllm_bench_{phase}.json").read_text(encoding="utf-8"))
-        stats = summary["phases"][phase]
-        assert data["llmload"]["phase"] == phase and data["duration"] == stats["duration_s"]
-        assert data["completed"] == stats["ok"]
-        assert data["median_ttft_ms"] == pytest.approx(stats["ttft_ms"]["p50"])
-        assert data["p99_ttft_ms"] == pytest.approx(stats["ttft_ms"]["p99"])
-        assert data["request_goodput"] == pytest.approx(stats["goodput_per_s"])
+        stats = summary.phases[phase]
+        assert data["llmload"]["phase"] == phase and data["duration"] == stats.duration_s
+        assert data["completed"] == stats.ok
+        assert data["median_ttft_ms"] == pytest.approx(stats.dist("ttft_ms").p50)
+        assert data["p99_ttft_ms"] == pytest.approx(stats.dist("ttft_ms").p99)
+        assert data["request_goodput"] == pytest.approx(stats.goodput_per_s)
     assert not (run_dir / "vllm_bench_warmup.json").exists()
     assert len(load_run(run_dir).records) > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from llmload.webui import LiveTab
 from loadtests.record import RequestRecord
 from loadtests.sinks import HarnessHealth, WebTab
-from reports.summary import group_stats
+from reports.summary import phase_stats
 
 T = 1_700_000_000.0
 
@@ -47,7 +47,7 @@ def test_the_tab_holds_the_reports_statistics() -> None:
     tab, recs = fed()
     assert isinstance(tab, WebTab)
     stats = tab.stats()["phases"]["stream"]
-    expected = group_stats(recs, 20.0, {"ttft": 150.0})
+    expected = phase_stats(recs, 20.0, {"ttft": 150.0}).to_json()
     for key in ("count", "ok", "errors", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "slo_met"):
         assert stats[key] == expected[key], key
     assert stats["output_tokens_per_s"] == expected["output_tokens_per_s"] == 100 / 20
