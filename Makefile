@@ -77,8 +77,13 @@ lint: install ## ruff + mypy
 bench: install system-deps ## run the benchmarks and rewrite BENCHMARKS.md sections
 	$(PY) -m bench $(ARGS)
 
-bench-gpu: install ## transformers engines at Qwen2.5-7B scale on a CUDA GPU (random bf16 weights); writes BENCHMARKS.md section gpu
-	$(PY) -m bench.gpu $(ARGS)
+# A GPU host with its own torch (CUDA) and transformers and no network runs bench.gpu on
+# $(PYTHON) itself: no make install there (its torch pin and venv are for this repo's machines)
+ifneq ($(filter bench-gpu,$(MAKECMDGOALS)),)
+GPU_HOST := $(shell $(PYTHON) -c 'import torch, transformers; print(int(torch.cuda.is_available()))' 2>/dev/null)
+endif
+bench-gpu: $(if $(filter 1,$(GPU_HOST)),,install) ## transformers engines at Qwen2.5-7B scale on a CUDA GPU (random bf16 weights); writes BENCHMARKS.md section gpu
+	$(if $(filter 1,$(GPU_HOST)),$(PYTHON),$(PY)) -m bench.gpu $(ARGS)
 
 # --- reliability (RELIABILITY.md): every fault and bad input for real; the soak is not part of `make test`
 reliability: install system-deps ## every fault, bad input and overload case for real; rewrites RELIABILITY.md (~4 min)
