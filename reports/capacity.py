@@ -33,7 +33,6 @@ from loadtests.durations import parse_fraction
 from loadtests.record import RequestRecord
 from loadtests.search import RATIO_CAP
 from loadtests.slo import METRICS, parse_duration_ms
-from reports.fmt import fmt_ms
 from reports.stats import percentile
 
 DEFAULT_GOODPUT = 0.95
