@@ -5,6 +5,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+LLMLOAD := $(VENV)/bin/llmload
 STAMP := $(VENV)/.installed
 
 # loadtest knobs (see README)
@@ -43,10 +44,10 @@ system-deps: ## install prometheus, nginx-light, chromium via apt-get when missi
 	bash scripts/system-deps.sh
 
 serve: install ## run the bundled target server (ARGS="--engine synthetic ...")
-	$(PY) -m target_server --port $(PORT) $(ARGS)
+	$(LLMLOAD) serve --port $(PORT) $(ARGS)
 
 loadtest: install ## sync-vs-stream run; TARGET unset = start the bundled server
-	$(PY) -m loadtests loadtest --target "$(TARGET)" --model "$(MODEL)" --engine "$(ENGINE)" \
+	$(LLMLOAD) loadtest --target "$(TARGET)" --model "$(MODEL)" --engine "$(ENGINE)" \
 	  --users $(USERS) --spawn-rate $(SPAWN_RATE) --pacing $(PACING) --duration $(DURATION) --warmup $(WARMUP) \
 	  --modes $(MODES) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
 
@@ -55,7 +56,7 @@ SLO ?= ttft_p95=600ms
 BUDGET ?= 10m
 SEARCH ?= rate
 capacity: install ## highest load within SLO= (ttft_p95=600ms) in BUDGET= (10m); SEARCH=rate|users; TARGET unset = bundled server
-	$(PY) -m llmload capacity --target "$(TARGET)" --model "$(MODEL)" --engine "$(ENGINE)" --$(SEARCH) \
+	$(LLMLOAD) capacity --target "$(TARGET)" --model "$(MODEL)" --engine "$(ENGINE)" --$(SEARCH) \
 	  --slo "$(SLO)" --budget $(BUDGET) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
 
 test: install system-deps lint ## lint, then the full test suite (unit + integration)
@@ -125,8 +126,8 @@ down: ## stop the compose stack (volumes kept; ARGS=-v removes them)
 	COMPOSE_PROFILES=bundled,external,load GF_ADMIN_PASSWORD="$${GF_ADMIN_PASSWORD:-unused-by-down}" $(COMPOSE) down $(ARGS)
 
 dashboards: install ## regenerate dashboards/json/ from dashboards/*.py and validate it
-	$(PY) -m dashboards build
-	$(PY) -m dashboards check
+	$(LLMLOAD) dashboards build
+	$(LLMLOAD) dashboards check
 
 # CI gate on TTFT (reports/): RUN= run directory, BASELINE= baseline file
 RUN ?=
@@ -136,10 +137,10 @@ GATE_ARGS ?=
 gate: install ## gate RUN= against BASELINE= on TTFT p95 (exit 0 pass, 1 regression, 2 inconclusive; GATE_ARGS=...)
 	@if [ -z "$(RUN)" ] || [ -z "$(BASELINE)" ]; then \
 	  echo "usage: make gate RUN=runs/<id> BASELINE=baseline.json [GATE_ARGS='--max-regression 10%']" >&2; exit 2; fi
-	$(PY) -m reports gate "$(RUN)" --baseline "$(BASELINE)" $(GATE_ARGS)
+	$(LLMLOAD) report gate "$(RUN)" --baseline "$(BASELINE)" $(GATE_ARGS)
 
 ci-gate: install ## short run on the bundled synthetic server, gated against reports/baselines/ci-synthetic.json
-	$(PY) -m reports ci-gate $(GATE_ARGS)
+	$(LLMLOAD) ci-gate $(GATE_ARGS)
 
 clean: ## remove caches (keeps .venv and runs/)
 	find . -name __pycache__ -prune -exec rm -rf {} +
