@@ -61,6 +61,13 @@ def slim(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "venv" / "bin"
 
 
+def test_the_core_venv_is_well_under_400_mb(slim: Path) -> None:
+    files = [f for f in slim.parent.rglob("*") if f.is_file() and not f.is_symlink()]
+    size = sum(f.stat().st_size for f in files)
+    print(f"slim venv: {size / 2**20:.0f} MiB (no pip, no .pyc)")
+    assert size < 300 * 2**20  # the bound the issue sets is 400 MB, with room for pip
+
+
 def test_no_torch_transformers_or_gradio(slim: Path) -> None:
     probe = "import importlib.util as u; print([m for m in ('torch', 'transformers', 'gradio') if u.find_spec(m)])"  # noqa: E501
     proc = sh(slim / "python", "-c", probe)
