@@ -73,6 +73,10 @@ def test_no_torch_transformers_or_gradio(slim: Path) -> None:
     proc = sh(slim / "python", "-c", probe)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
     assert sh(slim / "python", "-c", "import torch").returncode != 0
+    # `llmload ci-gate` (the example workflow's step) finds its baseline in the installed package
+    probe = "import llmload.ci as c; print(c.BASELINE.is_file(), c.BASELINE)"
+    where = sh(slim / "python", "-c", probe)
+    assert where.stdout.startswith("True ") and "site-packages" in where.stdout, where.stdout
     # the transformers engine says what to install instead of a traceback
     asked = sh(slim / "llmload", "serve", "--engine", "transformers", "--port", "0", timeout=60)
     assert asked.returncode == 1
