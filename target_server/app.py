@@ -26,6 +26,7 @@ from target_server.generation import RAW_SEND, DropInjectedDisconnectLogs, Gener
 from target_server.schemas import CHAT, COMPLETIONS, decode_json, parse_request, validation_error
 from target_server.settings import MAX_BODY_BYTES, Settings
 from target_server.state import RequestContext, ServerState
+from target_server.write_deadline import ARRIVED
 
 log = logging.getLogger("target_server")
 
@@ -73,7 +74,8 @@ def _prepare(state: ServerState, gen: GenerationRequest) -> PreparedRequest:
 async def _generation(state: ServerState, request: Request, endpoint: str) -> Response:
     """Validate a chat/completions request; the returned response runs the generation."""
     prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
-    ctx = RequestContext(prefix + uuid.uuid4().hex[:24], endpoint, perf_counter())
+    arrived = request.scope.get(ARRIVED) or perf_counter()  # stamped by the protocol
+    ctx = RequestContext(prefix + uuid.uuid4().hex[:24], endpoint, arrived)
     try:
         _check_key(request, state.settings.api_key)
         obj = decode_json(await _read_body(request))

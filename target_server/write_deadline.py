@@ -17,14 +17,28 @@ Such a request never reaches the app, so it is not counted in
 from __future__ import annotations
 
 import asyncio
+from time import perf_counter
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from target_server.errors import ApiError
 
+#: scope key: when the request's headers were parsed (``perf_counter``), the server's
+#: clock for the request — before the app's task first runs, which under a burst of
+#: requests can be several requests' handling later
+ARRIVED = "llmload.arrived"
+
 
 class ServerProtocol(HttpToolsProtocol):
-    """HTTP/1.1 (httptools) that aborts a connection whose writes stay paused too long."""
+    """HTTP/1.1 (httptools) that aborts a connection whose writes stay paused too long.
+
+    It also stamps each request's arrival (``ARRIVED``) as its headers are parsed.
+    """
+
+    def on_headers_complete(self) -> None:
+        """Headers parsed: the request has arrived (the app reads ``scope[ARRIVED]``)."""
+        self.scope[ARRIVED] = perf_counter()  # type: ignore[literal-required]
+        super().on_headers_complete()
 
     send_timeout = 30.0
     _write_deadline: asyncio.TimerHandle | None = None
