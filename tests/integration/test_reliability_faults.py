@@ -143,6 +143,7 @@ def test_nginx_504_when_the_upstream_is_slow(
         tmp_path / "504",
         *("--target", proxy.url, "--users", "3", "--spawn-rate", "50", "--pacing", "0.3s"),
         *("--duration", "1.5s", "--max-tokens", "8"),
+        *("--max-error-rate", "100%"),  # every request fails here: exit 0, not 3
     )
     assert_complete_run(run)
     sync = [r for r in run.records if r["mode"] == "sync"]
