@@ -107,6 +107,20 @@ def _extras(summary: Summary) -> list[str]:
     if inp.run_json != "ok":
         quality.append("- run.json: missing or unreadable (phase times taken from the records)")
     quality += [f"- {line}" for line in harness_lines(summary)]
+    bundled = summary.run.get("bundled_server") or {}
+    if bundled.get("speed_tokens_per_s"):
+        line = (
+            f"- bundled server ({bundled.get('engine')}): {bundled['speed_tokens_per_s']:,.0f} "
+            f"output tokens/s measured before the run at {bundled.get('probe_streams')} streams"
+        )
+        if bundled.get("planned_tokens_per_s"):
+            line += (
+                f"; the plan asked up to {bundled['planned_tokens_per_s']:,.0f} tokens/s "
+                f"({bundled['planned_share']:.0%} of it"
+                + (": more than it can serve, so latencies include its queue)"
+                   if bundled["planned_share"] > 1 else ")")
+            )
+        quality.append(line)
     fit = summary.run.get("context_fit") or {}
     if fit.get("skipped") or fit.get("trimmed"):
         quality.append(

@@ -296,6 +296,19 @@ def test_without_a_tokenizer_usage_above_the_event_count_is_not_called_a_mismatc
     assert "differ in" not in html and "Expected, not a fault" in html
 
 
+def test_the_bundled_servers_speed_check_is_shown_beside_the_data_quality(tmp_path: Path) -> None:
+    recs = make_records("stream", "stream", 30, t_start=T, jitter=0.0)
+    meta = {"bundled_server": {"engine": "transformers", "speed_tokens_per_s": 2000.0,
+                               "probe_streams": 20, "planned_tokens_per_s": 2400.0,
+                               "planned_share": 1.2}}  # fmt: skip
+    md = render_markdown(build_summary(load_run(write_run(tmp_path / "sp", recs, meta=meta))))
+    assert "bundled server (transformers): 2,000 output tokens/s measured before the run" in md
+    assert "(120% of it: more than it can serve, so latencies include its queue)" in md
+    meta["bundled_server"].update(planned_tokens_per_s=800.0, planned_share=0.4)
+    md = render_markdown(build_summary(load_run(write_run(tmp_path / "ok", recs, meta=meta))))
+    assert "(40% of it)" in md and "more than it can serve" not in md
+
+
 def test_open_loop_latency_from_the_intended_send_time_is_rendered(tmp_path: Path) -> None:
     recs = make_records("stream", "stream", 30, t_start=T, open_loop=True, jitter=0.0)
     s = build_summary(load_run(write_run(tmp_path / "ol", recs)))
