@@ -223,7 +223,7 @@ class GenerationCall(Response):
         send: Any,
         emit: Callable[[str], Awaitable[None]],
     ) -> str | None:
-        """Run the engine's pieces through ``emit``, timing each content piece once it is out.
+        """Run the engine's pieces through ``emit``, timing each content piece as it goes out.
 
         Sets the context's token count, first/last content times and largest gap;
         returns the finish reason (None if the engine ended without one).
@@ -239,8 +239,12 @@ class GenerationCall(Response):
                     await self._fault(piece.fault, send)
                 n += 1
                 if piece.text:
-                    await emit(piece.text)
+                    # stamped as the event is handed to the socket, not after the write returns:
+                    # the reader (a client or proxy on this host) can run and stamp its copy
+                    # before this process gets the CPU back, so a later stamp could exceed the
+                    # client's own TTFT
                     t = perf_counter()
+                    await emit(piece.text)
                     if last is None:
                         ctx.first = t
                     else:
