@@ -270,6 +270,9 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
             else "."
         ),
         "",
+        "Profiles (py-spy flame-graph summaries of both ends at 1,000 streams and of the "
+        "distributed master) and what changed because of them: `docs/scale.md`.",
+        "",
         "*Waiting for a CPU* = share of the wall time the process (all its threads and worker "
         "processes) was runnable but not running (`/proc/PID/task/*/schedstat`): other work "
         "on the machine holding its core. Where it is large, the latencies in that row measure "
