@@ -43,9 +43,9 @@ KEPT_SCHEDULE_SHARE = 0.9
 #: open loop: a p95 schedule delay above this means requests waited for a free user
 LATE_P95_MS = 50.0
 #: open loop: the second half of a step's requests (by start) scoring this much worse than
-#: the first, and at least ``GROWING_FLOOR`` of the bound, is a queue still building
+#: the first, on a trend that would cross the bound within one more step, is a queue
+#: still building
 GROWING_RATIO = 1.3
-GROWING_FLOOR = 0.5
 _PCT = re.compile(r"^(ttft|tpot|e2e)_p(\d{1,2}(?:\.\d+)?)$")
 
 
@@ -307,7 +307,8 @@ def _growing(
     half = len(worst) // 2
     first = percentile(sorted(min(x, RATIO_CAP) for x in worst[:half]), 50)
     second = percentile(sorted(min(x, RATIO_CAP) for x in worst[half:]), 50)
-    if second >= GROWING_FLOOR and second > GROWING_RATIO * first:
+    # one more step is two more half-steps along the same trend
+    if second > GROWING_RATIO * first and second + 2 * (second - first) >= 1.0:
         return (
             f"growing: median SLO ratio {first:.2f} in the step's first half, {second:.2f} "
             f"in the second (a queue building)"
