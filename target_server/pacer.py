@@ -28,7 +28,9 @@ class Pacer:
         if tick <= 0:
             raise ValueError("tick must be > 0")
         self.tick = tick
-        self._slots: dict[int, list[asyncio.Future[None]]] = {}
+        #: (event loop, tick) -> its waiters; keyed by loop too, so an engine used from
+        #: two loops (tests run servers on threads) never wakes one loop's future from another
+        self._slots: dict[tuple[int, int], list[asyncio.Future[None]]] = {}
         self.timers = 0  # timers armed so far (for the benchmarks: timers per token)
         self.waits = 0  # waits that needed one
 
@@ -44,19 +46,20 @@ class Pacer:
             loop = asyncio.get_running_loop()
             k = math.ceil(deadline / self.tick) if exact else round(deadline / self.tick)
             fut: asyncio.Future[None] = loop.create_future()
-            slot = self._slots.get(k)
+            key = (id(loop), k)
+            slot = self._slots.get(key)
             if slot is None:
-                slot = self._slots[k] = []
+                slot = self._slots[key] = []
                 self.timers += 1
-                loop.call_later(max(0.0, k * self.tick - now), self._fire, k)
+                loop.call_later(max(0.0, k * self.tick - now), self._fire, key)
             slot.append(fut)
             self.waits += 1
             await fut
             if not exact:
                 return
 
-    def _fire(self, k: int) -> None:
-        for fut in self._slots.pop(k, ()):
+    def _fire(self, key: tuple[int, int]) -> None:
+        for fut in self._slots.pop(key, ()):
             if not fut.done():  # a cancelled waiter is skipped
                 fut.set_result(None)
 

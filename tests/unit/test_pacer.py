@@ -66,3 +66,25 @@ def test_a_cancelled_waiter_does_not_break_its_tick() -> None:
 def test_tick_must_be_positive() -> None:
     with pytest.raises(ValueError):
         Pacer(tick=0)
+
+
+def test_one_pacer_serves_two_event_loops_at_once() -> None:
+    import threading
+
+    pacer = Pacer(tick=0.002)
+    deadline = perf_counter() + 0.05  # the same tick on both loops
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(pacer.until(deadline, exact=True))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert perf_counter() >= deadline and pacer.pending() == 0
