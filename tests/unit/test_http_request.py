@@ -80,3 +80,24 @@ def test_the_address_that_answered_is_tried_first(monkeypatch: pytest.MonkeyPatc
     assert c.addresses("localhost", 80) == [v6, v4]
     c._prefer("localhost", 80, v4)  # what connect_tcp does when ::1 refused and 127.0.0.1 answered
     assert c.addresses("localhost", 80) == [v4, v6] and c.lookups == 1
+
+
+def test_the_cookie_jar_reads_only_responses_that_set_cookies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loadtests.http import SetCookieJar
+
+    target = Target("http://127.0.0.1:9", {}, request_timeout=60, stall_timeout=30)
+    with target.client() as client:
+        jar = client.cookies
+        assert isinstance(jar, SetCookieJar)
+    req = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    calls: list[object] = []
+    real = httpx.Cookies.extract_cookies
+    monkeypatch.setattr(httpx.Cookies, "extract_cookies",
+                        lambda self, r: (calls.append(r), real(self, r))[1])  # fmt: skip
+    jar.extract_cookies(httpx.Response(200, request=req))  # an LLM server: no cookie
+    assert calls == [] and not jar
+    sticky = {"set-cookie": "AWSALB=s; Path=/"}
+    jar.extract_cookies(httpx.Response(200, headers=sticky, request=req))
+    assert len(calls) == 1 and jar.get("AWSALB") == "s"  # a sticky load balancer's cookie kept
