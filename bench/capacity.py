@@ -56,6 +56,24 @@ def row(name: str, cap: dict[str, Any], wall: float) -> str:
     )
 
 
+def width(cap: dict[str, Any]) -> str:
+    """The final bracket's width as a share of its upper end."""
+    ans = cap["answer"] or {}
+    lo, hi = ans.get("lo"), ans.get("hi")
+    return f"{(hi - lo) / hi:.0%}" if lo is not None and hi else "–"
+
+
+def near(cap: dict[str, Any], within: float = 0.25) -> str:
+    """Share of the steps' wall time spent within ``within`` of the answer."""
+    est = (cap["answer"] or {}).get("estimate")
+    total = sum(s.get("wall_s") or 0.0 for s in cap["steps"])
+    if not est or not total:
+        return "–"
+    steps = cap["steps"]
+    close = sum(s.get("wall_s") or 0.0 for s in steps if abs(s["load"] - est) <= within * est)
+    return f"{close / total:.0%}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench capacity", description=__doc__)
     p.add_argument("--engine", default="transformers", help="bundled server engine")
@@ -105,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
             row(f"`llmload capacity` (budget {args.budget})", search, t_search),
             row(f"fixed sweep, {args.sweep} loads of the same range", sweep, t_sweep),
             "",
-            f"The search took {t_search / t_sweep:.2f}× the sweep's time. A sweep's answer is "
-            f"only as fine as its spacing ({(hi - lo) / max(1, args.sweep - 1):.3g} req/s here) "
-            f"and it spends most of its time at loads far from the limit; the search spends its "
-            f"phases near the limit and stops at the tolerance (10 %).",
+            f"Side by side: the search took {t_search / t_sweep:.2f}× the sweep's time; its "
+            f"final bracket is {width(search)} of its upper end wide, the sweep's "
+            f"{width(sweep)} (its spacing: {(hi - lo) / max(1, args.sweep - 1):.3g} req/s); "
+            f"{near(search)} of the search's step time went to loads within 25 % of its "
+            f"answer, {near(sweep)} of the sweep's. The sweep was given the range the search "
+            f"found ({lo:g} … {hi:g} req/s); on its own a sweep has to guess one.",
             "",
             f"{starved} of {len(all_steps)} steps ran with the load generator starved (CPU or "
             f"event-loop lag above the line: on this machine it shares the cores with the "

@@ -32,6 +32,7 @@ from loadtests.search import (
     SearchConfig,
     Step,
     answer,
+    bracket,
     decide,
 )
 from loadtests.session import scheduled_arrivals
@@ -79,17 +80,18 @@ class CapacityOptions:
     def unit(self) -> str:
         return "req/s" if self.open_loop else "users"
 
-    def requests_per_step(self) -> int:
-        """``--step-requests``, else twice the fewest that can show the strictest percentile."""
+    def requests_per_step(self, probe: bool = False) -> int:
+        """``--step-requests``, else twice the fewest that can show the strictest percentile;
+        a probe (no load has failed yet) gets just the fewest."""
         if self.step_requests:
             return self.step_requests
         q = max(c.quantile for c in self.criteria)
-        return 2 * samples_needed(q, self.confidence)
+        return (1 if probe else 2) * samples_needed(q, self.confidence)
 
-    def requests_at(self, load: float) -> int:
+    def requests_at(self, load: float, probe: bool = False) -> int:
         """Requests in a step at ``load``; closed loop at least ``CLOSED_LOOP_WAVES`` per user,
         so the synchronised first wave and the draining last one are a small part of it."""
-        n = self.requests_per_step()
+        n = self.requests_per_step(probe)
         return n if self.open_loop else max(n, CLOSED_LOOP_WAVES * int(load))
 
 
@@ -138,10 +140,15 @@ class CapacitySearch(NullSink):
             self._judge_pending(name)
 
     # -- plan -----------------------------------------------------------------
+    def probing(self) -> bool:
+        """No load has failed yet: steps only need to show a pass (far below the limit they
+        do so with every request within bounds), so they take the fewest requests that can."""
+        return not self.copts.sweep and bracket(self.steps)[1] is None
+
     def phase(self, index: int, load: float) -> Phase:
         """The phase of step ``index`` at ``load``."""
         c = self.copts
-        n = c.requests_at(load)
+        n = c.requests_at(load, self.probing())
         mode: Any = c.mode
         if c.open_loop:
             duration = min(c.max_step_s, max(c.min_step_s, n / load))
@@ -153,7 +160,7 @@ class CapacitySearch(NullSink):
     def cost_s(self, load: float) -> float:
         """How long a step at ``load`` should take (closed loop: from the measured throughput)."""
         c = self.copts
-        n = c.requests_at(load)
+        n = c.requests_at(load, self.probing())
         if c.open_loop:
             return min(c.max_step_s, max(c.min_step_s, n / load))
         per_user = [

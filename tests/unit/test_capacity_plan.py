@@ -56,3 +56,13 @@ def test_open_loop_phases_carry_their_rate_and_the_sweep_covers_its_range() -> N
     plan = drive(copts, lambda rate: 40.0 * rate)  # 7 req/s: 280 ms, 9: 360 ms
     assert plan.result is not None and plan.result["reason"] == "sweep"
     assert (plan.result["lo"], plan.result["hi"]) == (7.0, 9.0)
+
+
+def test_probes_take_the_fewest_requests_that_can_pass() -> None:
+    copts = CapacityOptions(
+        criteria=(Criterion(0.95, {"ttft": 600.0}),), open_loop=True, start=2.0,
+        minimum=0.5, maximum=None, tolerance=0.1, budget_s=600, confidence=0.95,
+    )  # fmt: skip
+    assert copts.requests_per_step(probe=True) == 59 and copts.requests_per_step() == 118
+    plan = CapacitySearch(copts, build_options({}, {"target": "http://127.0.0.1:9"}))
+    assert plan.probing() and plan.phase(1, 2.0).duration == 29.5
