@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             + (f", server args `{' '.join(args.server_arg)}`" if args.server_arg else "")
             + f". SLOs `{SLO}`, open loop (Poisson arrivals, latency from the intended "
             f"send time), streaming, `short_qa` prompts with 64 output tokens; {n} requests per "
-            f"step (2 × the 59 that can show a p95 at 95 % confidence), 60 s at most; each "
+            f"step (2 × the 59 that can show a p95 at 95 % confidence; 59 while no load had "
+            f"failed yet), 60 s at most; each "
             f"step judged by an exact binomial test at 95 %.",
             "",
             "| method | answer | bracket (req/s) | phases | time | loads tried (✗ not sustained, "
