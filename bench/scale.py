@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,7 @@ from target_server.launch import launch
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_TTFT_MS, SERVER_ITL_MS, SERVER_TOKENS = 100, 50, 40
 CLIENT_ITL_MS = 50
-BURST_USERS, BURST_PACING_S, BURST_ROUNDS = 20, 1.0, 6
+BURST_USERS, BURST_PACING_S, BURST_ROUNDS = 20, 1.0, 11
 BURST_TTFT_MS, BURST_ITL_MS, BURST_TOKENS = 200, 20, 16
 
 
@@ -264,9 +265,10 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
         "",
         f"`python -m bench scale` — {machine()}. Load average at start: {load}"
         + (
-            " — **the machine was busy** (other jobs on its 2 cores): absolute latencies "
-            "here are the machine's, not the harness's; CPU per event is the steadier figure."
-            if float(load.split()[0]) > 2
+            f" — **the machine was busy** (other jobs on its {os.cpu_count()} cores): absolute "
+            "latencies here are the machine's, not the harness's; CPU per event and the "
+            "waiting-for-a-CPU columns are the steadier figures."
+            if float(load.split()[0]) > 0.5 * (os.cpu_count() or 1)
             else "."
         ),
         "",
