@@ -68,6 +68,7 @@ def _child(
     itl_ms: int,
     ttft_ms: int = TTFT_MS,
     window: float = WINDOW_S,
+    together: bool = False,
 ) -> dict[str, Any]:
     from bench.client import gevent_client
 
@@ -139,8 +140,9 @@ def _child(
     measure_from, end = start + WARM_S, start + WARM_S + window
 
     # staggered starts: streams that began together would stay in lock-step, every event
-    # of every stream arriving in one burst; spread them over one request's duration
-    spread = (ttft_ms + TOKENS * itl_ms) / 1000
+    # of every stream arriving in one burst; spread them over one request's duration.
+    # ``together``: that lock-step on purpose (``--first-start together``'s case)
+    spread = 0.0 if together else (ttft_ms + TOKENS * itl_ms) / 1000
 
     def worker(i: int) -> None:
         gevent.sleep(spread * i / streams)
@@ -163,6 +165,7 @@ def _child(
     return {
         "client": client,
         "streams": streams,
+        "together": together,
         "requests": len(errors),
         "p50_ms": _pct(errors, 50),
         "p95_ms": _pct(errors, 95),
@@ -207,13 +210,14 @@ def _measure(
     itl_ms: int,
     ttft_ms: int = TTFT_MS,
     window: float = WINDOW_S,
+    together: bool = False,
 ) -> dict:
     import psutil
 
     proc = psutil.Process(server.pid)
     cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
     cmd = [sys.executable, "-m", "bench.harness", "--child", client, url, str(streams)]
-    cmd += [str(itl_ms), str(ttft_ms), str(window)]
+    cmd += [str(itl_ms), str(ttft_ms), str(window)] + (["together"] if together else [])
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     server_cpu = 100 * (sum(proc.cpu_times()[:2]) - cpu0) / (time.monotonic() - t0)
     if out.returncode != 0:
@@ -278,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         ttft = int(argv[5]) if len(argv) > 5 else TTFT_MS
         window = float(argv[6]) if len(argv) > 6 else WINDOW_S
-        print(json.dumps(_child(argv[1], argv[2], int(argv[3]), int(argv[4]), ttft, window)))
+        together = argv[7:8] == ["together"]
+        print(json.dumps(
+            _child(argv[1], argv[2], int(argv[3]), int(argv[4]), ttft, window, together)
+        ))
         return 0
     from bench.mdsection import load_note, machine, write_section
 
@@ -349,12 +356,14 @@ def main(argv: list[str] | None = None) -> int:
 def _close_rows(close: bool) -> list[dict]:
     server, url = _reference(CLOSE_ITL_MS, CLOSE_TTFT_MS, close=close)
     clients = CLOSE_CLIENTS if close else CLOSE_CLIENTS[:1]
+    top = max(CLOSE_STREAMS)
+    runs = [(n, c, False) for n in CLOSE_STREAMS for c in clients]
+    runs += [(top, c, True) for c in clients]  # the top row again, users in lock-step
     try:
         return [
-            {**_measure(c, server, url, n, CLOSE_ITL_MS, CLOSE_TTFT_MS, CLOSE_WINDOW_S),
+            {**_measure(c, server, url, n, CLOSE_ITL_MS, CLOSE_TTFT_MS, CLOSE_WINDOW_S, together),
              "close": close}  # fmt: skip
-            for n in CLOSE_STREAMS
-            for c in clients
+            for n, c, together in runs
         ]
     finally:
         server.terminate()
@@ -366,18 +375,19 @@ def _close_section(where: str, load_note: Any) -> str:
     load = os.getloadavg()[0]
     rows = _close_rows(True) + _close_rows(False)
     head = (
-        "| connection | client | streams | requests | − server's own TTFT p50 | p95 "
-        "| − first write p50 | p95 | connect p50 | client CPU |"
+        "| connection | client | streams | first starts | requests | − server's own TTFT p50 "
+        "| p95 | − first write p50 | p95 | connect p50 | client CPU |"
     )
-    table = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    table = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         conn = "close" if r["close"] else "keep-alive"
+        starts = "together" if r.get("together") else "spread"
         if "error" in r:
-            table.append(f"| {conn} | {r['client']} | {r['streams']} | failed: {r['error'][-80:]} "
-                         "| | | | | | |")  # fmt: skip
+            table.append(f"| {conn} | {r['client']} | {r['streams']} | {starts} "
+                         f"| failed: {r['error'][-80:]} | | | | | | |")  # fmt: skip
             continue
         table.append(
-            f"| {conn} | {r['client']} | {r['streams']} | {r['requests']} "
+            f"| {conn} | {r['client']} | {r['streams']} | {starts} | {r['requests']} "
             f"| {r['own_p50_ms']:.1f} | {r['own_p95_ms']:.1f} | {r['p50_ms']:.1f} "
             f"| {r['p95_ms']:.1f} | {r['connect_p50_ms']:.2f} | {r['client_cpu']:.0f} % |"
         )
@@ -388,8 +398,11 @@ def _close_section(where: str, load_note: Any) -> str:
         f"`bench/harness_server.py close`: HTTP/1.0-style answers (`Connection: close`, "
         f"close-delimited body, one request per connection), first token after exactly "
         f"{CLOSE_TTFT_MS} ms, then {TOKENS} tokens {CLOSE_ITL_MS} ms apart. Client pinned to "
-        "CPU 0 (gevent), server to CPU 1; back-to-back requests per stream, starts spread over "
-        f"one request; {CLOSE_WINDOW_S:g} s measured per row after {WARM_S:g} s. "
+        "CPU 0 (gevent), server to CPU 1; back-to-back requests per stream; first starts "
+        "`spread` over one request, or `together` (every user at once, so they stay in "
+        "lock-step: all 20 reconnect and read their first token at the same instant — "
+        f"`--first-start together`'s case); {CLOSE_WINDOW_S:g} s measured per row after "
+        f"{WARM_S:g} s. "
         "Errors in ms: client TTFT minus the server's own TTFT (request read -> "
         "first token written: what a server's metrics report, so connection set-up and the "
         "request's write count as harness error), and minus the time from `t0` to the first "
@@ -409,15 +422,18 @@ def _close_verdict(rows: list[dict]) -> str:
     """One sentence: the 20-stream figures against the goal (<= 1 ms p50, <= 3 ms p95)."""
     top = max(CLOSE_STREAMS)
 
-    def fig(client: str, close: bool) -> str:
+    def fig(client: str, close: bool, together: bool = False) -> str:
         r = next((r for r in rows if r.get("client") == client and r.get("close") == close
-                  and r.get("streams") == top and "error" not in r), None)  # fmt: skip
+                  and r.get("streams") == top and bool(r.get("together")) == together
+                  and "error" not in r), None)  # fmt: skip
         return "n/a" if r is None else f"+{r['own_p50_ms']:.1f} / +{r['own_p95_ms']:.1f} ms"
 
     return (
         f"At {top} streams, client TTFT above the server's own (p50 / p95): llmload "
-        f"{fig('httpx', True)} against the closing server (goal: ≤ 1 / ≤ 3 ms), httpcore's "
-        f"default connect {fig('httpx-plain', True)}, keep-alive {fig('httpx', False)} — "
+        f"{fig('httpx', True)} against the closing server with starts spread, "
+        f"{fig('httpx', True, True)} with users together (goal: ≤ 1 / ≤ 3 ms); httpcore's "
+        f"default connect {fig('httpx-plain', True)} / {fig('httpx-plain', True, True)}; "
+        f"keep-alive {fig('httpx', False)} / {fig('httpx', False, True)} — "
         "measured side by side in one run; on a loaded machine the scheduler's delays land in "
         "every row alike (see the load average above)."
     )
