@@ -74,6 +74,20 @@ def near(cap: dict[str, Any], within: float = 0.25) -> str:
     return f"{close / total:.0%}"
 
 
+def agreement(search: dict[str, Any], sweep: dict[str, Any], load0: float, load1: float) -> str:
+    """A sentence when the two answers' brackets do not overlap (the target changed speed)."""
+    a, b = search["answer"] or {}, sweep["answer"] or {}
+    lo = max(x for x in (a.get("lo"), b.get("lo"), 0.0) if x is not None)
+    his = [x for x in (a.get("hi"), b.get("hi")) if x is not None]
+    if not his or lo < min(his):
+        return ""
+    return (
+        f" **The two brackets do not overlap**: the target's speed changed between the runs "
+        f"(a shared machine: 1-minute load average {load0:.1f} at the start, {load1:.1f} at "
+        f"the end), so compare their times and phase counts, not their answers."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench capacity", description=__doc__)
     p.add_argument("--engine", default="transformers", help="bundled server engine")
@@ -102,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     n = search["requests_per_step"]
+    load_end = os.getloadavg()[0]
     all_steps = search["steps"] + sweep["steps"]
     starved = sum(bool(s.get("starved")) for s in all_steps)
     body = "\n".join(
@@ -129,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{width(sweep)} (its spacing: {(hi - lo) / max(1, args.sweep - 1):.3g} req/s); "
             f"{near(search)} of the search's step time went to loads within 25 % of its "
             f"answer, {near(sweep)} of the sweep's. The sweep was given the range the search "
-            f"found ({lo:g} … {hi:g} req/s); on its own a sweep has to guess one.",
+            f"found ({lo:g} … {hi:g} req/s); on its own a sweep has to guess one."
+            + agreement(search, sweep, load1, load_end),
             "",
             f"{starved} of {len(all_steps)} steps ran with the load generator starved (CPU or "
             f"event-loop lag above the line: on this machine it shares the cores with the "
