@@ -15,7 +15,7 @@ Measured on each, through the server's SSE stream:
    (1 and 2 interleaved between the two servers, best of 3, so both see the same machine);
 3. the default workload, run as a user runs it: ``python -m loadtests run`` with
    ``make loadtest``'s defaults (``mix`` scenario, the model's own sampling, 20
-   users started together, 3 s pacing, sync then stream), reporting SLO-met share,
+   users, first starts spread (the default), 3 s pacing, sync then stream), reporting SLO-met share,
    TTFT/TPOT/E2E, the server's CPU use and (now) its engine busy ratio.
 
 Writes BENCHMARKS.md section ``model`` and the headline into docs/engines.md
@@ -303,7 +303,8 @@ def ms(x: float | None) -> str:
 def headline(args: argparse.Namespace, rows: dict[str, dict[str, Any]], cal: str) -> str:
     """The few figures docs/engines.md (and the README) quote."""
     b, n = rows["before"], rows["now"]
-    s = _phase(n, "stream")
+    s, y = _phase(n, "stream"), _phase(n, "sync")
+    busy = "–" if n["busy"] is None else f"{n['busy']:.0%}"
     return "\n".join([
         f"Written by `make bench` (`python -m bench model`); {cal}.",
         "",
@@ -313,7 +314,10 @@ def headline(args: argparse.Namespace, rows: dict[str, dict[str, Any]], cal: str
         f"({n['agg_tps'] / b['agg_tps']:.1f}×);",
         f"- `make loadtest` defaults (mix, 20 users / 3 s): "
         f"{s.get('slo_met_rate', 0.0):.0%} of streamed requests met the default SLOs, "
-        f"stream TTFT p50 {ms(s.get('ttft_ms', {}).get('p50'))}.",
+        f"stream TTFT p50 {ms(s.get('ttft_ms', {}).get('p50'))} (sync "
+        f"{ms(y.get('ttft_ms', {}).get('p50'))}), E2E p50 stream "
+        f"{ms(s.get('e2e_ms', {}).get('p50'))} / sync {ms(y.get('e2e_ms', {}).get('p50'))}; "
+        f"engine busy {busy}.",
     ])  # fmt: skip
 
 

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH = 64
 #: prompt tokens prefilled per turn: a long prompt is spread over several decode
 #: steps instead of stalling every running stream for its whole prefill
-PREFILL_BUDGET_CPU = 256
+PREFILL_BUDGET_CPU = 512
 PREFILL_BUDGET_CUDA = 4096
 
 
