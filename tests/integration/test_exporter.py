@@ -134,6 +134,9 @@ def test_stop_gives_up_after_grace_and_skips_it_when_never_scraped() -> None:
     scraped = LiveMetrics(grace_s=0.8)
     port = scraped.start()
     httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    deadline = time.monotonic() + 5  # the scrape counts once the server has sent it all,
+    while scraped.scrapes < 1 and time.monotonic() < deadline:  # which may be after the
+        time.sleep(0.01)  # client has read the body: without this, stop() saw no scraper
     t0 = time.monotonic()
     scraped.stop()
     assert 0.7 < time.monotonic() - t0 < 4.0
