@@ -24,6 +24,10 @@ TOKENS_AMBER, TOKENS_RED = 0.01, 0.05
 #: client − server TTFT p95: green within max(ms, share of TTFT p50), red beyond the second
 GAP_GREEN = (10.0, 0.05)
 GAP_RED = (50.0, 0.20)
+#: a starved load generator is red when its own possible delay (loop lag p99) is more than
+#: max(ms, share of the phase's TTFT p50); below that it is amber: starved by the rule, yet too
+#: little to move the figures (30 ms of lag beside a 941 ms sync TTFT)
+HARNESS_RED = (10.0, 0.10)
 #: open loop: schedule delay p95 (ms)
 DELAY_AMBER_MS, DELAY_RED_MS = 10.0, 50.0
 
@@ -105,10 +109,17 @@ def _harness_item(summary: Summary) -> TrustItem:
     healths = {n: g.harness for n, g in summary.phases.items() if g.harness}
     if not healths:
         return TrustItem("harness health", AMBER, "not recorded (a run from an older llmload)")
+    small = []
     for name, h in healths.items():
         why = starved(h, phase=name)
-        if why:
+        if not why:
+            continue
+        ttft = summary.phases[name].dist("ttft_ms").p50 or 0.0
+        if harness_delay_ms(h) > max(HARNESS_RED[0], HARNESS_RED[1] * ttft):
             return TrustItem("harness health", RED, why + _bundled_note(summary))
+        small.append(f"{why}; its delay is small against TTFT p50 {ttft:.0f} ms")
+    if small:
+        return TrustItem("harness health", AMBER, "; ".join(small) + _bundled_note(summary))
     touched = {n: h for n, h in healths.items() if any(
         p["saturated_share"] > 0 for p in _load_procs(h).values()
     )}

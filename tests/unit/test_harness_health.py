@@ -165,6 +165,20 @@ def test_trust_box_levels_and_reasons(run_factory: Callable[..., Path]) -> None:
     assert assess(build_run(old))["items"][0]["level"] == AMBER
 
 
+def test_a_starved_client_whose_delay_is_small_against_ttft_is_amber_not_red(
+    run_factory: Callable[..., Path],
+) -> None:
+    """30 ms of loop lag beside a ~500 ms sync TTFT cannot move the figures: read with care."""
+    run = run_factory("ok")  # sync TTFT p50 ~500 ms, stream ~205 ms
+    late = HarnessHealth(cpu_percent=5.0, loop_lag_s=0.03, inflight=4)  # above the 20 ms line
+    item = assess(build_run(with_health(run, {"sync": health(local=[late] * 5)})))["items"][0]
+    assert item["level"] == AMBER and "starved in phase sync" in item["reason"]
+    assert "small against TTFT p50" in item["reason"]
+    late = HarnessHealth(cpu_percent=5.0, loop_lag_s=0.06, inflight=4)  # > 10 % of 500 ms
+    item = assess(build_run(with_health(run, {"sync": health(local=[late] * 5)})))["items"][0]
+    assert item["level"] == RED
+
+
 def test_every_report_shows_trust_and_harness(run_factory: Callable[..., Path]) -> None:
     from reports.terminal import render_terminal
 
