@@ -25,6 +25,7 @@ measure before the bench loads the machine.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -71,7 +72,7 @@ def _python_loop() -> float:
 
 def _matmul() -> tuple[float | None, str]:
     flop = _MATMUL_REPEAT * 2 * _MATMUL_N**3
-    try:
+    with contextlib.suppress(ImportError):  # no torch (the slim core): numpy below
         import torch
 
         threads = torch.get_num_threads()
@@ -85,8 +86,6 @@ def _matmul() -> tuple[float | None, str]:
             return flop / (time.perf_counter() - t) / 1e9, "torch, 1 thread"
         finally:
             torch.set_num_threads(threads)
-    except ImportError:
-        pass
     try:
         import numpy as np
 

@@ -159,6 +159,14 @@ def connect_now(sock: socket.socket, sockaddr: tuple[Any, ...], timeout: float |
     sock.settimeout(timeout)
 
 
+def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an IP address when it is one (``[::1]`` included), else None (a name)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
 class Connector(httpcore.SyncBackend):
     """httpcore network backend: cached resolution, direct connect, coalesced request writes."""
 
@@ -170,11 +178,8 @@ class Connector(httpcore.SyncBackend):
 
     def addresses(self, host: str, port: int) -> list[Address]:
         """Where ``host:port`` is: IP literals directly, names through the resolver, cached."""
-        try:
-            ip = ipaddress.ip_address(host.strip("[]"))
-        except ValueError:
-            pass
-        else:
+        ip = _ip_literal(host)
+        if ip is not None:
             family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
             return [(family, (str(ip), port))]
         now = time.monotonic()

@@ -16,11 +16,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r"""
-import argparse, json
+import argparse, contextlib, json
 from llmload.cli import COMMANDS
 
 class Stop(Exception):
-    pass
+    'Raised by the spy once a command has built its parser: nothing runs.'
 
 seen = []
 def spy(self, args=None, namespace=None):
@@ -41,10 +41,8 @@ def walk(p, path):
 
 for name, cmd in COMMANDS.items():
     seen.clear()
-    try:
+    with contextlib.suppress(Stop, SystemExit):
         cmd.entry()([*cmd.prefix, *ARGS.get(name, [])])
-    except (Stop, SystemExit):
-        pass
     parsers[name] = len(seen)
     for p in seen:
         walk(p, [name])
