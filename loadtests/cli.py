@@ -13,7 +13,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from loadtests.plan import ARRIVALS, FIRST_STARTS, RunOptions, build_options, load_plan
+from loadtests.plan import (
+    ARRIVALS,
+    FIRST_STARTS,
+    HTTP_CLIENTS,
+    RunOptions,
+    build_options,
+    load_plan,
+)
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -28,6 +35,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--header", action="append", metavar="K:V", help="extra header (repeatable)")
     g.add_argument("--ca-bundle", metavar="PEM", help="CA bundle for TLS verification")
     g.add_argument("--insecure", action="store_true", default=S, help="skip TLS verification")
+    g.add_argument(
+        "--http-client",
+        choices=HTTP_CLIENTS,
+        help="lean: one socket per user, read directly (default); httpx: the general client",
+    )
     g = p.add_argument_group("load shape")
     g.add_argument("--users", type=int, help="closed loop users (open loop: concurrency cap); 20")
     g.add_argument(

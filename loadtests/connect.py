@@ -192,18 +192,21 @@ class Connector(httpcore.SyncBackend):
         self._cache[(host, port)] = (now, found)
         return found
 
-    def connect_tcp(
+    def open(
         self,
         host: str,
         port: int,
         timeout: float | None = None,
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        try:
-            addresses = self.addresses(host, port)
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from exc
+    ) -> tuple[socket.socket, float]:
+        """A connected TCP socket to ``host:port`` and the seconds it took.
+
+        Raises ``TimeoutError`` (this address timed out) or ``OSError`` (no address
+        answered, or the name did not resolve).  The lean client (``loadtests.lean``)
+        uses it directly, httpcore through ``connect_tcp``.
+        """
+        addresses = self.addresses(host, port)
         last: OSError | None = None
         started = time.perf_counter()
         for family, sockaddr in addresses:
@@ -215,17 +218,33 @@ class Connector(httpcore.SyncBackend):
                 if local_address is not None:
                     sock.bind((local_address, 0))
                 connect_now(sock, sockaddr, timeout)
-            except TimeoutError as exc:
+            except TimeoutError:
                 sock.close()
-                raise httpcore.ConnectTimeout(str(exc)) from exc
+                raise
             except OSError as exc:
                 sock.close()
                 last = exc
                 continue
             if last is not None:  # an earlier address failed: try this one first next time
                 self._prefer(host, port, (family, sockaddr))
-            return CoalescingStream(sock, time.perf_counter() - started)
-        raise httpcore.ConnectError(str(last) if last else f"no address for {host}")
+            return sock, time.perf_counter() - started
+        raise OSError(str(last) if last else f"no address for {host}")
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        try:
+            sock, seconds = self.open(host, port, timeout, local_address, socket_options)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(str(exc)) from exc
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc)) from exc
+        return CoalescingStream(sock, seconds)
 
     def _prefer(self, host: str, port: int, address: Address) -> None:
         hit = self._cache.get((host, port))

@@ -1,9 +1,15 @@
-"""The HTTP client layer: httpx under gevent, one client (kept-alive connection) per user.
+"""The HTTP client layer under gevent: one client (kept-alive connection) per user.
 
-Chosen by measurement (``python -m bench harness``, BENCHMARKS.md): httpx hands
-each read to us as it arrives, for chunked and close-delimited bodies alike,
-while locust's ``HttpSession`` (requests) buffers close-delimited bodies and
-``FastHttpSession`` (geventhttpclient) holds events back until ~1 KB.
+Two clients, chosen per target (``--http-client``): ``lean`` (the default,
+``loadtests.lean``: a socket read directly, HTTP/1.1 framing in
+``loadtests.h1``) and ``httpx``, the general client it replaced as the default
+because httpx/httpcore/h11 cost ~70 % of the CPU at 1,000 streams
+(``docs/scale.md``).  A target whose responses the lean client cannot read
+(another transfer or content coding) moves to httpx at the first such response.
+Both hand each read to the timing core as it arrives, for chunked and
+close-delimited bodies alike, while locust's ``HttpSession`` (requests) buffers
+close-delimited bodies and ``FastHttpSession`` (geventhttpclient) holds events
+back until ~1 KB (``python -m bench harness``, BENCHMARKS.md).
 
 Failures map to the record's error classes: ``connect`` (no connection),
 ``stall`` (streaming: no byte for ``--stall-timeout``; also before the headers),
@@ -13,10 +19,13 @@ only this one), ``disconnect`` (the body was cut short).
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import ssl
+import sys
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
@@ -27,6 +36,8 @@ import httpx
 
 from loadtests.adapters.base import HttpCall
 from loadtests.connect import connector, take_connect_s
+from loadtests.h1 import ProtocolError, Unsupported
+from loadtests.lean import Failed, LeanClient, Origin
 from loadtests.plan import ConnectionOptions
 from loadtests.redact import redact_url
 from loadtests.timing import StreamTimer
@@ -58,6 +69,8 @@ class Target:
     stall_timeout: float = 60.0
     ca_bundle: str | None = None
     insecure: bool = False
+    #: ``lean`` (``loadtests.lean``) or ``httpx``: which client ``session()`` gives each user
+    http_client: str = "lean"
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
@@ -71,9 +84,12 @@ class Target:
         if path.endswith("/v1"):  # OpenAI-style base URLs end in /v1; adapter paths carry it
             path = path[: -len("/v1")]
         self.auth: httpx.BasicAuth | None = None
+        self._basic: str | None = None  # the same credentials as a header, for the lean client
         if parts.username is not None or parts.password is not None:
             user, password = unquote(parts.username or ""), unquote(parts.password or "")
             self.auth = httpx.BasicAuth(user, password)
+            token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            self._basic = f"Basic {token}"
         netloc = parts.netloc.rpartition("@")[2]
         self.base_url = urlunsplit((parts.scheme, netloc, path, "", ""))
         self.params: list[tuple[str, str | int | float | bool | None]] = list(
@@ -81,6 +97,8 @@ class Target:
         )
         self._ssl: ssl.SSLContext | None = None
         self._urls: dict[str, httpx.URL] = {}
+        self._origin: Origin | None = None
+        self._build: httpx.Client | None = None
         _redact_httpx_log()
 
     @classmethod
@@ -103,6 +121,7 @@ class Target:
             stall_timeout=opts.stall_timeout,
             ca_bundle=opts.ca_bundle,
             insecure=opts.insecure,
+            http_client=opts.http_client,
         )
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -118,6 +137,46 @@ class Target:
                 ctx.verify_mode = ssl.CERT_NONE
             self._ssl = ctx
         return self._ssl
+
+    def session(self) -> LeanClient | httpx.Client:
+        """A simulated user's client for ``perform``: lean, unless ``http_client`` says httpx."""
+        if self.http_client == "httpx":
+            return self.client()
+        return LeanClient(self.origin())
+
+    def origin(self) -> Origin:
+        """What the lean client sends to this target (one per process, shared by every user)."""
+        if self._origin is None:
+            parts = urlsplit(self.base_url)
+            scheme = parts.scheme
+            port = parts.port or (443 if scheme == "https" else 80)
+            merged = self._builder().headers.copy()  # httpx's defaults, then the target's
+            merged["accept-encoding"] = "gzip, deflate"  # what loadtests.h1 decodes
+            if self._basic is not None:
+                merged["authorization"] = self._basic
+            headers = [("Host", parts.netloc), *merged.items()]
+            self._origin = Origin(
+                scheme, parts.hostname or "", port, headers, self.url_of, self.ssl_context,
+                CONNECT_TIMEOUT_S,
+            )  # fmt: skip
+        return self._origin
+
+    def url_of(self, path: str) -> httpx.URL:
+        """The full URL of an adapter's ``path``: base URL, path prefix, the target's query."""
+        url = self._urls.get(path)
+        if url is None:
+            url = self._builder().build_request("GET", path).url
+            if len(self._urls) < 256:
+                self._urls[path] = url
+        return url
+
+    def _builder(self) -> httpx.Client:
+        """A client that never sends: httpx's URL joining and header defaults, made once."""
+        if self._build is None:
+            self._build = httpx.Client(
+                base_url=self.base_url, params=self.params, headers=self.headers, trust_env=False
+            )
+        return self._build
 
     def client(self) -> httpx.Client:
         """A client for one simulated user: its connection is kept alive between requests.
@@ -166,7 +225,9 @@ class Target:
             )  # fmt: skip
         url = self._urls.get(call.path)
         if url is None:
-            url = self._urls[call.path] = client.build_request("GET", call.path).url
+            url = client.build_request("GET", call.path).url
+            if len(self._urls) < 256:
+                self._urls[call.path] = url
         headers = client.headers.copy()
         if call.headers:
             headers.update(call.headers)
@@ -214,7 +275,7 @@ class SetCookieJar(httpx.Cookies):
 
 
 def perform(
-    client: httpx.Client,
+    client: LeanClient | httpx.Client,
     target: Target,
     call: HttpCall,
     timer: StreamTimer,
@@ -224,23 +285,86 @@ def perform(
 
     Returns ``(None, None)`` when the exchange completed at the HTTP level (the
     timer then decides ok / http_4xx / protocol / ...).  ``GreenletExit`` is not
-    caught: the caller records the cancellation and re-raises.
+    caught: the caller records the cancellation and re-raises.  ``client`` is a
+    user's ``Target.session()`` (or an httpx client).
     """
     deadline = gevent.Timeout(target.request_timeout, _RequestDeadline())
     deadline.start()
+    try:
+        if isinstance(client, LeanClient):
+            if client.origin.unsupported is None:
+                return _perform_lean(client, target, call, timer, follow_up)
+            client = client.fallback(target.client)
+        return _perform_httpx(client, target, call, timer, follow_up)
+    except _RequestDeadline:
+        return "timeout", f"no complete response within {target.request_timeout:g}s"
+    finally:
+        deadline.close()
+
+
+def _second_step(
+    status: int, body: bytes, timer: StreamTimer, follow_up: Callable[[bytes], HttpCall]
+) -> tuple[HttpCall | None, tuple[str | None, str | None]]:
+    """A two-step protocol's second call from the first answer, or the request's result."""
+    if not 200 <= status < 300:  # recorded like any HTTP error
+        timer.headers(clock(), status)
+        timer.feed_body(body, clock())
+        return None, (None, None)
+    try:
+        return follow_up(body), (None, None)
+    except ValueError as exc:
+        return None, ("protocol", f"unreadable first response: {exc}")
+
+
+def _perform_lean(
+    client: LeanClient,
+    target: Target,
+    call: HttpCall,
+    timer: StreamTimer,
+    follow_up: Callable[[bytes], HttpCall] | None,
+) -> tuple[str | None, str | None]:
+    read = target.stall_timeout if call.stream else target.request_timeout
+    try:
+        if follow_up is not None:
+            second, result = _second_step(*client.fetch(call, target.request_timeout), timer,
+                                          follow_up)  # fmt: skip
+            if second is None:
+                return result
+            call = second
+            read = target.stall_timeout if call.stream else target.request_timeout
+        client.send(call, timer, read)
+        return None, None
+    except Failed as exc:
+        return exc.status, str(exc)
+    except ProtocolError as exc:
+        return "disconnect", f"RemoteProtocolError: {exc}"
+    except zlib.error as exc:
+        return "protocol", f"DecodingError: {exc}"
+    except Unsupported as exc:
+        if client.origin.unsupported is None:
+            client.origin.unsupported = str(exc)
+            print(f"llmload: the target answered with {exc}, which the lean HTTP client "
+                  "does not read; its later requests go through httpx",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        return "protocol", f"{exc}: not read by the lean HTTP client (later requests use httpx)"
+
+
+def _perform_httpx(
+    client: httpx.Client,
+    target: Target,
+    call: HttpCall,
+    timer: StreamTimer,
+    follow_up: Callable[[bytes], HttpCall] | None,
+) -> tuple[str | None, str | None]:
     read = target.stall_timeout if call.stream else target.request_timeout
     timeout = httpx.Timeout(target.request_timeout, connect=CONNECT_TIMEOUT_S, read=read)
     try:
         if follow_up is not None:
             first = client.request(call.method, call.path, json=call.json, headers=call.headers)
-            if not 200 <= first.status_code < 300:
-                timer.headers(clock(), first.status_code)
-                timer.feed_body(first.content, clock())
-                return None, None
-            try:
-                call = follow_up(first.content)
-            except ValueError as exc:
-                return "protocol", f"unreadable first response: {exc}"
+            second, result = _second_step(first.status_code, first.content, timer, follow_up)
+            if second is None:
+                return result
+            call = second
         resp = client.send(target.request(client, call, timeout), stream=True)
         try:
             timer.headers(clock(), resp.status_code)
@@ -256,8 +380,6 @@ def perform(
         finally:
             resp.close()
         return None, None
-    except _RequestDeadline:
-        return "timeout", f"no complete response within {target.request_timeout:g}s"
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         return "connect", _describe(exc)
     except httpx.ReadTimeout:
@@ -272,8 +394,6 @@ def perform(
         return "protocol", _describe(exc)
     except httpx.TransportError as exc:
         return "disconnect", _describe(exc)
-    finally:
-        deadline.close()
 
 
 class _RedactUrls(logging.Filter):

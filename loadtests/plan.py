@@ -42,6 +42,8 @@ MODES = ("sync", "stream")
 ALIASES = {"request_rate": "rate", "max_concurrency": "users", "goodput": "slo"}
 ARRIVALS = ("poisson", "constant")
 FIRST_STARTS = ("spread", "together")
+#: the load generator's HTTP client: ``loadtests.lean`` or httpx (``loadtests.http``)
+HTTP_CLIENTS = ("lean", "httpx")
 #: fields given as durations (``"3s"``), seconds after ``validate()``
 DURATIONS = (
     "pacing",
@@ -76,6 +78,7 @@ class ConnectionOptions:
     insecure: bool
     request_timeout: float
     stall_timeout: float
+    http_client: str
 
     def headers_dict(self) -> dict[str, str]:
         """``--header K:V`` values as a dict (values verbatim; never logged)."""
@@ -223,6 +226,8 @@ class RunOptions:
     tokenizer: str | None = None
     request_timeout: float = 300.0
     stall_timeout: float = 60.0
+    #: ``lean`` (one socket per user, ``loadtests.lean``) or ``httpx`` (the general client)
+    http_client: str = "lean"
     out: str | None = None
     label: str = ""
     workers: int = 0
@@ -307,6 +312,8 @@ class RunOptions:
             raise ValueError("--turns must be >= 1")
         if self.request_timeout <= 0 or self.stall_timeout <= 0:
             raise ValueError("--request-timeout and --stall-timeout must be positive")
+        if self.http_client not in HTTP_CLIENTS:
+            raise ValueError(f"--http-client must be one of {', '.join(HTTP_CLIENTS)}")
         for h in self.header:
             if ":" not in h:
                 # never echo the rest: a header missing its colon still carries the secret

@@ -185,7 +185,7 @@ class LLMUser(User):
         self.index = ctx.next_user_index()
         self.adapter: Adapter = get_adapter(ctx.connection.protocol)
         self.follow_up = follow_up_of(self.adapter)
-        self.http = ctx.target.client()
+        self.http = ctx.target.session()
         self.prompts = ctx.workload.for_user(self.index)
         self.last_start: float | None = None
         self.slot: tuple[int, float] | None = None

@@ -145,7 +145,8 @@ def test_records_say_when_a_request_paid_for_a_new_connection(
     assert connects[0] is not None and connects[1:] == [None, None]
 
 
-def test_over_tls_the_request_still_leaves_in_one_send(tmp_path: Path) -> None:
+@pytest.mark.parametrize("http_client", ["lean", "httpx"])
+def test_over_tls_the_request_still_leaves_in_one_send(tmp_path: Path, http_client: str) -> None:
     if shutil.which("openssl") is None:
         pytest.skip("openssl CLI not installed (it makes the test's self-signed certificate)")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
@@ -159,10 +160,11 @@ def test_over_tls_the_request_still_leaves_in_one_send(tmp_path: Path) -> None:
     ctx.load_cert_chain(cert, key)
     server = CloseServer(tls=ctx)
     try:
-        target = Target(server.url, {}, request_timeout=30, stall_timeout=30, ca_bundle=str(cert))
+        target = Target(server.url, {}, request_timeout=30, stall_timeout=30, ca_bundle=str(cert),
+                        http_client=http_client)  # fmt: skip
         adapter = get_adapter("openai-chat")
         prompt = Prompt("s", "p", prompt="hi", max_tokens=3)
-        with target.client() as client:
+        with target.session() as client:
             for _ in range(2):
                 call = adapter.build(prompt, mode="stream", model="m", options={})
                 timer = StreamTimer(adapter, clock())

@@ -1,0 +1,249 @@
+"""The lean HTTP/1.1 client against real servers on loopback, beside httpx.
+
+Both paths (``--http-client lean`` and ``httpx``) must give the same records —
+status, tokens, end of stream, the server's own timings, a connection kept alive
+— against the bundled server and the reference server; and the lean one must
+end every request as exactly one error class when a server misbehaves (stall,
+cut body, reset, 5xx, an encoding it does not read).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from bench.harness import _reference
+from loadtests.adapters import get_adapter
+from loadtests.adapters.base import Prompt
+from loadtests.http import Target, clock, perform
+from loadtests.lean import LeanClient
+from loadtests.record import Mode, RequestRecord
+from loadtests.timing import RecordMeta, StreamTimer
+
+CLIENTS = ("lean", "httpx")
+
+
+def run(
+    target: Target, client: Any, mode: Mode = "stream", tokens: int = 4, model: str = "m"
+) -> RequestRecord:
+    adapter = get_adapter("openai-chat")
+    call = adapter.build(Prompt("s", "p", prompt="hi", max_tokens=tokens), mode=mode,
+                         model=model, options={"ignore_eos": True})  # fmt: skip
+    timer = StreamTimer(adapter, clock())
+    status, error = perform(client, target, call, timer)
+    meta = RecordMeta("r", "p", "s", mode, adapter.endpoint, time.time())
+    return timer.finish(clock(), meta, status=status, error=error)
+
+
+@pytest.mark.parametrize("http_client", CLIENTS)
+def test_same_records_from_both_paths_against_the_bundled_server(
+    start_server: Callable[..., Any], http_client: str
+) -> None:
+    server = start_server(ttft_ms=20, itl_ms=2)
+    target = Target(server.url, {"X-Team": "a"}, request_timeout=30, stall_timeout=10,
+                    http_client=http_client)  # fmt: skip
+    model = target.detect_model() or ""
+    with target.session() as client:
+        assert isinstance(client, LeanClient) == (http_client == "lean")
+        recs = [run(target, client, mode, model=model) for mode in ("stream", "sync", "stream")]
+    for rec in recs:
+        assert rec.ok, rec.error
+        assert rec.output_tokens == 4 and rec.token_source == "usage"
+        assert rec.server_ttft_s is not None and rec.ttft_s is not None
+        assert rec.ttft_s >= rec.server_ttft_s
+    assert recs[0].stream_end == "done" and len(recs[0].itl_s) == 3
+    # one connection for the user: only its first request opened one
+    assert recs[0].connect_s is not None and [r.connect_s for r in recs[1:]] == [None, None]
+
+
+def test_reference_server_both_paths_interleaved() -> None:
+    proc, url = _reference(5, ttft_ms=10)
+    try:
+        targets = {c: Target(url, {}, request_timeout=30, stall_timeout=10, http_client=c)
+                   for c in CLIENTS}  # fmt: skip
+        sessions = {c: t.session() for c, t in targets.items()}
+        for _ in range(2):
+            for c in CLIENTS:
+                rec = run(targets[c], sessions[c], tokens=3)
+                assert rec.ok and rec.stream_end == "done", rec.error
+                assert rec.ttft_s is not None and rec.server_ttft_s is not None
+                assert 0 <= rec.ttft_s - rec.server_ttft_s < 1.0
+        for s in sessions.values():
+            s.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# -- a scripted server: each connection reads one request and answers with a script ---------
+
+
+class Scripted:
+    """Answers the n-th request with ``script(n, request)`` (bytes, or a callable on the socket)."""
+
+    def __init__(self, script: Callable[[int, bytes], Any]) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.script = script
+        self.requests: list[bytes] = []
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            buf = b""
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                self.requests.append(head)
+                buf = buf[length:]
+                answer = self.script(len(self.requests) - 1, head)
+                if callable(answer):
+                    if not answer(conn):
+                        return
+                else:
+                    conn.sendall(answer)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def scripted() -> Iterator[Callable[..., Scripted]]:
+    made: list[Scripted] = []
+
+    def factory(script: Callable[[int, bytes], Any]) -> Scripted:
+        made.append(Scripted(script))
+        return made[-1]
+
+    yield factory
+    for s in made:
+        s.close()
+
+
+def sse(*objs: Any, done: bool = True) -> bytes:
+    body = b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in objs)
+    return body + (b"data: [DONE]\n\n" if done else b"")
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+TOKEN = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
+FINISH = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+
+
+def lean_target(url: str, **kw: Any) -> Target:
+    return Target(url, {}, request_timeout=kw.pop("request_timeout", 10),
+                  stall_timeout=kw.pop("stall_timeout", 10), **kw)  # fmt: skip
+
+
+@pytest.mark.parametrize("http_client", CLIENTS)
+def test_error_classes(scripted: Callable[..., Scripted], http_client: str) -> None:
+    """Each failure ends as one record with its class, the same on both paths."""
+    def first_token(c: socket.socket, then_wait: float = 0.0) -> bool:
+        c.sendall(CHUNKED + b"\r\n" + chunk(sse(TOKEN, done=False)))
+        time.sleep(then_wait)
+        return False  # then close the connection
+
+    def script(n: int, _head: bytes) -> Any:
+        if n == 0:  # a stall after the first token
+            return lambda c: first_token(c, then_wait=1.5)
+        if n == 1:  # the body cut short
+            return first_token
+        if n == 2:  # 5xx with an OpenAI error body
+            body = json.dumps({"error": {"message": "overloaded", "type": "server_error"}})
+            return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(body), body.encode()))  # fmt: skip
+        if n == 3:  # transformers serve: finish chunk, clean end, no [DONE]; gzip'd
+            data = gzip.compress(sse(TOKEN, FINISH, done=False))
+            return CHUNKED + b"content-encoding: gzip\r\n\r\n" + chunk(data) + b"0\r\n\r\n"
+        if n == 4:  # a reset before any byte of the answer
+            def reset(c: socket.socket) -> bool:
+                linger = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # on, 0 s: close sends RST
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                return False
+            return reset
+        return CHUNKED + b"\r\n" + chunk(sse(TOKEN, FINISH)) + b"0\r\n\r\n"
+
+    server = scripted(script)
+    target = lean_target(server.url, stall_timeout=0.5, http_client=http_client)
+    with target.session() as client:
+        got = [run(target, client) for _ in range(6)]
+    statuses = [r.status for r in got]
+    assert statuses == ["stall", "disconnect", "http_5xx", "ok", "disconnect", "ok"], [
+        (r.status, r.error) for r in got
+    ]
+    assert got[0].ttft_s is not None and got[0].e2e_s is None
+    assert "overloaded" in (got[2].error or "")
+    assert got[3].stream_end == "eof" and got[3].finish_reason == "stop"
+    assert got[5].stream_end == "done"
+
+
+def test_lean_keeps_alive_sends_cookies_and_auth(scripted: Callable[..., Scripted]) -> None:
+    ok = CHUNKED + b"\r\n" + chunk(sse(TOKEN, FINISH)) + b"0\r\n\r\n"
+
+    def script(n: int, _head: bytes) -> bytes:
+        if n == 0:
+            return ok.replace(b"\r\n\r\n", b"\r\nset-cookie: AWSALB=sticky; Path=/\r\n\r\n", 1)
+        return ok
+
+    server = scripted(script)
+    url = server.url.replace("http://", "http://user:pa%40ss@") + "/llm/v1?key=abc"
+    target = Target(url, {"X-Team": "a"}, request_timeout=10, stall_timeout=10)
+    with target.session() as client:
+        assert [run(target, client).status for _ in range(3)] == ["ok"] * 3
+    assert server.connections == 1
+    first, second = server.requests[0].decode(), server.requests[1].decode()
+    assert first.startswith("POST /llm/v1/chat/completions?key=abc HTTP/1.1\r\n")
+    assert "authorization: basic dxnlcjpwyubzcw==" in first.lower()  # user:pa@ss
+    assert "x-team: a" in first.lower() and "cookie" not in first.lower()
+    assert "cookie: AWSALB=sticky" in second.replace("Cookie", "cookie")
+
+
+def test_an_unreadable_coding_moves_the_target_to_httpx(
+    scripted: Callable[..., Scripted], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok = CHUNKED + b"\r\n" + chunk(sse(TOKEN, FINISH)) + b"0\r\n\r\n"
+
+    def script(n: int, _head: bytes) -> bytes:
+        if n == 0:
+            return ok.replace(b"chunked", b"gzip, chunked")
+        return ok
+
+    server = scripted(script)
+    target = lean_target(server.url)
+    with target.session() as client:
+        first, second = run(target, client), run(target, client)
+    assert first.status == "protocol" and "lean HTTP client" in (first.error or "")
+    assert second.ok, second.error
+    assert target.origin().unsupported is not None
+    assert "go through httpx" in capsys.readouterr().err
