@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 
 class BusyMeter:
@@ -83,4 +84,54 @@ class CpuMeter(BusyMeter):
         now = time.perf_counter() if now is None else now
         if now - self._marks[-1][0] >= self.mark_every_s:
             self._marks.append((now, self.busy_s()))
+        return super().ratio(now)
+
+
+class PublishedMeter(BusyMeter):
+    """A ``BusyMeter`` that also writes its state to shared memory for another process.
+
+    ``shared[0]``: busy seconds so far (finished work); ``shared[1]``: the
+    ``perf_counter`` when the work in progress began, 0 when idle.  ``perf_counter``
+    is the system-wide monotonic clock on Linux and macOS, so the reader's ``now``
+    and the writer's ``since`` are on one clock.
+    """
+
+    def __init__(self, shared: Any, window_s: float = 10.0, mark_every_s: float = 0.5):
+        super().__init__(window_s, mark_every_s)
+        self.shared = shared
+
+    def begin(self, now: float | None = None) -> None:
+        super().begin(now)
+        self.shared[1] = self._since
+
+    def end(self, now: float | None = None) -> None:
+        super().end(now)
+        self.shared[0] = self.total
+        self.shared[1] = 0.0
+
+
+class SharedMeter(BusyMeter):
+    """Reads a ``PublishedMeter`` of another process (the engine process's decode loop).
+
+    Marks are taken when the ratio is read (each scrape), as ``CpuMeter`` does.
+    """
+
+    def __init__(self, shared: Any, window_s: float = 10.0, mark_every_s: float = 0.5):
+        super().__init__(window_s, mark_every_s)
+        self.shared = shared
+        self._marks[0] = (self._marks[0][0], self.busy_s(self._marks[0][0]))
+
+    def busy_s(self, now: float | None = None) -> float:
+        now = time.perf_counter() if now is None else now
+        for _ in range(3):  # a consistent pair: the writer may move between the two reads
+            since = float(self.shared[1])
+            total = float(self.shared[0])
+            if float(self.shared[1]) == since:
+                break
+        return total + (max(0.0, now - since) if since else 0.0)
+
+    def ratio(self, now: float | None = None) -> float:
+        now = time.perf_counter() if now is None else now
+        if now - self._marks[-1][0] >= self.mark_every_s:
+            self._marks.append((now, self.busy_s(now)))
         return super().ratio(now)

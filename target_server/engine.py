@@ -126,6 +126,15 @@ class Engine(Protocol):
         ...
 
 
+def engine_fault(engine: Any) -> str | None:
+    """Why a started engine stopped working (an engine process that died), else None.
+
+    Engines may set a ``fault`` attribute; they then report ``ready`` False.
+    """
+    fault = getattr(engine, "fault", None)
+    return str(fault) if fault else None
+
+
 #: name -> factory(settings) ; settings is the parsed server configuration.
 ENGINES: dict[str, Callable[[Any], Engine]] = {}
 

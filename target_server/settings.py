@@ -82,6 +82,13 @@ class Settings:
     batching: str = _flag(
         "transformers scheduling", choices=("none", "continuous"), default="continuous"
     )
+    engine_process: str = _flag(
+        "continuous batching: run the decode loop in its own process (on: the server "
+        "process keeps only the tokenizer, like vLLM's engine core) or on a thread of the "
+        "server process (off: one process, for debugging and comparison)",
+        choices=("on", "off"),
+        default="on",
+    )
     generation_config: str | None = _flag("JSON file with GenerationConfig defaults", None)
     # synthetic engine
     ttft_ms: float = _flag("synthetic: time to first token, ms", default=100.0)

@@ -2,8 +2,10 @@
 
 ``--engine transformers --batching none`` is ``ThreadedEngine`` (one
 ``model.generate`` thread per request, the seeds' approach);
-``--batching continuous`` is ``BatchedEngine`` (one decode loop that adds and
-removes requests at every step).  Importing this package registers the factory.
+``--batching continuous`` is one decode loop that adds and removes requests at
+every step: ``ProcessEngine`` runs it in its own process (``--engine-process on``,
+the default), ``BatchedEngine`` on a thread of the server (``off``).  Importing
+this package registers the factory.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ def build(settings: Any) -> Engine:
         from target_server.model.threaded import ThreadedEngine
 
         engine = ThreadedEngine(settings)
+    elif settings.engine_process == "on":
+        from target_server.model.engineproc import ProcessEngine
+
+        engine = ProcessEngine(settings)
     else:
         from target_server.model.batched import BatchedEngine
 

@@ -98,7 +98,7 @@ class ModelEngine:
 
         ``loaded``: run this already-loaded model instead (``bench/gpu.py``).
         """
-        self.lm = loaded if loaded is not None else await asyncio.to_thread(load, self.settings)
+        self.lm = loaded if loaded is not None else await self._load()
         self.max_context = self.lm.max_context
         if not self.settings.model_name:
             self.model_name = self.lm.name
@@ -119,6 +119,10 @@ class ModelEngine:
         """Stop the backend; requests still running end with an error."""
         self._ready = False
         await asyncio.to_thread(self._stop_backend)
+
+    async def _load(self) -> LoadedModel:
+        """The model this engine runs (loaded off the event loop)."""
+        return await asyncio.to_thread(load, self.settings)
 
     def _start_backend(self) -> None:
         """Start engine threads (none for the thread-per-request engine)."""
@@ -159,7 +163,7 @@ class ModelEngine:
                 code="context_length_exceeded",
             )
         gc, penalties, stops = genconfig.resolve(
-            lm.model.generation_config, self.server_fields, request
+            lm.generation_config, self.server_fields, request
         )
         self._check(gc)
         eos = gc.eos_token_id

@@ -1,11 +1,15 @@
 """``--batching continuous``: one decode loop that adds and drops requests at every step.
 
-One thread owns the model.  Each turn it (1) drops cancelled requests, (2) spends
-a budget of prompt tokens on prefilling newcomers (shortest first, in chunks, with
-their own KV cache), and a newcomer whose prefill completes gets its first token
-at once and joins the running batch (``kvbatch``), (3) runs one decode step for
-every running request, (4) drops the finished ones.  Pieces go to the event loop
-with one ``call_soon_threadsafe`` per batch of pieces.  The cache is ``kvbatch``'s
+One thread owns the model and runs ``DecodeLoop``.  Each turn it (1) drops
+cancelled requests, (2) spends a budget of prompt tokens on prefilling newcomers
+(shortest first, in chunks, with their own KV cache), and a newcomer whose prefill
+completes gets its first token at once and joins the running batch (``kvbatch``),
+(3) runs one decode step for every running request, (4) drops the finished ones.
+Where that thread lives is the subclass's business: ``BatchedEngine`` runs it on a
+thread of the server process and hands pieces to the event loop with one
+``call_soon_threadsafe`` per batch of pieces (``--engine-process off``);
+``engineproc.ProcessEngine`` runs it in a child process and sends each turn's
+pieces in one pipe message (``--engine-process on``, the default).  The cache is ``kvbatch``'s
 pre-allocated slot cache (a step writes one column per row; nothing is
 concatenated or re-allocated per token) and a batch samples in one fused
 softmax/cumsum/searchsorted (``sampling.choose_rows``).  A short request never
@@ -33,10 +37,12 @@ from typing import Any, cast
 import torch
 from transformers.generation.logits_process import LogitsProcessorList
 
+from target_server.busy import BusyMeter
 from target_server.engine import EngineFault, EngineInputError, PreparedRequest, TokenPiece
 from target_server.model import genconfig
 from target_server.model.base import ModelEngine, PieceMaker, Plan, next_piece
 from target_server.model.kvbatch import Prefill, SlotBatch, swap_remove_order
+from target_server.model.loader import LoadedModel
 from target_server.model.sampling import Sampler, choose_rows, penalty_processors
 
 log = logging.getLogger(__name__)
@@ -47,147 +53,103 @@ DEFAULT_MAX_BATCH = 64
 #: steps instead of stalling every running stream for its whole prefill
 PREFILL_BUDGET_CPU = 512
 PREFILL_BUDGET_CUDA = 4096
+#: concurrent warm-up requests (a few rows, so batched steps are warm too)
+WARMUP_REQUESTS = 4
 
 
 @dataclass(eq=False)
-class _Row:
-    """One request inside the loop."""
+class Row:
+    """One request inside the decode loop."""
 
     plan: Plan
-    loop: asyncio.AbstractEventLoop
-    out: asyncio.Queue[Any]
-    done: asyncio.Future[None]
+    #: the engine's handle for the request (``_Waiter`` on a thread, a number in a child)
+    key: Any
     cancelled: bool = False
-    # loop-thread state
+    # loop-side state
     tokens: list[int] = field(default_factory=list)
     maker: PieceMaker | None = None
     sampler: Sampler | None = None
     procs: LogitsProcessorList | None = None
 
 
-class BatchedEngine(ModelEngine):
-    """Continuous batching on one decode thread (see the module docstring)."""
+@dataclass(eq=False)
+class _Waiter:
+    """The asyncio side of one request of the in-process engine."""
 
-    batching = "continuous"
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue[Any]
+    done: asyncio.Future[None]
 
-    def __init__(self, settings: Any):
-        super().__init__(settings)
-        genconfig.check_continuous(self.server_fields)
-        self.max_batch = settings.max_concurrency or DEFAULT_MAX_BATCH
-        self._inbox: queue.SimpleQueue[_Row | None] = queue.SimpleQueue()
-        self._rows: list[_Row] = []
-        #: prompts being prefilled in chunks, with the rows they belong to
-        self._prefills: list[tuple[list[_Row], Prefill]] = []
-        self.prefill_budget = PREFILL_BUDGET_CPU
-        self._active = 0
-        # queue depth = put - taken; each counter is written by one thread only
-        self._put = 0
-        self._taken = 0
-        self._thread: threading.Thread | None = None
-        self._stopping = False
 
-    def running(self) -> int:
-        """Requests inside the engine (in the batch or about to join it)."""
-        return self._active
+class DecodeLoop:
+    """The model side of continuous batching: ``run`` it on the one thread that owns the model.
 
-    def waiting(self) -> int:
-        """Requests queued for the batch or still prefilling."""
-        return max(0, self._put - self._taken) + sum(len(g) for g, _ in self._prefills)
+    Subclasses say where requests come from and where pieces go: ``take`` (new
+    rows, at most ``free``), ``send`` (pieces, or an exception for a failed row),
+    ``finish`` (the loop is done with a row) and ``flush`` (a point where what was
+    sent should go out: after a prefill's first tokens and at the end of each turn).
+    """
 
-    def batch_size(self) -> int:
-        return len(self._rows)
-
-    def _check(self, gc: Any) -> None:
-        if (gc.num_beams or 1) > 1:
-            raise EngineInputError("beam search needs --batching none", param="num_beams")
-
-    def _warmup_requests(self) -> int:
-        return 4
-
-    def _start_backend(self) -> None:
-        self._stopping = False
-        cuda = self._loaded().device.type == "cuda"
+    def __init__(self, lm: LoadedModel, max_batch: int, busy: BusyMeter):
+        self.lm, self.max_batch, self.busy = lm, max_batch, busy
+        cuda = lm.device.type == "cuda"
         self.prefill_budget = PREFILL_BUDGET_CUDA if cuda else PREFILL_BUDGET_CPU
-        self._thread = threading.Thread(target=self._loop, name="decode-loop", daemon=True)
-        self._thread.start()
+        self.rows: list[Row] = []
+        #: prompts being prefilled in chunks, with the rows they belong to
+        self.prefills: list[tuple[list[Row], Prefill]] = []
+        self.stopping = False
 
-    def _stop_backend(self) -> None:
-        self._stopping = True
-        self._inbox.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+    # ------------------------------------------------------------ hooks
 
-    async def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
-        """Queue the request for the loop and relay its pieces; drop it when closed early."""
-        if self._thread is None or not self._thread.is_alive():
-            raise EngineFault("the decode loop is not running")
-        loop = asyncio.get_running_loop()
-        row = _Row(prepared.payload, loop, asyncio.Queue(), loop.create_future())
-        self._active += 1
-        self._put += 1
-        self._inbox.put(row)
-        try:
-            while True:
-                piece = await next_piece(row.out)
-                yield piece
-                if piece.finish_reason is not None:
-                    break
-        finally:
-            row.cancelled = True
-            self._inbox.put(None)  # wake an idle loop so it notices
-            try:
-                await asyncio.wait({row.done}, timeout=30)
-            except asyncio.CancelledError:  # cancelled again while waiting: count it out later
-                row.done.add_done_callback(self._left)
-                raise
-            self._left()
+    def take(self, free: int, block: bool) -> list[Row]:
+        """Up to ``free`` new rows (``block``: the loop is idle, wait ~0.1 s for one)."""
+        raise NotImplementedError
 
-    def _left(self, _done: object = None) -> None:
-        self._active -= 1
+    def send(self, items: list[tuple[Row, Any]]) -> None:
+        """Hand over each row's ``TokenPiece`` (or the exception that failed it)."""
+        raise NotImplementedError
 
-    # ------------------------------------------------------------ loop thread
+    def finish(self, row: Row) -> None:
+        """The loop holds nothing of ``row`` any more."""
+        raise NotImplementedError
 
-    def _loop(self) -> None:
-        lm = self._loaded()
+    def flush(self) -> None:
+        """What ``send`` and ``finish`` collected goes out now (default: nothing held)."""
+
+    # ------------------------------------------------------------ the loop
+
+    def prefilling(self) -> int:
+        return sum(len(g) for g, _ in self.prefills)
+
+    def run(self) -> None:
+        """Turns until ``stopping``; a failing turn fails its rows, not the loop."""
+        lm = self.lm
         batch = SlotBatch(lm.model, lm.cache_kwarg, lm.device, rows=min(self.max_batch, 8))
         with torch.inference_mode():
-            while not self._stopping:
+            while not self.stopping:
                 try:
-                    self._turn(batch)
+                    self.turn(batch)
                 except Exception as exc:
                     log.exception(
-                        "decode step failed; failing the %d running requests", len(self._rows)
+                        "decode step failed; failing the %d running requests", len(self.rows)
                     )
-                    for row in self._rows + [r for g, _ in self._prefills for r in g]:
-                        self._send([(row, exc)])
-                        self._finish(row)
-                    self._rows, self._prefills = [], []
+                    self._fail(self.rows + [r for g, _ in self.prefills for r in g], exc)
                     batch.clear()
-        for row in self._rows + [r for g, _ in self._prefills for r in g] + self._drain():
-            self._send([(row, RuntimeError("the engine stopped"))])
-            self._finish(row)
-        self._rows, self._prefills = [], []
+                self.flush()
+        left = self.rows + [r for g, _ in self.prefills for r in g] + self.take(1 << 30, False)
+        self._fail(left, RuntimeError("the engine stopped"))
+        self.flush()
 
-    def _drain(self, block: bool = False) -> list[_Row]:
-        """New requests from the inbox, as many as the batch has room for (``block``: wait 0.1s)."""
-        rows: list[_Row] = []
-        free = self.max_batch - len(self._rows) - sum(len(g) for g, _ in self._prefills)
-        with contextlib.suppress(queue.Empty):
-            if block:
-                item = self._inbox.get(timeout=0.1)
-                if item is not None:
-                    rows.append(item)
-            while len(rows) < free:
-                item = self._inbox.get_nowait()
-                if item is not None:
-                    rows.append(item)
-        self._taken += len(rows)
-        return rows
+    def _fail(self, rows: list[Row], exc: BaseException) -> None:
+        for row in rows:
+            self.send([(row, exc)])
+            self.finish(row)
+        self.rows, self.prefills = [], []
 
-    def _turn(self, batch: SlotBatch) -> None:
-        new = self._drain(block=not self._rows and not self._prefills)
-        if not (new or self._rows or self._prefills):
+    def turn(self, batch: SlotBatch) -> None:
+        free = self.max_batch - len(self.rows) - self.prefilling()
+        new = self.take(free, block=not self.rows and not self.prefills)
+        if not (new or self.rows or self.prefills):
             return
         self.busy.begin()
         try:
@@ -195,58 +157,59 @@ class BatchedEngine(ModelEngine):
         finally:
             self.busy.end()
 
-    def _work(self, batch: SlotBatch, new: list[_Row]) -> None:
+    def _work(self, batch: SlotBatch, new: list[Row]) -> None:
         for row in new:
             if row.cancelled:
-                self._finish(row)
+                self.finish(row)
         new = [r for r in new if not r.cancelled]
         self._retire(batch, lambda r: r.cancelled)
         if new:
             self._admit(new)
             for group in prefill_groups(new):
-                self._prefills.append((group, batch.start_prefill([r.plan.ids for r in group])))
-        if self._prefills:  # newcomers first: their first token goes out before the next step
+                self.prefills.append((group, batch.start_prefill([r.plan.ids for r in group])))
+        if self.prefills:  # newcomers first: their first token goes out before the next step
             self._prefill(batch)
-        if self._rows:  # then one decode step for every running request
-            logits = batch.decode([r.tokens[-1] for r in self._rows])
-            self._send(self._step(self._rows, logits))
+            self.flush()
+        if self.rows:  # then one decode step for every running request
+            logits = batch.decode([r.tokens[-1] for r in self.rows])
+            self.send(self._step(self.rows, logits))
             self._retire(batch, _finished)
 
     def _prefill(self, batch: SlotBatch) -> None:
         """Spend this turn's prefill budget, shortest job first; finished jobs join the batch."""
         budget = self.prefill_budget
-        self._prefills.sort(key=lambda job: job[1].remaining)
-        while self._prefills and budget > 0:
-            group, job = self._prefills[0]
+        self.prefills.sort(key=lambda job: job[1].remaining)
+        while self.prefills and budget > 0:
+            group, job = self.prefills[0]
             if all(r.cancelled for r in group):
                 for row in group:
-                    self._finish(row)
-                self._prefills.pop(0)
+                    self.finish(row)
+                self.prefills.pop(0)
                 continue
             columns = max(1, budget // len(group))
             budget -= columns * len(group)
             logits = job.step(columns)
             if logits is None:
                 break
-            self._prefills.pop(0)
+            self.prefills.pop(0)
             batch.merge(job)
-            self._rows += group
-            self._send(self._step(group, logits))
+            self.rows += group
+            self.send(self._step(group, logits))
         self._retire(batch, lambda r: _finished(r) or r.cancelled)
 
-    def _retire(self, batch: SlotBatch, gone: Callable[[_Row], bool]) -> None:
+    def _retire(self, batch: SlotBatch, gone: Callable[[Row], bool]) -> None:
         """Drop the rows for which ``gone`` holds from the list and the cache."""
-        leaving = {i for i, r in enumerate(self._rows) if gone(r)}
+        leaving = {i for i, r in enumerate(self.rows) if gone(r)}
         if not leaving:
             return
         for i in leaving:
-            self._finish(self._rows[i])
-        order = swap_remove_order(len(self._rows), leaving)
-        self._rows = [self._rows[i] for i in order]
+            self.finish(self.rows[i])
+        order = swap_remove_order(len(self.rows), leaving)
+        self.rows = [self.rows[i] for i in order]
         batch.select(order)
 
-    def _admit(self, rows: list[_Row]) -> None:
-        tok = self._loaded().tokenizer
+    def _admit(self, rows: list[Row]) -> None:
+        tok = self.lm.tokenizer
         for row in rows:
             plan = row.plan
             row.tokens = list(plan.ids)
@@ -256,7 +219,7 @@ class BatchedEngine(ModelEngine):
                 plan.gc, plan.penalties, len(plan.ids), sorted(plan.eos_ids), min_tokens=False
             )
 
-    def _step(self, rows: list[_Row], logits: torch.Tensor) -> list[tuple[_Row, TokenPiece]]:
+    def _step(self, rows: list[Row], logits: torch.Tensor) -> list[tuple[Row, TokenPiece]]:
         """Choose each row's next token from its logits row; return the pieces to send."""
         scores = logits.float()
         eos = sorted({t for r in rows for t in r.plan.eos_ids if t < scores.shape[-1]})
@@ -280,15 +243,129 @@ class BatchedEngine(ModelEngine):
             out.append((row, row.maker.token(token)))
         return out
 
-    def _send(self, items: list[tuple[_Row, Any]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Row, Any]]] = {}
+
+class _ThreadLoop(DecodeLoop):
+    """The loop on a thread of the server process: pieces go straight to the event loop."""
+
+    def __init__(self, lm: LoadedModel, max_batch: int, busy: BusyMeter):
+        super().__init__(lm, max_batch, busy)
+        self.inbox: queue.SimpleQueue[Row | None] = queue.SimpleQueue()
+        self.taken = 0  # written by the loop thread only
+
+    def take(self, free: int, block: bool) -> list[Row]:
+        rows: list[Row] = []
+        with contextlib.suppress(queue.Empty):
+            if block:
+                item = self.inbox.get(timeout=0.1)
+                if item is not None:
+                    rows.append(item)
+            while len(rows) < free:
+                item = self.inbox.get_nowait()
+                if item is not None:
+                    rows.append(item)
+        self.taken += len(rows)
+        return rows
+
+    def send(self, items: list[tuple[Row, Any]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Row, Any]]] = {}
         for row, item in items:
-            by_loop.setdefault(row.loop, []).append((row, item))
+            by_loop.setdefault(row.key.loop, []).append((row, item))
         for loop, group in by_loop.items():
             loop.call_soon_threadsafe(_deliver, group)
 
-    def _finish(self, row: _Row) -> None:
-        row.loop.call_soon_threadsafe(_resolve, row.done)
+    def finish(self, row: Row) -> None:
+        row.key.loop.call_soon_threadsafe(_resolve, row.key.done)
+
+
+class BatchedEngine(ModelEngine):
+    """Continuous batching on one decode thread of this process (``--engine-process off``)."""
+
+    batching = "continuous"
+
+    def __init__(self, settings: Any):
+        super().__init__(settings)
+        genconfig.check_continuous(self.server_fields)
+        self.max_batch = settings.max_concurrency or DEFAULT_MAX_BATCH
+        self._core: _ThreadLoop | None = None
+        self._active = 0
+        self._put = 0  # queue depth = put - the loop's taken
+        self._thread: threading.Thread | None = None
+
+    @property
+    def prefill_budget(self) -> int:
+        return self._core.prefill_budget if self._core else PREFILL_BUDGET_CPU
+
+    @prefill_budget.setter
+    def prefill_budget(self, tokens: int) -> None:
+        assert self._core is not None
+        self._core.prefill_budget = tokens
+
+    def running(self) -> int:
+        """Requests inside the engine (in the batch or about to join it)."""
+        return self._active
+
+    def waiting(self) -> int:
+        """Requests queued for the batch or still prefilling."""
+        core = self._core
+        return 0 if core is None else max(0, self._put - core.taken) + core.prefilling()
+
+    def batch_size(self) -> int:
+        return 0 if self._core is None else len(self._core.rows)
+
+    def _check(self, gc: Any) -> None:
+        check_no_beams(gc)
+
+    def _warmup_requests(self) -> int:
+        return WARMUP_REQUESTS
+
+    def _start_backend(self) -> None:
+        self._core = _ThreadLoop(self._loaded(), self.max_batch, self.busy)
+        self._thread = threading.Thread(target=self._core.run, name="decode-loop", daemon=True)
+        self._thread.start()
+
+    def _stop_backend(self) -> None:
+        if self._core is not None:
+            self._core.stopping = True
+            self._core.inbox.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    async def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
+        """Queue the request for the loop and relay its pieces; drop it when closed early."""
+        core = self._core
+        if core is None or self._thread is None or not self._thread.is_alive():
+            raise EngineFault("the decode loop is not running")
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(loop, asyncio.Queue(), loop.create_future())
+        row = Row(prepared.payload, waiter)
+        self._active += 1
+        self._put += 1
+        core.inbox.put(row)
+        try:
+            while True:
+                piece = await next_piece(waiter.out)
+                yield piece
+                if piece.finish_reason is not None:
+                    break
+        finally:
+            row.cancelled = True
+            core.inbox.put(None)  # wake an idle loop so it notices
+            try:
+                await asyncio.wait({waiter.done}, timeout=30)
+            except asyncio.CancelledError:  # cancelled again while waiting: count it out later
+                waiter.done.add_done_callback(self._left)
+                raise
+            self._left()
+
+    def _left(self, _done: object = None) -> None:
+        self._active -= 1
+
+
+def check_no_beams(gc: Any) -> None:
+    """Continuous batching samples one sequence per request: beam search is refused."""
+    if (gc.num_beams or 1) > 1:
+        raise EngineInputError("beam search needs --batching none", param="num_beams")
 
 
 def prefill_groups(rows: list[Any], waste: float = 1.25) -> list[list[Any]]:
@@ -311,17 +388,17 @@ def prefill_groups(rows: list[Any], waste: float = 1.25) -> list[list[Any]]:
     return groups
 
 
-def _min_new(row: _Row) -> int:
+def _min_new(row: Row) -> int:
     return int(row.plan.gc.min_new_tokens or 0)
 
 
-def _finished(row: _Row) -> bool:
+def _finished(row: Row) -> bool:
     return row.maker is not None and row.maker.finished
 
 
-def _deliver(group: list[tuple[_Row, Any]]) -> None:
+def _deliver(group: list[tuple[Row, Any]]) -> None:
     for row, item in group:
-        row.out.put_nowait(item)
+        row.key.out.put_nowait(item)
 
 
 def _resolve(done: asyncio.Future[None]) -> None:

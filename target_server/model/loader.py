@@ -45,6 +45,12 @@ class LoadedModel:
     cache_kwarg: str
     #: torch intra-op threads (CPU)
     threads: int = 0
+    #: the model's own generation defaults (``model.generation_config``)
+    generation_config: Any = None
+
+    def __post_init__(self) -> None:
+        if self.generation_config is None and self.model is not None:
+            self.generation_config = self.model.generation_config
 
     def describe(self) -> str:
         """One line for the startup log."""

@@ -19,7 +19,10 @@ def test_factory_picks_the_engine_by_batching() -> None:
 
     none = ENGINES["transformers"](Settings(engine="transformers", batching="none"))
     cont = ENGINES["transformers"](Settings(engine="transformers", batching="continuous"))
-    assert (type(none).__name__, type(cont).__name__) == ("ThreadedEngine", "BatchedEngine")
+    off = Settings(engine="transformers", batching="continuous", engine_process="off")
+    names = [type(e).__name__ for e in (none, cont, ENGINES["transformers"](off))]
+    assert names == ["ThreadedEngine", "ProcessEngine", "BatchedEngine"]
+    assert cont.extra_metrics() == none.extra_metrics()  # gauges read 0 before the start
     assert not none.ready and none.running() == 0
     assert none.extra_metrics() == {
         "engine_busy_ratio": 0.0,
@@ -107,7 +110,7 @@ def test_chunked_prefill_gives_the_same_tokens_and_can_be_cancelled(embedded_mod
             chunked = await texts()
             long_req = GenerationRequest("long", None, "token " * 400, 4, seed=1)
             task = asyncio.create_task(_drain(engine.generate(engine.prepare(long_req))))
-            while not engine._prefills:
+            while not engine._core or not engine._core.prefills:
                 await asyncio.sleep(0.001)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -118,7 +121,7 @@ def test_chunked_prefill_gives_the_same_tokens_and_can_be_cancelled(embedded_mod
 
     whole, chunked, running = asyncio.run(scenario())
     assert chunked == whole
-    assert running == 0 and engine._prefills == []
+    assert running == 0 and engine._core is not None and engine._core.prefills == []
 
 
 async def _drain(gen: object) -> None:

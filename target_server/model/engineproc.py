@@ -1,0 +1,429 @@
+"""``--engine-process on`` (``--batching continuous``'s default): the decode loop in a process.
+
+At the embedded model's size a forward is mostly Python-level work, and a decode
+thread shares the server's GIL with the event loop: whatever the loop does per
+token (wake the request's task, encode, send) is time a decode turn waits.  So,
+as vLLM splits its engine core from the API server, the loop runs in a child
+process (``multiprocessing`` *spawn*: safe beside uvicorn's threads, and what
+CUDA needs):
+
+- **the server process** keeps the tokenizer (chat template, prompt ids, usage,
+  the per-request plan) and never loads the weights; it sends each request's
+  plan and each cancellation to the child as one small message (a writer thread,
+  so the event loop never blocks on the pipe), and one reader thread hands the
+  child's messages to the requests' asyncio queues, one ``call_soon_threadsafe``
+  per message;
+- **the child** (``child_main``) loads the model on its device, owns the slot KV
+  cache and runs ``batched.DecodeLoop`` unchanged: the same admission, prefill
+  chunks, fused sampling and per-request seeded streams, so a seeded request gives
+  the same text in either mode.  A turn's pieces for all rows go to the server in
+  **one** pipe message (two when a prefill finished in the turn: newcomers' first
+  tokens go out before the decode step, as on a thread).  Its busy time, queue and
+  batch size (and GPU memory on CUDA) are published in a small shared array the
+  server's ``llmserve_engine_*`` gauges read.
+
+Faults: a failing turn fails its rows with an error and the loop goes on (as on a
+thread); a child that dies fails every running request with ``EngineFault``, new
+ones are refused, ``/health`` answers ``failed`` with the reason (``fault``), and
+``stop`` never waits on a dead child (join, then terminate, then kill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import queue
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from target_server.busy import PublishedMeter, SharedMeter
+from target_server.engine import EngineFault, PreparedRequest, TokenPiece
+from target_server.model import genconfig
+from target_server.model.base import ModelEngine, next_piece
+from target_server.model.batched import (
+    DEFAULT_MAX_BATCH,
+    WARMUP_REQUESTS,
+    DecodeLoop,
+    Row,
+    _Waiter,
+    check_no_beams,
+)
+from target_server.model.embedded import embedded_model_dir
+from target_server.model.loader import LoadedModel, ModelLoadError
+
+log = logging.getLogger(__name__)
+
+# server -> child messages
+ADD, CANCEL, STOP = "add", "cancel", "stop"
+# child -> server, once at startup
+READY, FAILED = "ready", "failed"
+# the shared array: busy seconds, busy since, rows taken, rows prefilling, batch size, GPU bytes
+BUSY_TOTAL, BUSY_SINCE, TAKEN, PREFILLING, BATCH, GPU_ALLOC, GPU_RESERVED = range(7)
+SHARED_SLOTS = 7
+#: seconds ``stop`` waits for the child to finish before terminating it
+STOP_WAIT_S = 10.0
+
+
+class ProcessEngine(ModelEngine):
+    """Continuous batching in a child process (see the module docstring)."""
+
+    batching = "continuous"
+
+    def __init__(self, settings: Any):
+        super().__init__(settings)
+        genconfig.check_continuous(self.server_fields)
+        self.max_batch = settings.max_concurrency or DEFAULT_MAX_BATCH
+        #: why the engine process is gone (None while it runs)
+        self.fault: str | None = None
+        self.pid: int | None = None
+        self._proc: Any = None
+        self._conn: Any = None
+        self._shared: Any = None
+        self._waiters: dict[int, _Waiter] = {}
+        self._next = 0
+        self._put = 0
+        self._active = 0
+        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._stopping = False
+
+    # ------------------------------------------------------------ gauges
+
+    def running(self) -> int:
+        """Requests inside the engine (in the batch, queued or prefilling)."""
+        return self._active
+
+    def waiting(self) -> int:
+        shared = self._shared
+        if shared is None or self.fault:
+            return 0
+        return max(0, self._put - int(shared[TAKEN])) + int(shared[PREFILLING])
+
+    def batch_size(self) -> int:
+        return 0 if self._shared is None or self.fault else int(self._shared[BATCH])
+
+    def extra_metrics(self) -> dict[str, float]:
+        """Busy, queue and batch from the child's shared array; GPU memory as the child saw it."""
+        out = {
+            "engine_busy_ratio": self.busy.ratio(),
+            "engine_queue_depth": float(self.waiting()),
+            "engine_batch_size": float(self.batch_size()),
+        }
+        if self.lm is not None and self.lm.device.type == "cuda" and self._shared is not None:
+            out["gpu_memory_allocated_bytes"] = float(self._shared[GPU_ALLOC])
+            out["gpu_memory_reserved_bytes"] = float(self._shared[GPU_RESERVED])
+        return out
+
+    def _check(self, gc: Any) -> None:
+        check_no_beams(gc)
+
+    def _warmup_requests(self) -> int:
+        return WARMUP_REQUESTS
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self, loaded: LoadedModel | None = None) -> None:
+        if loaded is not None:
+            raise ValueError("a loaded model runs in this process: use --engine-process off")
+        await super().start()
+
+    async def _load(self) -> LoadedModel:
+        """Start the child (it loads the model) and load the tokenizer here meanwhile."""
+        path = await asyncio.to_thread(_model_dir, self.settings)  # builds the embedded one once
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe()
+        self._shared = ctx.RawArray("d", SHARED_SLOTS)
+        self.busy = SharedMeter(self._shared)
+        self._proc = ctx.Process(
+            target=child_main,
+            args=(self.settings, child_conn, self._shared),
+            name="llmload-engine",
+            daemon=True,
+        )
+        self._proc.start()
+        child_conn.close()
+        self.pid = self._proc.pid
+        from transformers import AutoTokenizer
+
+        tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, path)
+        info = await asyncio.to_thread(self._first_message)
+        return LoadedModel(model=None, tokenizer=tokenizer, **info)
+
+    def _first_message(self) -> dict[str, Any]:
+        try:
+            kind, body = self._conn.recv()
+        except (EOFError, OSError):
+            self._proc.join(5)
+            raise ModelLoadError(
+                f"the engine process exited while loading (exit code {self._proc.exitcode})"
+            ) from None
+        if kind == FAILED:
+            raise ModelLoadError(f"the engine process could not load the model: {body}")
+        return dict(body)
+
+    def _start_backend(self) -> None:
+        log.info("decode loop in engine process %s (--engine-process on)", self.pid)
+        self._stopping = False
+        self._threads = [
+            threading.Thread(target=self._read, name="engine-reader", daemon=True),
+            threading.Thread(target=self._write, name="engine-writer", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _stop_backend(self) -> None:
+        """Ask the child to stop; never wait on it for long (terminate, then kill)."""
+        self._stopping = True
+        self._outbox.put((STOP,))
+        self._outbox.put(None)
+        proc = self._proc
+        if proc is not None:
+            proc.join(STOP_WAIT_S)
+            if proc.is_alive():
+                log.warning("engine process %s did not stop; terminating it", proc.pid)
+                proc.terminate()
+                proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        for thread in self._threads:
+            thread.join(5)
+        self._threads = []
+        if self._conn is not None:
+            self._conn.close()
+        self._fail_all("the engine stopped")
+
+    # ------------------------------------------------------------ requests
+
+    async def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
+        """Send the request to the child and relay its pieces; cancel it there when closed early."""
+        if self.fault or self._proc is None or not self._threads:
+            raise EngineFault(self.fault or "the engine process is not running")
+        loop = asyncio.get_running_loop()
+        key = self._next
+        self._next += 1
+        waiter = _Waiter(loop, asyncio.Queue(), loop.create_future())
+        self._waiters[key] = waiter
+        if self.fault:  # died between the check and the registration: nobody will answer
+            self._waiters.pop(key, None)
+            raise EngineFault(self.fault)
+        self._active += 1
+        self._put += 1
+        self._outbox.put((ADD, key, prepared.payload))
+        ended = False
+        try:
+            while True:
+                piece = await next_piece(waiter.out)
+                yield piece
+                if piece.finish_reason is not None:
+                    ended = True
+                    break
+        except EngineFault:
+            ended = True
+            raise
+        finally:
+            if not ended and not waiter.done.done():
+                self._outbox.put((CANCEL, key))
+            try:
+                await asyncio.wait({waiter.done}, timeout=30)
+            except asyncio.CancelledError:  # cancelled again while waiting: count it out later
+                waiter.done.add_done_callback(self._left)
+                raise
+            self._waiters.pop(key, None)  # the reader drops it when the child is done with it
+            self._left()
+
+    def _left(self, _done: object = None) -> None:
+        self._active -= 1
+
+    # ------------------------------------------------------------ the two threads
+
+    def _write(self) -> None:
+        """Requests and cancellations to the child, off the event loop."""
+        while True:
+            msg = self._outbox.get()
+            if msg is None:
+                return
+            try:
+                self._conn.send(msg)
+            except (OSError, ValueError):  # the child is gone: the reader says so
+                return
+
+    def _read(self) -> None:
+        """Each turn message -> the requests' queues (one ``call_soon_threadsafe`` per loop)."""
+        conn = self._conn
+        while True:
+            try:
+                pieces, errors, done = conn.recv()
+            except (EOFError, OSError, ValueError):
+                break
+            waiters = self._waiters
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Waiter, Any]]] = {}
+            for key, text, reason in pieces:
+                w = waiters.get(key)
+                if w is not None:
+                    by_loop.setdefault(w.loop, []).append((w, TokenPiece(text, reason)))
+            for key, message in errors:
+                w = waiters.get(key)
+                if w is not None:
+                    by_loop.setdefault(w.loop, []).append((w, RuntimeError(message)))
+            for key in done:
+                w = waiters.pop(key, None)
+                if w is not None:
+                    by_loop.setdefault(w.loop, []).append((w, None))
+            for loop, group in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # that loop has closed
+                    loop.call_soon_threadsafe(_dispatch, group)
+        if not self._stopping:
+            proc = self._proc
+            proc.join(1)
+            code = proc.exitcode
+            self.fault = f"the engine process {proc.pid} exited (exit code {code})"
+            log.error("%s: failing the %d running requests", self.fault, len(self._waiters))
+            self._ready = False
+        self._fail_all(self.fault or "the engine stopped")
+
+    def _fail_all(self, reason: str) -> None:
+        """Every request still waiting on the child ends with ``reason``."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Waiter, Any]]] = {}
+        waiters, self._waiters = self._waiters, {}
+        for w in waiters.values():
+            by_loop.setdefault(w.loop, []).extend([(w, RuntimeError(reason)), (w, None)])
+        for loop, group in by_loop.items():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_dispatch, group)
+
+
+def _dispatch(group: list[tuple[_Waiter, Any]]) -> None:
+    """On the event loop: a piece or an error to its queue; ``None``: the child is done with it."""
+    for w, item in group:
+        if item is None:
+            if not w.done.done():
+                w.done.set_result(None)
+        elif not w.done.done():
+            w.out.put_nowait(item)
+
+
+def _model_dir(settings: Any) -> Path:
+    return embedded_model_dir() if not settings.model else Path(settings.model).expanduser()
+
+
+# ---------------------------------------------------------------- the child process
+
+
+class _PipeLoop(DecodeLoop):
+    """The decode loop of the engine process: requests from the pipe, one message per flush."""
+
+    def __init__(self, lm: LoadedModel, max_batch: int, conn: Any, shared: Any):
+        super().__init__(lm, max_batch, PublishedMeter(shared))
+        self.conn, self.shared = conn, shared
+        self.cuda = lm.device.type == "cuda"
+        self.queued: deque[Row] = deque()
+        self.by_key: dict[int, Row] = {}
+        self.taken = 0
+        self.pieces: list[tuple[int, str, str | None]] = []
+        self.errors: list[tuple[int, str]] = []
+        self.done: list[int] = []
+
+    def _read(self, timeout: float) -> None:
+        try:
+            ready = self.conn.poll(timeout)
+            while ready:
+                msg = self.conn.recv()
+                if msg[0] == ADD:
+                    row = Row(msg[2], msg[1])
+                    self.by_key[msg[1]] = row
+                    self.queued.append(row)
+                elif msg[0] == CANCEL:
+                    gone = self.by_key.get(msg[1])
+                    if gone is not None:
+                        gone.cancelled = True
+                elif msg[0] == STOP:
+                    self.stopping = True
+                ready = self.conn.poll(0)
+        except (EOFError, OSError):  # the server process is gone
+            self.stopping = True
+
+    def take(self, free: int, block: bool) -> list[Row]:
+        self._read(0.1 if block else 0.0)
+        rows: list[Row] = []
+        while self.queued and len(rows) < free:
+            rows.append(self.queued.popleft())
+        self.taken += len(rows)
+        self.shared[TAKEN] = self.taken
+        return rows
+
+    def send(self, items: list[tuple[Row, Any]]) -> None:
+        for row, item in items:
+            if isinstance(item, BaseException):
+                self.errors.append((row.key, f"{type(item).__name__}: {item}"))
+            else:
+                self.pieces.append((row.key, item.text, item.finish_reason))
+
+    def finish(self, row: Row) -> None:
+        self.done.append(row.key)
+        self.by_key.pop(row.key, None)
+
+    def flush(self) -> None:
+        shared = self.shared
+        shared[PREFILLING] = self.prefilling()
+        shared[BATCH] = len(self.rows)
+        if self.cuda:
+            import torch
+
+            shared[GPU_ALLOC] = torch.cuda.memory_allocated(self.lm.device)
+            shared[GPU_RESERVED] = torch.cuda.memory_reserved(self.lm.device)
+        if self.pieces or self.errors or self.done:
+            msg = (self.pieces, self.errors, self.done)
+            self.pieces, self.errors, self.done = [], [], []
+            try:
+                self.conn.send(msg)
+            except (OSError, ValueError):
+                self.stopping = True
+
+
+def child_main(settings: Any, conn: Any, shared: Any) -> None:
+    """The engine process: load the model, say ready (or why not), run the loop until stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops us
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s[engine]: %(message)s",
+    )
+    from target_server.model.kvbatch import check_full_attention
+    from target_server.model.loader import load
+
+    try:
+        lm = load(settings)
+        check_full_attention(lm.model.config)
+    except Exception as exc:
+        log.debug("engine process: load failed", exc_info=True)
+        conn.send((FAILED, f"{type(exc).__name__}: {exc}"))
+        return
+    info = {
+        "name": lm.name,
+        "source": lm.source,
+        "embedded": lm.embedded,
+        "device": lm.device,
+        "dtype": lm.dtype,
+        "quantization": lm.quantization,
+        "params": lm.params,
+        "max_context": lm.max_context,
+        "eos_ids": lm.eos_ids,
+        "load_s": lm.load_s,
+        "cache_kwarg": lm.cache_kwarg,
+        "threads": lm.threads,
+        "generation_config": lm.generation_config,
+    }
+    conn.send((READY, info))
+    loop = _PipeLoop(lm, settings.max_concurrency or DEFAULT_MAX_BATCH, conn, shared)
+    t0 = time.perf_counter()
+    loop.run()
+    log.debug("engine process: loop ended after %.1fs", time.perf_counter() - t0)
