@@ -20,7 +20,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
-from target_server.engine import Engine, EngineInputError, GenerationRequest, PreparedRequest
+from target_server.engine import (
+    Engine,
+    EngineInputError,
+    GenerationRequest,
+    PreparedRequest,
+    engine_fault,
+)
 from target_server.errors import ApiError
 from target_server.generation import RAW_SEND, DropInjectedDisconnectLogs, GenerationCall
 from target_server.schemas import CHAT, COMPLETIONS, decode_json, parse_request, validation_error
@@ -81,6 +87,8 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
         obj = decode_json(await _read_body(request))
         ctx.stream = obj.get("stream") is True
         if not state.engine.ready:
+            if fault := engine_fault(state.engine):
+                raise ApiError(503, f"the engine failed: {fault}", code="engine_failed")
             raise ApiError(503, "the engine is still loading", code="engine_not_ready")
         parsed = parse_request(
             endpoint, obj, ctx.request_id, state.model_name, state.engine.max_output_tokens
@@ -201,7 +209,8 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
     async def health() -> Response:
         if engine.ready:
             return JSONResponse({"status": "ok", "engine": engine.name, "model": state.model_name})
-        body = {"status": "failed" if state.start_error else "starting", "error": state.start_error}
+        error = state.start_error or engine_fault(engine)
+        body = {"status": "failed" if error else "starting", "error": error}
         return JSONResponse(body, status_code=503)
 
     @app.get("/metrics")
