@@ -146,7 +146,7 @@ class Session:
         while not self.interrupted:
             elapsed = time.perf_counter() - started
             tick = shape.at(elapsed)
-            if tick is None or self._all_recorded(phase):
+            if tick is None or self._all_recorded(phase) or self._budget_lost(phase, driver):
                 break
             if tick != last:
                 driver.set_users(*tick)
@@ -171,6 +171,16 @@ class Session:
         """``--num-prompts``: every request of the phase has its record."""
         stats = self.status.current
         return phase.requests is not None and stats is not None and stats.requests >= phase.requests
+
+    @staticmethod
+    def _budget_lost(phase: Phase, driver: Driver) -> bool:
+        """``--num-prompts`` on workers: one was lost, so its share will never be issued.
+
+        Each worker issues its own share of the phase's requests; a phase without a
+        time limit waiting for a dead worker's share would never end.  The run stops
+        after this phase anyway (``runner.worker_lost``).
+        """
+        return phase.requests is not None and bool(getattr(driver, "lost_workers", None))
 
     def _check_phase(self, phase: Phase, issued: int, driver: Driver) -> None:
         stats = self.status.current

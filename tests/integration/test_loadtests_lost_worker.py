@@ -5,6 +5,10 @@ worker``), so the master learns of the death the way a remote one would: locust
 declares the worker missing when its heartbeats stop.  The bundled server's
 ``llmserve_requests_total`` is the referee: the run must hold at least as many
 records as requests the server saw.
+
+The phase has a request budget and no time limit (``--num-prompts``): each worker
+issues its own share, so the master must end the phase once a worker is lost (its
+share will never come) instead of waiting for it forever.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def test_a_killed_worker_loses_no_record(start_server_proc, tmp_path: Path) -> N
         loadtests_cmd(
             "run", "--out", str(out), "--no-report", "--target", server.url,
             "--master", "--expect-workers", "2", "--master-port", str(port),
-            "--users", "8", "--pacing", "0s", "--duration", "10s", "--modes", "stream",
+            "--users", "8", "--pacing", "0s", "--num-prompts", "100000", "--modes", "stream",
             "--max-tokens", "48", "--ignore-eos",
         ),  # fmt: skip
         cwd=ROOT,

@@ -60,6 +60,9 @@ def test_unknown_plan_keys_are_refused(tmp_path: Path) -> None:
         {"rate": 5, "turns": 2},
         {"header": ["no-colon"]},
         {"duration": "0s"},
+        # a worker without a user would hold its share of the prompts back forever
+        {"num_prompts": 10, "users": 1, "workers": 2},
+        {"num_prompts": 10, "users": 2, "master": True, "expect_workers": 3},
     ],
 )
 def test_invalid_options(cli: dict) -> None:
