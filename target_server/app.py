@@ -8,7 +8,7 @@ import hmac
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from time import perf_counter
 from typing import Any
@@ -132,11 +132,26 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
 
 
 class _ServerApp(FastAPI):
-    """FastAPI that leaves the server's own ``send`` in the scope for streamed bodies."""
+    """FastAPI that leaves the server's own ``send`` in the scope for streamed bodies, and
+    serves the generation endpoints before its middleware stack (``direct``).
+
+    A ``POST`` to chat/completions goes straight to its handler: the handler answers
+    every failure itself (``_generation`` turns each into an OpenAI error), so the
+    framework's routing, middleware and exception wrappers — ~13 % of the CPU at
+    1,000 streams — add nothing there.  Everything else (other methods, other paths,
+    a ``root_path`` prefix) is FastAPI's as before.
+    """
+
+    direct: dict[str, Callable[[Any, Any, Any], Awaitable[None]]]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             scope[RAW_SEND] = send
+            if scope["method"] == "POST" and not scope.get("root_path"):
+                handler = self.direct.get(scope["path"])
+                if handler is not None:
+                    await handler(scope, receive, send)
+                    return
         await super().__call__(scope, receive, send)
 
 
@@ -175,6 +190,16 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
     app.state.server = state
     app.state.engine = engine
     app.state.settings = settings
+
+    def direct(endpoint: str) -> Callable[[Any, Any, Any], Awaitable[None]]:
+        async def serve(scope: Any, receive: Any, send: Any) -> None:
+            scope["app"] = app
+            response = await _generation(state, Request(scope, receive), endpoint)
+            await response(scope, receive, send)
+
+        return serve
+
+    app.direct = {CHAT: direct(CHAT), COMPLETIONS: direct(COMPLETIONS)}
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> Response:

@@ -6,16 +6,26 @@ task while a watcher task waits for ``http.disconnect``; when the client goes
 away first the request task is cancelled at once (its slot is freed, the engine
 iterator is ``aclose``d, the request counts as ``cancelled``).  A client that
 stops reading is dropped by the connection's write deadline
-(``target_server.write_deadline``, ``--send-timeout``), which ends the same way.  Per token the
-only work is two byte concatenations, one ``send`` (the server's own, past the framework's
-wrappers: ``RAW_SEND``) and one histogram observation.
+(``target_server.write_deadline``, ``--send-timeout``), which ends the same way.
+
+Per token, two paths.  An engine with a ``timetable`` (the synthetic one: every
+token's due time known in advance) is streamed from the pacer's tick
+(``_Ticker``): the tick that a token is due in encodes it and writes it straight to
+the connection (``write_deadline.ChunkWriter``), so the request's task sleeps from
+the first token to the last — no task wake-up, no coroutine chain through the
+framework, no ASGI message per token.  A piece the tick cannot write (a fault to act
+out, a client that is not reading, one that left) goes back to the task and out
+through ``send``.  Other engines yield pieces from an async iterator and each goes
+out through the server's own ``send`` (past the framework's wrappers:
+``RAW_SEND``).  Either way a content event is stamped as it is handed to the socket
+and its gap observed in the ITL histogram at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from time import perf_counter
 from typing import Any
 
@@ -27,6 +37,7 @@ from target_server.engine import PreparedRequest, TokenPiece
 from target_server.errors import ApiError
 from target_server.schemas import ParsedRequest
 from target_server.state import RequestContext, ServerState
+from target_server.write_deadline import CHUNK_WRITER, ChunkWriter
 
 log = logging.getLogger("target_server")
 
@@ -59,6 +70,118 @@ def _chunk(body: bytes, more: bool = True) -> dict[str, Any]:
     return {"type": "http.response.body", "body": body, "more_body": more}
 
 
+class _Tally:
+    """A generation's token count and content-event times; each gap observed as it happens."""
+
+    __slots__ = ("ctx", "itl", "n", "last", "mx")
+
+    def __init__(self, ctx: RequestContext, itl: Any):
+        self.ctx, self.itl = ctx, itl
+        self.n, self.mx = 0, 0.0
+        self.last: float | None = None
+
+    def sent(self, t: float) -> None:
+        """A content event was handed to the socket at ``t``."""
+        last = self.last
+        if last is None:
+            self.ctx.first = t
+        else:
+            gap = t - last
+            self.itl.observe(gap)
+            if gap > self.mx:
+                self.mx = gap
+        self.last = t
+
+    def close(self) -> None:
+        """Into the context: token count, last content time, largest gap."""
+        ctx, n, last = self.ctx, self.n, self.last
+        ctx.output_tokens, ctx.last = n, last
+        ctx.itl_max = self.mx if n > 1 and last is not None and last != ctx.first else None
+
+
+class _Ticker:
+    """One stream of a timetable, driven from the pacer's ticks (see the module docstring).
+
+    ``await ticker.run()`` returns ``None`` when the stream has ended (``reason`` set if
+    a piece carried one), or a piece the tick could not write, for the task to send
+    itself; ``run()`` again carries on after it.
+    """
+
+    __slots__ = ("table", "write", "pacer", "prefix", "suffix", "tally", "waiter", "piece",
+                 "exact", "reason")  # fmt: skip
+
+    def __init__(
+        self,
+        table: Iterator[tuple[float, TokenPiece]],
+        writer: ChunkWriter,
+        pacer: Any,
+        encoder: ChunkEncoder,
+        tally: _Tally,
+    ):
+        self.table, self.write, self.pacer, self.tally = table, writer.write, pacer, tally
+        self.prefix, self.suffix = encoder.prefix, encoder.suffix
+        self.waiter: asyncio.Future[TokenPiece | None] | None = None
+        self.piece: TokenPiece | None = None
+        self.exact = True  # the first piece: never before its deadline
+        self.reason: str | None = None
+
+    def run(self) -> asyncio.Future[TokenPiece | None]:
+        """Stream until the end or a piece to hand back (what the future resolves to)."""
+        self.waiter = asyncio.get_running_loop().create_future()
+        self._go(None)
+        return self.waiter
+
+    def stop(self) -> None:
+        """No more ticks for this stream (a tick already armed finds it stopped)."""
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.cancel()
+
+    def _due(self) -> None:
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return  # stopped: the task was cancelled (client gone) or ended
+        piece, self.piece = self.piece, None
+        self._go(piece)
+
+    def _go(self, piece: TokenPiece | None) -> None:
+        waiter = self.waiter
+        assert waiter is not None
+        try:
+            if piece is not None and not self._emit(piece, waiter):
+                return
+            for deadline, nxt in self.table:  # every piece already due goes out now
+                exact, self.exact = self.exact, False
+                if deadline > perf_counter():
+                    self.piece = nxt
+                    self.pacer.call_at(deadline, self._due, exact)
+                    return
+                if not self._emit(nxt, waiter):
+                    return
+            waiter.set_result(None)  # the engine ended without a finish reason
+        except Exception as exc:
+            if not waiter.done():
+                waiter.set_exception(exc)
+
+    def _emit(self, piece: TokenPiece, waiter: asyncio.Future[TokenPiece | None]) -> bool:
+        """Write one piece; False when the stream stops here (ended, or handed back)."""
+        if piece.fault is not None:
+            waiter.set_result(piece)
+            return False
+        text = piece.text
+        if text:
+            t = perf_counter()
+            if not self.write(self.prefix + json_string(text) + self.suffix):
+                waiter.set_result(piece)
+                return False
+            self.tally.sent(t)
+        self.tally.n += 1
+        if piece.finish_reason is not None:
+            self.reason = piece.finish_reason
+            waiter.set_result(None)
+            return False
+        return True
+
+
 class GenerationCall(Response):
     """The ASGI response of one admitted-or-queued generation request."""
 
@@ -81,6 +204,7 @@ class GenerationCall(Response):
         self.client_gone = False
         self.finished = False
         self.body_send: Any = None
+        self.writer: ChunkWriter | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # The generation runs in this task (no extra hop before admission); a watcher
@@ -88,6 +212,7 @@ class GenerationCall(Response):
         task = asyncio.current_task()
         assert task is not None
         self.body_send = scope.get(RAW_SEND, send)
+        self.writer = scope.get(CHUNK_WRITER)
         watch = asyncio.ensure_future(self._watch(receive, task))
         try:
             await self._run(send)  # InjectedDisconnect propagates: uvicorn drops the connection
@@ -147,8 +272,14 @@ class GenerationCall(Response):
                 ctx.admitted = perf_counter()
                 ctx.admitted_ok = True
                 try:
+                    timetable = getattr(st.engine, "timetable", None)
+                    if not (self.parsed.stream and self.writer is not None):
+                        timetable = None  # written from the pacer's tick only when streamed
                     try:
-                        gen = st.engine.generate(self.prepared)
+                        if timetable is not None:
+                            gen: Any = timetable(self.prepared)
+                        else:
+                            gen = st.engine.generate(self.prepared)
                     except Exception as exc:
                         ctx.status = "error"
                         await self._fail(
@@ -156,7 +287,7 @@ class GenerationCall(Response):
                         )
                         return
                     if self.parsed.stream:
-                        await self._stream(gen, send)
+                        await self._stream(gen, send, timetable is not None)
                     else:
                         await self._body(gen, send)
                 finally:
@@ -193,7 +324,8 @@ class GenerationCall(Response):
         ctx.status = ctx.fault if ctx.fault in ("stall", "malformed") else "ok"
         return ctx.timings()
 
-    async def _stream(self, gen: AsyncIterator[TokenPiece], send: Any) -> None:
+    async def _stream(self, gen: Any, send: Any, ticked: bool) -> None:
+        """SSE: ``gen`` is the engine's async iterator, or its timetable when ``ticked``."""
         ctx, enc = self.ctx, self.encoder
         self.headers_sent = True
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
@@ -207,7 +339,10 @@ class GenerationCall(Response):
             msg["body"] = prefix + jstr(text) + suffix
             await send(msg)
 
-        reason = await self._generate(gen, send, emit)
+        if ticked:
+            reason = await self._ticked(gen, send, emit)
+        else:
+            reason = await self._generate(gen, send, emit)
         n = ctx.output_tokens
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
@@ -228,39 +363,65 @@ class GenerationCall(Response):
         Sets the context's token count, first/last content times and largest gap;
         returns the finish reason (None if the engine ended without one).
         """
-        ctx = self.ctx
-        itl = self.state.metrics.itl.labels(ctx.endpoint, "true" if self.parsed.stream else "false")
-        last: float | None = None
+        tally = self._tally()
         reason: str | None = None
-        n, mx = 0, 0.0
         try:
             async for piece in gen:
-                if piece.fault is not None:
-                    await self._fault(piece.fault, send)
-                n += 1
-                if piece.text:
-                    # stamped as the event is handed to the socket, not after the write returns:
-                    # the reader (a client or proxy on this host) can run and stamp its copy
-                    # before this process gets the CPU back, so a later stamp could exceed the
-                    # client's own TTFT
-                    t = perf_counter()
-                    await emit(piece.text)
-                    if last is None:
-                        ctx.first = t
-                    else:
-                        gap = t - last
-                        itl.observe(gap)
-                        if gap > mx:
-                            mx = gap
-                    last = t
-                if piece.finish_reason is not None:
+                if await self._by_task(piece, tally, send, emit):
                     reason = piece.finish_reason
                     break
         finally:
-            ctx.output_tokens, ctx.last = n, last
-            ctx.itl_max = mx if n > 1 and last is not None and last != ctx.first else None
+            tally.close()
             await gen.aclose()  # type: ignore[attr-defined]
         return reason
+
+    async def _ticked(
+        self,
+        table: Iterator[tuple[float, TokenPiece]],
+        send: Any,
+        emit: Callable[[str], Awaitable[None]],
+    ) -> str | None:
+        """``_generate`` for a timetable: the pacer's ticks write the pieces (``_Ticker``);
+        this task only sends what a tick hands back.  Returns the finish reason."""
+        assert self.writer is not None
+        tally = self._tally()
+        pacer = self.state.engine.pacer  # type: ignore[attr-defined]  # a timetable engine's
+        ticker = _Ticker(table, self.writer, pacer, self.encoder, tally)
+        try:
+            while (piece := await ticker.run()) is not None:
+                if await self._by_task(piece, tally, send, emit):
+                    ticker.reason = piece.finish_reason
+                    break
+        finally:
+            ticker.stop()
+            tally.close()
+            table.close()  # type: ignore[attr-defined]
+        return ticker.reason
+
+    def _tally(self) -> _Tally:
+        ctx = self.ctx
+        itl = self.state.metrics.itl.labels(ctx.endpoint, "true" if self.parsed.stream else "false")
+        return _Tally(ctx, itl)
+
+    async def _by_task(
+        self,
+        piece: TokenPiece,
+        tally: _Tally,
+        send: Any,
+        emit: Callable[[str], Awaitable[None]],
+    ) -> bool:
+        """One piece out through ``emit`` (its fault acted out first); True if it is the last."""
+        if piece.fault is not None:
+            await self._fault(piece.fault, send)
+        tally.n += 1
+        if piece.text:
+            # stamped as the event is handed to the socket, not after the write returns: the
+            # reader (a client or proxy on this host) can run and stamp its copy before this
+            # process gets the CPU back, so a later stamp could exceed the client's own TTFT
+            t = perf_counter()
+            await emit(piece.text)
+            tally.sent(t)
+        return piece.finish_reason is not None
 
     async def _fault(self, fault: str, send: Any) -> None:
         self.ctx.fault = fault

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from time import perf_counter
 from typing import Any
 
@@ -105,6 +105,18 @@ class SyntheticEngine:
 
     def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
         """Draw this request's plan; raise ``EngineFault`` now for an injected failure."""
+        return self._paced(self.timetable(prepared))
+
+    def timetable(self, prepared: PreparedRequest) -> Iterator[tuple[float, TokenPiece]]:
+        """The plan as ``(deadline, piece)`` pairs: each piece is due at its ``perf_counter``
+        deadline, the first never before it (``exact``).  Lazy: a deadline is drawn when
+        the previous piece has gone out (so a late first token delays the decode, and the
+        ITL growth sees the running count of the moment); ``close()`` ends it.
+
+        The server's streaming path writes each piece from the pacer's tick itself
+        (``target_server.generation``), no task per token; ``generate`` awaits the same
+        plan.  Raises ``EngineFault`` now for an injected failure.
+        """
         s, rng = self.settings, self._rng
         start = perf_counter()
         if s.fail_rate and rng.random() < s.fail_rate:
@@ -124,9 +136,23 @@ class SyntheticEngine:
                 faults[rng.randint(1, n - 1)] = kind
         first = start + (s.ttft_ms + s.prefill_ms_per_token * prepared.prompt_tokens) / 1000.0
         offset = lrng.randrange(len(VOCAB))
-        return self._tokens(n, first, offset, faults, req.stop, n == req.max_tokens)
+        return self._plan(n, first, offset, faults, req.stop, n == req.max_tokens)
 
-    async def _tokens(
+    async def _paced(
+        self, table: Iterator[tuple[float, TokenPiece]]
+    ) -> AsyncIterator[TokenPiece]:
+        """``table``'s pieces, each at its deadline (the first ``exact``: never early)."""
+        until, exact = self.pacer.until, True
+        try:
+            for deadline, piece in table:
+                if deadline > perf_counter():  # one shared timer per tick
+                    await until(deadline, exact)
+                exact = False
+                yield piece
+        finally:
+            table.close()  # type: ignore[attr-defined]
+
+    def _plan(
         self,
         n: int,
         first: float,
@@ -134,8 +160,8 @@ class SyntheticEngine:
         faults: dict[int, str],
         stop: tuple[str, ...],
         by_length: bool,
-    ) -> AsyncIterator[TokenPiece]:
-        s, rng, until = self.settings, self._rng, self.pacer.until
+    ) -> Iterator[tuple[float, TokenPiece]]:
+        s, rng = self.settings, self._rng
         itl, growth, jitter = s.itl_ms / 1000.0, s.itl_growth_ms / 1000.0, s.jitter_ms / 1000.0
         nominal, prev, tail = first, 0.0, ""
         self._running += 1
@@ -149,21 +175,19 @@ class SyntheticEngine:
                     deadline += s.stall_s
                 deadline = max(deadline, prev)
                 prev = deadline
-                if deadline > perf_counter():  # one shared timer per tick; the first never early
-                    await until(deadline, i == 0)
-                if i == 0:  # decode starts when the first token really went out, as after a
-                    nominal += max(0.0, perf_counter() - deadline)  # real (late) prefill
                 piece = _PIECES[(offset + i) % len(_PIECES)]
                 if stop:
                     tail = (tail + piece.text)[-64:]
                     if any(x in tail for x in stop):
-                        yield TokenPiece("", finish_reason="stop")
+                        yield deadline, TokenPiece("", finish_reason="stop")
                         return
                 fault = faults.get(i)
                 last = i == n - 1
                 if fault is not None or last:
                     reason = ("length" if by_length else "stop") if last else None
                     piece = TokenPiece(piece.text, finish_reason=reason, fault=fault)  # type: ignore[arg-type]
-                yield piece
+                yield deadline, piece
+                if i == 0:  # decode starts when the first token really went out, as after a
+                    nominal += max(0.0, perf_counter() - deadline)  # real (late) prefill
         finally:
             self._running -= 1

@@ -8,6 +8,11 @@ drain forever), so the request's task sees ``http.disconnect`` and its slot,
 its generation and its socket are freed.  No per-token cost: only the pause and
 resume callbacks of the transport are involved.
 
+It also leaves a ``ChunkWriter`` in each request's scope (``CHUNK_WRITER``): a
+streamed body's chunks written straight to the connection, with the same
+chunked framing uvicorn's ``send`` writes, from code that is not the request's task
+(the pacer's tick: ``target_server.generation``).
+
 It also answers a request httptools cannot parse (a 31-digit Content-Length, a
 broken request line) with an OpenAI error object instead of uvicorn's plain text.
 Such a request never reaches the app, so it is not counted in
@@ -19,7 +24,11 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from target_server.errors import ApiError
 
@@ -27,6 +36,40 @@ from target_server.errors import ApiError
 #: clock for the request — before the app's task first runs, which under a burst of
 #: requests can be several requests' handling later
 ARRIVED = "llmload.arrived"
+
+#: scope key: the request's ``ChunkWriter``
+CHUNK_WRITER = "llmload.chunk_writer"
+
+
+class ChunkWriter:
+    """Body chunks of one response written straight to its connection, no ASGI ``send``.
+
+    ``write`` refuses (returns False, writes nothing) unless the response has started
+    with chunked framing and is not complete, the client is connected and the
+    connection is not paused for writing (a slow reader): the caller then hands the
+    chunk to the ASGI ``send``, which waits for the client or notices it left.  The
+    response's last chunk always goes through ``send`` (it completes the cycle).
+    """
+
+    __slots__ = ("_cycle", "_write")
+
+    def __init__(self, cycle: RequestResponseCycle):
+        self._cycle = cycle
+        self._write = cycle.transport.write
+
+    def write(self, body: bytes) -> bool:
+        """Write one non-empty chunk now if the connection takes it; False if not."""
+        c = self._cycle
+        if (
+            c.disconnected
+            or c.flow.write_paused
+            or c.response_complete
+            or not c.chunked_encoding
+            or not c.response_started
+        ):
+            return False
+        self._write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
 
 
 class ServerProtocol(HttpToolsProtocol):
@@ -37,8 +80,12 @@ class ServerProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         """Headers parsed: the request has arrived (the app reads ``scope[ARRIVED]``)."""
-        self.scope[ARRIVED] = perf_counter()  # type: ignore[literal-required]
+        scope = self.scope
+        scope[ARRIVED] = perf_counter()  # type: ignore[literal-required]
         super().on_headers_complete()
+        cycle = self.cycle  # the request's, unless an upgrade returned before making one
+        if cycle is not None and cycle.scope is scope:
+            scope[CHUNK_WRITER] = ChunkWriter(cycle)  # type: ignore[literal-required]
 
     send_timeout = 30.0
     _write_deadline: asyncio.TimerHandle | None = None

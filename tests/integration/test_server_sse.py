@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from target_server.pacer import DEFAULT_TICK_S
+from target_server.synthetic import VOCAB
 
 CHAT_BODY = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 5}
 COMPLETION_BODY = {"prompt": "hello there", "max_tokens": 5}
@@ -147,3 +148,50 @@ def test_subprocess_server_reports_its_port(start_server_proc):
     r = httpx.get(proc.url + "/v1/models", timeout=5)
     assert r.status_code == 200 and r.json()["data"][0]["id"] == "sub"
     assert proc.url.startswith("http://127.0.0.1:") and not proc.url.endswith(":0")
+
+
+def test_a_reader_that_pauses_still_gets_every_event_in_order(start_server, monkeypatch):
+    """The pacer's tick writes a stream's events only while its connection takes them: once
+    a client stops reading and the server's writes pause, the rest goes out through the
+    request's task (which waits for the client), and the client still gets every event,
+    in order, then the finish event and ``[DONE]``."""
+    import socket
+
+    from bench.server_abuse import dechunk, open_streams, read_to_eof
+    from target_server.write_deadline import ChunkWriter
+
+    refused = []
+    init, write = ChunkWriter.__init__, ChunkWriter.write
+
+    def small_buffer(self, cycle):  # a small kernel send buffer: the writes pause early
+        init(self, cycle)
+        cycle.transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF, 8192
+        )
+
+    def counting(self, body):
+        ok = write(self, body)
+        if not ok:
+            refused.append(1)
+        return ok
+
+    monkeypatch.setattr(ChunkWriter, "__init__", small_buffer)
+    monkeypatch.setattr(ChunkWriter, "write", counting)
+    tokens = 3000  # ~0.5 MB of events: more than the socket buffers and the write buffer hold
+    srv = start_server(ttft_ms=0, itl_ms=0, max_output_tokens=tokens)
+    [(sock, already)] = open_streams(srv.url, 1, tokens, rcvbuf=16384)
+    try:
+        time.sleep(0.3)  # not reading: the server's writes pause
+        _head, body = dechunk(already + read_to_eof(sock, timeout=30, already=already))
+    finally:
+        sock.close()
+    events = [e[len(b"data: ") :] for e in body.split(b"\n\n") if e.strip()]
+    assert events[-1] == b"[DONE]"
+    assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+    texts = [json.loads(e)["choices"][0]["delta"].get("content") for e in events[:-2]]
+    texts = [t for t in texts if t]  # the role event has none
+    assert len(texts) == tokens and refused  # every event, and the tick did hand some back
+    off = VOCAB.index(texts[0])  # the synthetic engine cycles through its vocabulary: in order
+    assert texts == [VOCAB[(off + i) % len(VOCAB)] for i in range(tokens)]
+    assert srv.metric("llmserve_inter_token_latency_seconds_count", endpoint="/v1/chat/completions",
+                      stream="true") == tokens - 1  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from time import perf_counter
 
 import pytest
@@ -88,3 +89,36 @@ def test_one_pacer_serves_two_event_loops_at_once() -> None:
         t.join(10)
     assert not errors and not any(t.is_alive() for t in threads)
     assert perf_counter() >= deadline and pacer.pending() == 0
+
+
+def test_callbacks_run_in_their_tick_exact_never_early_and_a_failing_one_spares_the_rest() -> None:
+    async def main() -> tuple[list[float], list[str], Pacer]:
+        pacer = Pacer(tick=0.002)
+        base = perf_counter() + 0.02
+        early: list[float] = []
+        failures: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _loop, ctx: failures.append(ctx["message"])
+        )
+
+        def boom() -> None:
+            raise RuntimeError("a broken stream")
+
+        pacer.call_at(base, boom, exact=True)
+        def stamp(d: float) -> Callable[[], None]:
+            return lambda: early.append(d - perf_counter())
+
+        for i in range(100):
+            d = base + (i % 4) * 0.0005
+            pacer.call_at(d, stamp(d), exact=True)
+        now: list[bool] = []
+        pacer.call_at(perf_counter() - 1, lambda: now.append(True))  # due: runs at once
+        assert now == [True]
+        while pacer.pending():
+            await asyncio.sleep(0.005)
+        return early, failures, pacer
+
+    early, failures, pacer = asyncio.run(main())
+    assert len(early) == 100 and max(early) <= 0  # every callback ran, none before its deadline
+    assert failures == ["pacer callback failed"]
+    assert pacer.timers < 20  # one timer per tick, not one per callback
