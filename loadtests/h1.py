@@ -59,11 +59,12 @@ class Head:
     status: int
     version: bytes
     headers: list[tuple[str, str]]
+    #: each header's values, comma-joined (``get``)
+    fields: dict[str, str]
 
     def get(self, name: str) -> str | None:
         """The values of header ``name`` (lower case), comma-joined; None if absent."""
-        values = [v for k, v in self.headers if k == name]
-        return ", ".join(values) if values else None
+        return self.fields.get(name)
 
     @property
     def keep_alive(self) -> bool:
@@ -101,12 +102,15 @@ def parse_head(raw: bytes) -> Head:
     if version not in (b"HTTP/1.1", b"HTTP/1.0") or not code.isdigit() or rest[3:4] not in b" ":
         raise ProtocolError(f"invalid status line {lines[0][:80]!r}")
     headers = []
+    fields: dict[str, str] = {}
     for line in lines[1:]:
         name, sep, value = line.partition(b":")
         if not sep or not name or name != name.strip():
             raise ProtocolError(f"invalid header line {line[:80]!r}")
-        headers.append((name.decode("latin-1").lower(), value.strip().decode("latin-1")))
-    return Head(int(code), version, headers)
+        key, text = name.decode("latin-1").lower(), value.strip().decode("latin-1")
+        headers.append((key, text))
+        fields[key] = f"{fields[key]}, {text}" if key in fields else text
+    return Head(int(code), version, headers, fields)
 
 
 def decoder(content_encoding: str | None) -> zlib._Decompress | None:
@@ -119,6 +123,9 @@ def decoder(content_encoding: str | None) -> zlib._Decompress | None:
     if coding == "deflate":
         return zlib.decompressobj()
     raise Unsupported(f"Content-Encoding {content_encoding!r}")
+
+
+_HEX = b"0123456789abcdefABCDEF"
 
 
 class ChunkedDecoder:
@@ -143,6 +150,15 @@ class ChunkedDecoder:
         if self.done:
             self.extra += data
             return b""
+        if self._state == 0 and not self._buf:  # fast path: one whole chunk, the usual read
+            j = data.find(b"\r\n")
+            if 0 < j <= 8 and not data[:j].strip(_HEX):
+                n = int(data[:j], 16)
+                end = j + 2 + n
+                tail = data[end:]
+                if n and (tail == b"\r\n" or tail == b"\r\n0\r\n\r\n"):  # maybe the last chunk
+                    self.done = len(tail) == 7
+                    return data[j + 2 : end]
         buf = self._buf + data if self._buf else data
         self._buf = b""
         out: list[bytes] = []

@@ -22,7 +22,6 @@ requests through httpx.
 
 from __future__ import annotations
 
-import socket
 import ssl
 import time
 import zlib
@@ -44,23 +43,14 @@ from loadtests.h1 import (
     parse_head,
     request_bytes,
 )
+from loadtests.leanio import Conn, Failed, reason
 from loadtests.timing import StreamTimer
 
 clock = time.perf_counter
-#: bytes asked of the kernel per read: one read takes whatever has arrived
-RECV_SIZE = 256 * 1024
 #: seconds an idle kept-alive connection is reused for (httpcore's keepalive_expiry)
 KEEPALIVE_S = 5.0
 #: request methods that carry a body (an empty one is sent with ``Content-Length: 0``)
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-
-
-class Failed(Exception):
-    """A transport failure: ``status`` is the record's error class, ``args[0]`` the reason."""
-
-    def __init__(self, status: str, error: str) -> None:
-        super().__init__(error)
-        self.status = status
 
 
 @dataclass
@@ -101,7 +91,7 @@ class LeanClient:
 
     def __init__(self, origin: Origin) -> None:
         self.origin = origin
-        self._idle: socket.socket | None = None
+        self._idle: Conn | None = None
         self._idle_since = 0.0
         self._cookies: httpx.Cookies | None = None
         #: the httpx client this user falls back to (``fallback``), once needed
@@ -152,18 +142,16 @@ class LeanClient:
         if body is None and call.method in _BODY_METHODS:
             body = b""
         data = request_bytes(call.method, target.decode("ascii"), block, body)
-        sock = self._checkout(timer)
+        conn = self._checkout(timer)
         reusable, head = False, None
         try:
-            sock.settimeout(read_timeout)
-            try:
-                sock.sendall(data)
-            except TimeoutError:
-                raise Failed("timeout", "WriteTimeout: the request could not be sent") from None
-            except OSError as exc:
-                raise Failed("disconnect", f"WriteError: {_reason(exc)}") from None
-            stalled = "stall" if call.stream and not whole else "timeout"
-            head, rest, t = self._read_head(sock, stalled, read_timeout)
+            if call.stream and not whole:
+                conn.begin(read_timeout, "stall", f"no bytes for {read_timeout:g}s")
+            else:
+                conn.begin(read_timeout, "timeout",
+                           f"no complete response within {read_timeout:g}s")  # fmt: skip
+            conn.sendall(data)
+            head, rest, t = _read_head(conn)
             if any(k == "set-cookie" for k, _ in head.headers):
                 self._keep_cookies(call, head)
             if timer is not None:
@@ -171,38 +159,38 @@ class LeanClient:
             kind, length = head.framing(call.method)
             unzip = decoder(head.get("content-encoding"))
             if call.stream and not whole and timer is not None:
-                reusable = _read_body(sock, kind, length, rest, unzip, timer.feed, stalled,
-                                      read_timeout)  # fmt: skip
+                reusable = _read_body(conn, kind, length, rest, t, unzip, timer.feed)
                 return head.status, b""
             parts: list[bytes] = []
-            reusable = _read_body(sock, kind, length, rest, unzip, lambda p, _t: parts.append(p),
-                                  stalled, read_timeout)  # fmt: skip
+            reusable = _read_body(conn, kind, length, rest, t, unzip,
+                                  lambda p, _t: parts.append(p))  # fmt: skip
             payload = b"".join(parts)
             if timer is not None and not whole:
                 timer.feed_body(payload, clock())
             return head.status, payload
         finally:
+            conn.end()
             if reusable and head is not None and head.keep_alive:
-                self._idle, self._idle_since = sock, clock()
+                self._idle, self._idle_since = conn, clock()
             else:
-                sock.close()
+                conn.close()
 
     # -- connections -----------------------------------------------------------------------
 
-    def _checkout(self, timer: StreamTimer | None) -> socket.socket:
+    def _checkout(self, timer: StreamTimer | None) -> Conn:
         """The idle connection if still good (fresh, nothing unread), else a new one."""
-        sock, self._idle = self._idle, None
-        if sock is not None:
-            if clock() - self._idle_since < KEEPALIVE_S and not readable_now(sock):
-                return sock
-            sock.close()
+        conn, self._idle = self._idle, None
+        if conn is not None:
+            if clock() - self._idle_since < KEEPALIVE_S and not readable_now(conn.sock):
+                return conn
+            conn.close()
         origin = self.origin
         try:
             sock, seconds = connector().open(origin.host, origin.port, origin.connect_timeout)
         except TimeoutError as exc:
-            raise Failed("connect", f"ConnectTimeout: {_reason(exc)}") from None
+            raise Failed("connect", f"ConnectTimeout: {reason(exc)}") from None
         except OSError as exc:
-            raise Failed("connect", f"ConnectError: {_reason(exc)}") from None
+            raise Failed("connect", f"ConnectError: {reason(exc)}") from None
         if origin.scheme == "https":
             started = clock()
             try:
@@ -213,34 +201,11 @@ class LeanClient:
                 tls.do_handshake()
             except (OSError, ValueError) as exc:
                 sock.close()
-                raise Failed("connect", f"ConnectError: {_reason(exc)}") from None
+                raise Failed("connect", f"ConnectError: {reason(exc)}") from None
             sock, seconds = tls, seconds + clock() - started
         if timer is not None:
             timer.connected(seconds)
-        return sock
-
-    def _read_head(
-        self, sock: socket.socket, stalled: str, read_timeout: float
-    ) -> tuple[Head, bytes, float]:
-        """The response head (interim 1xx answers skipped), the bytes after it, its time."""
-        buf = b""
-        while True:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD:
-                    raise ProtocolError("response head too large")
-                data = _recv(sock, stalled, read_timeout)
-                t = clock()
-                if not data:
-                    raise Failed("disconnect", "RemoteProtocolError: Server disconnected "
-                                 "without sending a response.")  # fmt: skip
-                buf += data
-                continue
-            head = parse_head(buf[:end])
-            buf = buf[end + 4 :]
-            if 100 <= head.status < 200 and head.status != 101:
-                continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
-            return head, buf, t
+        return Conn(sock)
 
     def _cookie_header(self, call: HttpCall) -> str:
         req = httpx.Request(call.method, self.origin.url_of(call.path))
@@ -257,17 +222,41 @@ class LeanClient:
         self._cookies.extract_cookies(resp)
 
 
+def _read_head(conn: Conn) -> tuple[Head, bytes, float]:
+    """The response head (interim 1xx answers skipped), the bytes after it, its time."""
+    buf, t = b"", clock()
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > MAX_HEAD:
+                raise ProtocolError("response head too large")
+            data = conn.recv()
+            t = conn.last
+            if not data:
+                raise Failed("disconnect", "RemoteProtocolError: Server disconnected "
+                             "without sending a response.")  # fmt: skip
+            buf += data
+            continue
+        head = parse_head(buf[:end])
+        buf = buf[end + 4 :]
+        if 100 <= head.status < 200 and head.status != 101:
+            continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
+        return head, buf, t
+
+
 def _read_body(
-    sock: socket.socket,
+    conn: Conn,
     kind: str,
     length: int,
     rest: bytes,
+    t: float,
     unzip: zlib._Decompress | None,
     sink: Callable[[bytes, float], None],
-    stalled: str,
-    read_timeout: float,
 ) -> bool:
-    """Read one body, handing each read's payload to ``sink(payload, t)``; reusable after it?"""
+    """Read one body, handing each read's payload to ``sink(payload, t)``; reusable after it?
+
+    ``rest``: body bytes that came with the head, read at ``t``.
+    """
     z = unzip
 
     def give(payload: bytes, t: float) -> None:
@@ -276,20 +265,25 @@ def _read_body(
         if payload:
             sink(payload, t)
 
-    t = clock()
+    recv = conn.recv
     if kind == "none":
         reusable = not rest
     elif kind == "chunked":
         chunks = ChunkedDecoder()
+        feed = chunks.feed
         if rest:
-            give(chunks.feed(rest), t)
-        while not chunks.done:
-            data = _recv(sock, stalled, read_timeout)
-            t = clock()
+            give(feed(rest), t)
+        while not chunks.done:  # the hot loop: one read, its payload, its time
+            data = recv()
             if not data:
                 raise Failed("disconnect", "RemoteProtocolError: peer closed connection without "
                              "sending complete message body (incomplete chunked read)")  # fmt: skip
-            give(chunks.feed(data), t)
+            payload = feed(data)
+            if payload:
+                if z is None:
+                    sink(payload, conn.last)
+                else:
+                    give(payload, conn.last)
         reusable = not chunks.extra
     elif kind == "length":
         left = length
@@ -297,46 +291,22 @@ def _read_body(
             give(rest[:left], t)
             left -= len(rest)
         while left > 0:
-            data = _recv(sock, stalled, read_timeout)
-            t = clock()
+            data = recv()
             if not data:
                 raise Failed("disconnect", "RemoteProtocolError: peer closed connection without "
                              f"sending complete message body (received {length - left} bytes, "
                              f"expected {length})")  # fmt: skip
-            give(data[:left], t)
+            give(data[:left], conn.last)
             left -= len(data)
         reusable = left == 0
     else:  # close-delimited: the body ends with the connection
         if rest:
             give(rest, t)
-        while True:
-            data = _recv(sock, stalled, read_timeout)
-            t = clock()
-            if not data:
-                break
-            give(data, t)
+        while data := recv():
+            give(data, conn.last)
         reusable = False
     if z is not None:
         tail = z.flush()
         if tail:
-            sink(tail, t)
+            sink(tail, conn.last)
     return reusable
-
-
-def _recv(sock: socket.socket, stalled: str, read_timeout: float) -> bytes:
-    """One read; a timeout is a ``stall`` (streaming) or a ``timeout``; a reset a ``disconnect``."""
-    try:
-        return sock.recv(RECV_SIZE)
-    except TimeoutError:
-        if stalled == "stall":
-            raise Failed("stall", f"no bytes for {read_timeout:g}s") from None
-        raise Failed("timeout", f"no complete response within {read_timeout:g}s") from None
-    except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
-        return b""  # a TLS peer that closed without close_notify: the end, as for TCP
-    except OSError as exc:
-        raise Failed("disconnect", f"ReadError: {_reason(exc)}") from None
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return text or type(exc).__name__

@@ -45,10 +45,13 @@ class SSEParser:
             and not self._data
             and self._event is None
             and chunk.startswith(b"data: ")
-            and chunk.find(b"\n") == len(chunk) - 2
             and chunk.endswith(b"\n\n")
-        ):  # fast path: exactly one single-line data event (the usual read)
-            return [(None, chunk[6:-2].decode("utf-8", "replace"))]
+        ):  # fast path: whole single-line data events (the usual read, one or a few events)
+            if chunk.find(b"\n") == len(chunk) - 2:
+                return [(None, chunk[6:-2].decode("utf-8", "replace"))]
+            parts = chunk[6:-2].split(b"\n\ndata: ")
+            if chunk.count(b"\n") == 2 * len(parts):
+                return [(None, p.decode("utf-8", "replace")) for p in parts]
         buf = self._buf + chunk if self._buf else chunk
         end = buf.rfind(b"\n")
         if end < 0:

@@ -124,11 +124,14 @@ class Scripted:
                 self.requests.append(head)
                 buf = buf[length:]
                 answer = self.script(len(self.requests) - 1, head)
-                if callable(answer):
-                    if not answer(conn):
-                        return
-                else:
-                    conn.sendall(answer)
+                try:
+                    if callable(answer):
+                        if not answer(conn):
+                            return
+                    else:
+                        conn.sendall(answer)
+                except OSError:  # the client gave up first (a stall, a deadline)
+                    return
 
     def close(self) -> None:
         self.sock.close()
@@ -247,3 +250,75 @@ def test_an_unreadable_coding_moves_the_target_to_httpx(
     assert second.ok, second.error
     assert target.origin().unsupported is not None
     assert "go through httpx" in capsys.readouterr().err
+
+
+GEVENT_CHILD = """
+from gevent import monkey
+monkey.patch_all()
+import json, sys, time
+import gevent
+from loadtests.adapters import get_adapter
+from loadtests.adapters.base import Prompt
+from loadtests.http import Target, clock, perform
+from loadtests.timing import RecordMeta, StreamTimer
+
+target = Target(sys.argv[1], {}, request_timeout=3, stall_timeout=0.5)
+adapter = get_adapter("openai-chat")
+out = []
+
+def user():
+    with target.session() as client:
+        for _ in range(4):
+            call = adapter.build(Prompt("s", "p", prompt="hi", max_tokens=2), mode="stream",
+                                 model="m", options={})
+            began = clock()
+            timer = StreamTimer(adapter, began)
+            status, error = perform(client, target, call, timer)
+            rec = timer.finish(clock(), RecordMeta("r", "p", "s", "stream", "/x", 0.0),
+                               status=status, error=error)
+            out.append([rec.status, round(clock() - began, 2)])
+
+ticks = []
+def ticker():  # the hub stays free while a request waits
+    for _ in range(20):
+        ticks.append(clock())
+        gevent.sleep(0.05)
+
+gevent.joinall([gevent.spawn(user), gevent.spawn(ticker)])
+print(json.dumps({"records": out, "ticks": len(ticks)}))
+"""
+
+
+def test_limits_under_gevent(scripted: Callable[..., Scripted]) -> None:
+    """Under gevent the stall limit is kept by the watchdog (no timer per read): a stalled
+    stream fails as ``stall`` after ~the limit, and the next request on a new connection is
+    fine; a request over ``--request-timeout`` is ``timeout``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ok = CHUNKED + b"\r\n" + chunk(sse(TOKEN, FINISH)) + b"0\r\n\r\n"
+
+    def stalled(c: socket.socket) -> bool:
+        c.sendall(CHUNKED + b"\r\n" + chunk(sse(TOKEN, done=False)))
+        time.sleep(2.0)
+        return False
+
+    def trickle(c: socket.socket) -> bool:  # a byte every 0.3 s: never a stall, over 3 s in all
+        c.sendall(CHUNKED + b"\r\n")
+        for _ in range(15):
+            c.sendall(chunk(b": keep-alive\n\n"))
+            time.sleep(0.3)
+        return False
+
+    server = scripted(lambda n, _h: [stalled, ok, trickle, ok][n])
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", GEVENT_CHILD, server.url], cwd=root,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    statuses = [s for s, _ in got["records"]]
+    assert statuses == ["stall", "ok", "timeout", "ok"], got
+    assert 0.4 <= got["records"][0][1] < 1.5  # the 0.5 s limit, checked every 25 ms
+    assert 2.9 <= got["records"][2][1] < 4.0
+    assert got["ticks"] == 20

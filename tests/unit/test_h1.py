@@ -60,6 +60,11 @@ def test_chunked_not_done_until_the_last_chunk() -> None:
     assert dec.feed(b"0\r\n") == b"" and not dec.done  # trailer section still open
     dec.feed(b"\r\n")
     assert dec.done and dec.extra == b""
+    # one read = one whole chunk (the usual read), or the last one with the end of the body
+    whole = ChunkedDecoder()
+    assert whole.feed(b"5\r\nhello\r\n") == b"hello" and not whole.done
+    assert whole.feed(b"3\r\nabc\r\n0\r\n\r\n") == b"abc" and whole.done
+    assert whole.extra == b""
 
 
 @pytest.mark.parametrize(
