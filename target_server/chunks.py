@@ -2,7 +2,9 @@
 
 A content event is ``prefix + json_string(token) + suffix``: the prefix and
 suffix are built once per request and token strings are memoised, so the
-per-token cost is two byte concatenations.
+per-token cost is two byte concatenations.  The role and finish events are put
+together from the same pieces (only the usage chunk and the ``x_llmload`` timings
+go through ``json.dumps``).
 """
 
 from __future__ import annotations
@@ -46,10 +48,11 @@ class ChunkEncoder:
             f'data: {{"id":{json.dumps(request_id)},"object":"{self.object}",'
             f'"created":{self.created},"model":{json.dumps(model)},"choices":[{{"index":0,'
         ).encode()
+        self.head = head
         self.prefix = head + (b'"delta":{"content":' if self.chat else b'"text":')
         tail = b',"logprobs":null,"finish_reason":null}]'
-        usage = b',"usage":null' if include_usage else b""
-        self.suffix = (b"}" if self.chat else b"") + tail + usage + b"}\n\n"
+        self.usage_null = b',"usage":null' if include_usage else b""
+        self.suffix = (b"}" if self.chat else b"") + tail + self.usage_null + b"}\n\n"
 
     def content(self, text: str) -> bytes:
         """One content event."""
@@ -70,19 +73,19 @@ class ChunkEncoder:
 
     def role(self) -> bytes:
         """The first chat event: the assistant role with empty content."""
-        delta = {"role": "assistant", "content": ""}
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-        return b"data: " + _dumps(self._chunk([choice])) + b"\n\n"
+        return (
+            self.head + b'"delta":{"role":"assistant","content":""},"logprobs":null,'
+            b'"finish_reason":null}]' + self.usage_null + b"}\n\n"
+        )
 
     def finish(self, reason: str, timings: dict[str, Any] | None) -> bytes:
         """The finish event (carries ``x_llmload`` when no usage chunk follows)."""
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": reason}
-        if self.chat:
-            choice["delta"] = {}
-        else:
-            choice["text"] = ""
-        extra = {"x_llmload": timings} if timings is not None else {}
-        return b"data: " + _dumps(self._chunk([choice], **extra)) + b"\n\n"
+        empty = b'"delta":{}' if self.chat else b'"text":""'
+        extra = b',"x_llmload":' + _dumps(timings) if timings is not None else b""
+        return (
+            self.head + b'"logprobs":null,"finish_reason":' + json_string(reason) + b","
+            + empty + b"}]" + self.usage_null + extra + b"}\n\n"
+        )  # fmt: skip
 
     def usage(self, prompt_tokens: int, output_tokens: int, timings: dict[str, Any]) -> bytes:
         """The usage chunk (``choices: []``), last before ``[DONE]``."""

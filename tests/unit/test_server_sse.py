@@ -45,3 +45,24 @@ def test_malformed_is_not_json_and_error_event_is():
         json.loads(enc.malformed()[6:])
     err = json.loads(error_event("boom", "server_error")[6:])
     assert err["error"]["type"] == "server_error"
+
+
+@pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize("usage", [True, False])
+@pytest.mark.parametrize("timings", [None, {"queue_s": 0.0, "ttft_s": 0.1, "itl_max_s": None}])
+def test_role_and_finish_events_are_the_openai_objects(endpoint, usage, timings):
+    """Put together from pre-encoded pieces, they parse to what OpenAI's chunks hold."""
+    enc = ChunkEncoder(endpoint, 'id-"1"', "m/ódel", usage)
+    common = {"id": 'id-"1"', "object": enc.object, "created": enc.created, "model": "m/ódel"}
+    null_usage = {"usage": None} if usage else {}
+    fin = enc.finish("length", timings)
+    assert fin.startswith(b"data: ") and fin.endswith(b"\n\n")
+    choice = {"index": 0, "logprobs": None, "finish_reason": "length"}
+    choice.update({"delta": {}} if endpoint == CHAT else {"text": ""})
+    extra = {"x_llmload": timings} if timings is not None else {}
+    assert json.loads(fin[6:]) == {**common, "choices": [choice], **null_usage, **extra}
+    role = enc.role()
+    delta = {"role": "assistant", "content": ""}
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    assert role.endswith(b"\n\n")
+    assert json.loads(role[6:]) == {**common, "choices": [choice], **null_usage}
