@@ -200,8 +200,14 @@ class ChunkedDecoder:
                         break
                     continue
                 size = line.split(b";", 1)[0].strip()
-                if not size or size.strip(b"0123456789abcdefABCDEF"):
+                if not size or size.strip(_HEX):
                     raise ProtocolError(f"invalid chunk size {line[:40]!r}")
-                self._left = int(size, 16)
-                self._state = 1 if self._left else 3
+                left = int(size, 16)
+                end = i + left
+                if left and buf[end : end + 2] == b"\r\n":  # the whole chunk is here
+                    out.append(buf[i:end])
+                    i = end + 2
+                    continue
+                self._left = left
+                self._state = 1 if left else 3
         return out[0] if len(out) == 1 else b"".join(out)

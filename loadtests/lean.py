@@ -69,20 +69,22 @@ class Origin:
     _heads: dict[tuple, tuple[bytes, bytes]] = field(default_factory=dict, repr=False)
 
     def head(self, call: HttpCall) -> tuple[bytes, bytes]:
-        """``(request target, header block)`` of ``call``, prepared once per path and headers."""
-        key = (call.method, call.path, tuple(call.headers.items()) if call.headers else ())
+        """``(request target, header block)`` of ``call``: the shared part prepared once per
+        path (and per set of call header names), the call's own headers added per request."""
+        names = tuple(k.lower() for k in call.headers) if call.headers else ()
+        key = (call.method, call.path, names, call.json is not None)
         hit = self._heads.get(key)
-        if hit is not None:
-            return hit
-        merged = {name.lower(): (name, value) for name, value in self.headers}
-        for name, value in (call.headers or {}).items():
-            merged[name.lower()] = (name, value)
-        if call.json is not None:
-            merged["content-type"] = ("Content-Type", "application/json")
-        target = self.url_of(call.path).raw_path
-        hit = (target, header_block(merged.values()))
-        if len(self._heads) < 256:  # per-request paths (Gradio's event ids) are not kept
-            self._heads[key] = hit
+        if hit is None:
+            merged = {name.lower(): (name, value) for name, value in self.headers}
+            for name in names:  # the call's value replaces the target's
+                merged.pop(name, None)
+            if call.json is not None:
+                merged["content-type"] = ("Content-Type", "application/json")
+            hit = (self.url_of(call.path).raw_path, header_block(merged.values()))
+            if len(self._heads) < 256:  # per-request paths (Gradio's event ids) are not kept
+                self._heads[key] = hit
+        if call.headers:
+            return hit[0], hit[1] + header_block(call.headers.items())
         return hit
 
 
