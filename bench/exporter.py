@@ -80,7 +80,7 @@ def _child(mode: str, url: str) -> dict[str, Any]:
             events[0] += len(rec.itl_s) + 1
 
     def worker() -> None:
-        sess = target.client()
+        sess = target.session()  # the default HTTP path (loadtests.lean)
         while clock() < end:
             one(sess)
 

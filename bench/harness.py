@@ -1,8 +1,9 @@
 """``python -m bench harness``: how exact is the load generator, per HTTP client, per core?
 
 Clients compared, each in a child process pinned to CPU 0 running N concurrent
-streams under gevent: ``httpx`` (the harness's own path, ``loadtests.http.perform``
-+ the timing core), locust's ``HttpSession`` (requests, ``iter_content(None)``)
+streams under gevent: ``lean`` (the harness's own path, ``loadtests.http.perform``
+with ``loadtests.lean``, + the timing core), ``httpx`` (the same through httpx,
+``--http-client httpx``), locust's ``HttpSession`` (requests, ``iter_content(None)``)
 and ``FastHttpSession`` (geventhttpclient, ``iter_content(1024)`` as locust's own
 ``iter_lines`` reads).  The server is pinned to CPU 1.
 
@@ -36,18 +37,18 @@ from typing import Any
 from loadtests.percentile import percentile_of
 from target_server.launch import launch
 
-CLIENTS = ("httpx", "HttpSession", "FastHttpSession")
+CLIENTS = ("lean", "httpx", "HttpSession", "FastHttpSession")
 STREAMS = (20, 200, 1000)
 CAPACITY_ITL_MS = (100, 50, 20, 10, 5)
 #: FastHttpSession's error is hundreds of ms at every rate (it holds events until ~1 KB)
-CAPACITY_CLIENTS = ("httpx", "HttpSession")
+CAPACITY_CLIENTS = ("lean", "httpx", "HttpSession")
 CAPACITY_STREAMS = 200
 TTFT_MS, ITL_MS, TOKENS = 100, 100, 16
 WINDOW_S, WARM_S = 3.0, 2.0
 P99_LIMIT_MS = 5.0
 #: section 4: the issue's server (200 ms first token), short answers, reconnecting users
 CLOSE_TTFT_MS, CLOSE_ITL_MS, CLOSE_STREAMS = 200, 20, (1, 5, 20)
-CLOSE_CLIENTS = ("httpx", "httpx-plain")
+CLOSE_CLIENTS = ("lean", "httpx", "httpx-plain")
 #: measured seconds per row: a 1-stream row needs enough requests for a p95
 CLOSE_WINDOW_S = 10.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +83,8 @@ def _child(
     meta = RecordMeta("x", "bench", "bench", "stream", adapter.endpoint, 0.0)
 
     def session() -> Any:
+        if client == "lean":  # llmload's default: loadtests.lean
+            return target.session()
         if client == "httpx":
             return target.client()
         if client == "httpx-plain":  # httpcore's own connect: a resolver call per connection
@@ -118,7 +121,7 @@ def _child(
         t0 = clock()
         this = dataclasses.replace(call, headers={**call.headers, "x-bench-t0": repr(t0)})
         timer = StreamTimer(adapter, t0)
-        if client.startswith("httpx"):
+        if client.startswith("httpx") or client == "lean":
             perform(sess, target, this, timer)
         else:
             resp = sess.post(this.path, json=this.json, headers=this.headers, stream=True)
@@ -413,9 +416,11 @@ def _close_section(where: str, load_note: Any) -> str:
         "Errors in ms: client TTFT minus the server's own TTFT (request read -> "
         "first token written: what a server's metrics report, so connection set-up and the "
         "request's write count as harness error), and minus the time from `t0` to the first "
-        "write (transport + reading only). `httpx` is llmload's path (`loadtests.connect`: "
-        "no resolver call per connection, the request in one send); `httpx-plain` is httpx "
-        "with httpcore's default connect. `connect p50`: the set-up of the connections "
+        "write (transport + reading only). `lean` is llmload's path (`loadtests.lean`, "
+        "connecting through `loadtests.connect`: no resolver call per connection, the request "
+        "in one send); `httpx` is `--http-client httpx` (the same connector under httpcore); "
+        "`httpx-plain` is httpx with httpcore's default connect. `connect p50`: the set-up "
+        "of the connections "
         "requests opened (`connect_s`, inside both errors; nan: none opened). Keep-alive rows: "
         "the same server keeping connections, each measured right after the close rows of its "
         "streams and starts.",
@@ -439,16 +444,18 @@ def _close_verdict(rows: list[dict]) -> str:
         r = row(client, close, together)
         return "n/a" if r is None else f"+{r['own_p50_ms']:.1f} / +{r['own_p95_ms']:.1f} ms"
 
-    ours = [r for r in (row("httpx", True), row("httpx", True, True)) if r is not None]
+    lead = CLOSE_CLIENTS[0]
+    ours = [r for r in (row(lead, True), row(lead, True, True)) if r is not None]
     met = bool(ours) and all(r["own_p50_ms"] <= 1.0 and r["own_p95_ms"] <= 3.0 for r in ours)
-    floor = row("httpx", False, n=lowest)
+    floor = row(lead, False, n=lowest)
     return (
         f"At {top} streams, client TTFT above the server's own (p50 / p95): llmload "
-        f"{fig('httpx', True)} against the closing server with starts spread, "
-        f"{fig('httpx', True, True)} with users together — goal (≤ 1 / ≤ 3 ms) "
-        f"**{'met' if met else 'not met'}** here; httpcore's default connect "
+        f"({lead}) {fig(lead, True)} against the closing server with starts spread, "
+        f"{fig(lead, True, True)} with users together — goal (≤ 1 / ≤ 3 ms) "
+        f"**{'met' if met else 'not met'}** here; through httpx {fig('httpx', True)} / "
+        f"{fig('httpx', True, True)}; httpcore's default connect "
         f"{fig('httpx-plain', True)} / {fig('httpx-plain', True, True)}; keep-alive "
-        f"{fig('httpx', False)} / {fig('httpx', False, True)} — measured side by side in one "
+        f"{fig(lead, False)} / {fig(lead, False, True)} — measured side by side in one "
         "run. The floor to compare with: one stream on a kept-alive connection, "
         + ("n/a" if floor is None else
            f"+{floor['own_p50_ms']:.1f} / +{floor['own_p95_ms']:.1f} ms")  # fmt: skip

@@ -6,8 +6,9 @@
    asyncio raw-socket loop.
 2. **Load generator at 20 / 200 / 1,000 streams on one client core** against the
    reference server (``bench/harness_server.py``, ITL 50 ms): client TTFT − the
-   server's stamp of its first-token write (``bench harness``'s child, httpx under
-   gevent), and SSE events per client CPU-second.
+   server's stamp of its first-token write (``bench harness``'s child under gevent),
+   and SSE events per client CPU-second — the lean client (``loadtests.lean``, the
+   default) and httpx (``--http-client httpx``) interleaved, row by row.
 3. **Bursts of 20**: 20 users with a 1 s start-to-start pacing whose requests start
    together every interval (``--first-start together``) or at seeded offsets
    (``spread``, the default), against both servers at TTFT 200 ms / ITL 20 ms:
@@ -42,6 +43,8 @@ from target_server.launch import launch
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_TTFT_MS, SERVER_ITL_MS, SERVER_TOKENS = 100, 50, 40
 CLIENT_ITL_MS = 50
+#: the load generator's two HTTP paths, measured interleaved (lean first: the default)
+CLIENT_PATHS = ("lean", "httpx")
 BURST_USERS, BURST_PACING_S, BURST_ROUNDS = 20, 1.0, 11
 BURST_TTFT_MS, BURST_ITL_MS, BURST_TOKENS = 200, 20, 16
 
@@ -102,8 +105,9 @@ def server_row(streams: int, workers: int, window: float) -> dict[str, Any]:
 # -- 2. the load generator ------------------------------------------------------------------
 
 
-def client_row(streams: int) -> dict[str, Any]:
-    """``bench harness``'s httpx child at ``streams`` against the reference server (ITL 50 ms).
+def client_row(streams: int, client: str = "lean") -> dict[str, Any]:
+    """``bench harness``'s child (``client``: lean or httpx) at ``streams`` against the
+    reference server (ITL 50 ms).
 
     Also how long the child was runnable but not running (``schedstat``): on a shared
     machine that, not the client's work, is what its latency then shows.
@@ -113,7 +117,7 @@ def client_row(streams: int) -> dict[str, Any]:
 
     proc, url = _reference(CLIENT_ITL_MS)
     try:
-        cmd = [sys.executable, "-m", "bench.harness", "--child", "httpx", url, str(streams)]
+        cmd = [sys.executable, "-m", "bench.harness", "--child", client, url, str(streams)]
         cmd += [str(CLIENT_ITL_MS)]
         t0 = time.monotonic()
         child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -128,7 +132,7 @@ def client_row(streams: int) -> dict[str, Any]:
         proc.terminate()
         proc.wait(10)
     if child.returncode != 0:
-        return {"streams": streams, "error": err.strip()[-300:]}
+        return {"streams": streams, "client": client, "error": err.strip()[-300:]}
     r: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     cpu = r.get("client_cpu") or float("nan")
     r["per_cpu_s"] = r.get("events_per_s", 0) / (cpu / 100) if cpu == cpu and cpu else 0.0
@@ -156,7 +160,7 @@ def _burst_child(url: str, first_start: str) -> dict[str, Any]:
     start = clock() + 0.2
 
     def user(i: int) -> None:
-        sess = setup.target.client()
+        sess = setup.target.session()
         offset = 0.0 if first_start == "together" else first_start_offset(0, i, BURST_PACING_S)
         for k in range(BURST_ROUNDS):
             gevent.sleep(max(0.0, start + offset + k * BURST_PACING_S - clock()))
@@ -259,6 +263,44 @@ def distributed(users: int, workers: int, duration: str) -> dict[str, Any]:
 # -- the section ----------------------------------------------------------------------------
 
 
+def _client_verdict(rows: list[dict[str, Any]]) -> list[str]:
+    """The goal at 1,000 streams (the default path), and lean vs httpx per CPU-second."""
+    def at(n: int, client: str) -> dict[str, Any] | None:
+        return next((r for r in rows if r.get("streams") == n and r.get("client") == client
+                     and "p99_ms" in r), None)  # fmt: skip
+
+    out: list[str] = []
+    r = at(1000, CLIENT_PATHS[0])
+    if r is not None:
+        verdict = "met" if r["p99_ms"] <= 5.0 else "not met"
+        need = 1000 * 1000 / CLIENT_ITL_MS / max(r["per_cpu_s"], 1) * 100
+        out += [
+            "",
+            f"Goal (1,000 streams on one client core, error ≤ 5 ms p99, {r['client']}): "
+            f"**{verdict}** here (p99 {r['p99_ms']:.1f} ms). "
+            f"1,000 streams at ITL {CLIENT_ITL_MS} ms are "
+            f"{1000 * 1000 / CLIENT_ITL_MS:,.0f} events/s; at {r['per_cpu_s']:,.0f} events per "
+            f"client CPU-second that is {need:.0f} % of a core"
+            + (
+                " — more than one core can give, so the error is queueing in the client."
+                if need > 100
+                else "."
+            ),
+        ]
+    ratios = []
+    for n in sorted({int(x["streams"]) for x in rows}):
+        lean, plain = at(n, "lean"), at(n, "httpx")
+        if lean and plain and plain["per_cpu_s"]:
+            ratios.append(f"{lean['per_cpu_s'] / plain['per_cpu_s']:.2f}× at {n:,}")
+    if ratios:
+        out += [
+            "",
+            "Events per client CPU-second, lean ÷ httpx (same streams, measured back to back): "
+            + ", ".join(ratios) + ".",
+        ]
+    return out
+
+
 def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
     lines = [
         "## Scale: 1,000 streams per core, bursts, workers",
@@ -315,39 +357,26 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
     lines += [
         "",
         f"### 2. Load generator on one client core (reference server, ITL {CLIENT_ITL_MS} ms, "
-        "16 tokens, `bench harness` child)",
+        "16 tokens, `bench harness` child; the two HTTP paths interleaved)",
         "",
-        "| streams | requests | client − server p50 / p99 | SSE events/s | client CPU "
+        "`lean`: `loadtests.lean`, llmload's default; `httpx`: `--http-client httpx`.",
+        "",
+        "| streams | client | requests | client − server p50 / p99 | SSE events/s | client CPU "
         "| client waiting for a CPU | events per client CPU-s |",
-        "|---:|---:|---|---:|---:|---:|---:|",
+        "|---:|---|---:|---|---:|---:|---:|---:|",
     ]
     for r in res["client"]:
+        who = r.get("client", "?")
         if "error" in r:
-            lines.append(f"| {r['streams']} | – | failed: {r['error'][:80]} | | | | |")
+            lines.append(f"| {r['streams']} | {who} | – | failed: {r['error'][:80]} | | | | |")
             continue
         lines.append(
-            f"| {r['streams']} | {r['requests']} | {r['p50_ms']:.1f} / {r['p99_ms']:.1f} ms "
+            f"| {r['streams']} | {who} | {r['requests']} "
+            f"| {r['p50_ms']:.1f} / {r['p99_ms']:.1f} ms "
             f"| {r['events_per_s']:,.0f} | {r['client_cpu']:.0f} % | {r['client_wait']:.0f} % "
             f"| {r['per_cpu_s']:,.0f} |"
         )
-    big = [r for r in res["client"] if r.get("streams") == 1000 and "p99_ms" in r]
-    if big:
-        r = big[0]
-        verdict = "met" if r["p99_ms"] <= 5.0 else "not met"
-        need = 1000 * 1000 / CLIENT_ITL_MS / max(r["per_cpu_s"], 1) * 100
-        lines += [
-            "",
-            "Goal (1,000 streams on one client core, error ≤ 5 ms p99): "
-            f"**{verdict}** here (p99 {r['p99_ms']:.1f} ms). "
-            f"1,000 streams at ITL {CLIENT_ITL_MS} ms are "
-            f"{1000 * 1000 / CLIENT_ITL_MS:,.0f} events/s; at {r['per_cpu_s']:,.0f} events per "
-            f"client CPU-second that is {need:.0f} % of a core"
-            + (
-                " — more than one core can give, so the error is queueing in the client."
-                if need > 100
-                else "."
-            ),
-        ]
+    lines += _client_verdict(res["client"])
     lines += [
         "",
         f"### 3. Bursts of {BURST_USERS} (TTFT {BURST_TTFT_MS} ms, ITL {BURST_ITL_MS} ms, "
@@ -425,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
             res["server"].append(server_row(n, workers, args.window))
             print(json.dumps(res["server"][-1]), flush=True)
     for n in (int(x) for x in args.client_streams.split(",")):
-        res["client"].append(client_row(n))
+        for client in CLIENT_PATHS:  # interleaved: both paths at one load, one moment
+            res["client"].append(client_row(n, client))
     res["burst"] = burst_rows()
     if args.dist_users:
         # the master's cost per record is the slope between a small and a large run of the
