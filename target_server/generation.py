@@ -107,8 +107,8 @@ class _Ticker:
     itself; ``run()`` again carries on after it.
     """
 
-    __slots__ = ("table", "write", "pacer", "prefix", "suffix", "tally", "waiter", "piece",
-                 "exact", "reason")  # fmt: skip
+    __slots__ = ("table", "write", "call_at", "prefix", "suffix", "tally", "waiter", "piece",
+                 "exact", "reason", "on_tick")  # fmt: skip
 
     def __init__(
         self,
@@ -118,7 +118,8 @@ class _Ticker:
         encoder: ChunkEncoder,
         tally: _Tally,
     ):
-        self.table, self.write, self.pacer, self.tally = table, writer.write, pacer, tally
+        self.table, self.write, self.call_at, self.tally = table, writer.write, pacer.call_at, tally
+        self.on_tick = self._due  # one bound method for every tick of the stream
         self.prefix, self.suffix = encoder.prefix, encoder.suffix
         self.waiter: asyncio.Future[TokenPiece | None] | None = None
         self.piece: TokenPiece | None = None
@@ -151,9 +152,9 @@ class _Ticker:
                 return
             for deadline, nxt in self.table:  # every piece already due goes out now
                 exact, self.exact = self.exact, False
-                if deadline > perf_counter():
+                if deadline > (now := perf_counter()):
                     self.piece = nxt
-                    self.pacer.call_at(deadline, self._due, exact)
+                    self.call_at(deadline, self.on_tick, exact, now)
                     return
                 if not self._emit(nxt, waiter):
                     return
@@ -167,14 +168,14 @@ class _Ticker:
         if piece.fault is not None:
             waiter.set_result(piece)
             return False
-        text = piece.text
+        text, tally = piece.text, self.tally
         if text:
             t = perf_counter()
             if not self.write(self.prefix + json_string(text) + self.suffix):
                 waiter.set_result(piece)
                 return False
-            self.tally.sent(t)
-        self.tally.n += 1
+            tally.sent(t)
+        tally.n += 1
         if piece.finish_reason is not None:
             self.reason = piece.finish_reason
             waiter.set_result(None)

@@ -70,10 +70,13 @@ class Pacer:
             if not exact:
                 return
 
-    def call_at(self, deadline: float, fn: Callable[[], None], exact: bool = False) -> None:
+    def call_at(
+        self, deadline: float, fn: Callable[[], None], exact: bool = False, now: float = 0.0
+    ) -> None:
         """Run ``fn()`` in the tick of ``deadline`` (same rounding as ``until``), from the
-        running event loop; at once (synchronously) when the deadline has passed."""
-        now = perf_counter()
+        running event loop; at once (synchronously) when the deadline has passed.
+        ``now``: the caller's fresh ``perf_counter()``, if it has one."""
+        now = now or perf_counter()
         if now >= deadline:
             fn()
             return

@@ -161,27 +161,29 @@ class SyntheticEngine:
         stop: tuple[str, ...],
         by_length: bool,
     ) -> Iterator[tuple[float, TokenPiece]]:
-        s, rng = self.settings, self._rng
+        s, rng, pieces, k = self.settings, self._rng, _PIECES, len(_PIECES)
         itl, growth, jitter = s.itl_ms / 1000.0, s.itl_growth_ms / 1000.0, s.jitter_ms / 1000.0
-        nominal, prev, tail = first, 0.0, ""
+        nominal, prev, tail, fault = first, 0.0, "", None
         self._running += 1
         try:
             for i in range(n):
                 if i:
-                    nominal += itl + growth * (self._running - 1)
+                    nominal += itl + growth * (self._running - 1) if growth else itl
                 deadline = nominal + rng.uniform(-jitter, jitter) if jitter else nominal
-                if faults.get(i) == "stall":
-                    nominal += s.stall_s
-                    deadline += s.stall_s
-                deadline = max(deadline, prev)
+                if faults:
+                    fault = faults.get(i)
+                    if fault == "stall":
+                        nominal += s.stall_s
+                        deadline += s.stall_s
+                if deadline < prev:  # jitter never reorders tokens
+                    deadline = prev
                 prev = deadline
-                piece = _PIECES[(offset + i) % len(_PIECES)]
+                piece = pieces[(offset + i) % k]
                 if stop:
                     tail = (tail + piece.text)[-64:]
                     if any(x in tail for x in stop):
                         yield deadline, TokenPiece("", finish_reason="stop")
                         return
-                fault = faults.get(i)
                 last = i == n - 1
                 if fault is not None or last:
                     reason = ("length" if by_length else "stop") if last else None
