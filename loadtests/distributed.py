@@ -292,6 +292,12 @@ class MasterDriver:
 
     def close(self) -> None:
         self._closing = True  # workers now exit on purpose
+        # locust sends quit to the workers in its table only; one caught between its
+        # client_stopped and client_ready (right after the last phase's stop) is not in
+        # it, and would live on until terminated below
+        for cid in self.names:
+            if cid not in self.runner.clients:
+                self.runner.send_message("quit", None, cid)
         self.runner.quit()
         for proc in self.procs:
             try:
