@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 order = list(trees) if r % 2 == 0 else list(trees)[::-1]
                 for name in order:
                     rows.append((name, row(trees[name], n, args.window)))
-                    print(name, rows[-1], file=sys.stderr, flush=True)
+                    print(name, rows[-1][1], file=sys.stderr, flush=True)
     end = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     print(f"{machine()}\n\nload average {load} at start, {end} at the end\n")
     print("| server | streams | requests | errors | events/s | CPU per event | server CPU "
