@@ -13,9 +13,11 @@ its connection) costs no task wake-up at all.
 
 A deadline goes to the nearest tick (a series of them keeps its mean); with
 ``exact=True`` (a first token: TTFT is never below the configured one) to the
-next tick at or after it, on a timer of its own that never runs before its time:
-one that fired early (uvloop's millisecond timers can, by up to ~1 ms) is re-armed
-for the rest — a short spin, paid only by first tokens.
+next step at or after it of a grid ten times finer (``EXACT_STEPS``: first tokens
+are few, ~25 a second at 1,000 streams, so they need little sharing and should not
+wait up to a whole tick), on timers that never run before their time: one that
+fired early (uvloop's millisecond timers can, by up to ~1 ms) is re-armed for the
+rest — a short spin, paid only by first tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Callable
 from time import perf_counter
 
 DEFAULT_TICK_S = 0.001
+#: an exact deadline's grid: this many steps per tick
+EXACT_STEPS = 10
 
 #: what a tick holds: futures of waiting tasks, or callbacks
 _Entry = asyncio.Future[None] | Callable[[], None]
@@ -38,6 +42,7 @@ class Pacer:
         if tick <= 0:
             raise ValueError("tick must be > 0")
         self.tick = tick
+        self._step = tick / EXACT_STEPS
         #: (event loop, tick, exact) -> its entries; keyed by loop too, so an engine used from
         #: two loops (tests run servers on threads) never wakes one loop's future from another
         self._slots: dict[tuple[int, int, bool], list[_Entry]] = {}
@@ -46,13 +51,14 @@ class Pacer:
 
     def _slot(self, deadline: float, exact: bool, now: float) -> list[_Entry]:
         loop = asyncio.get_running_loop()
-        k = math.ceil(deadline / self.tick) if exact else round(deadline / self.tick)
+        k = math.ceil(deadline / self._step) if exact else round(deadline / self.tick)
         key = (id(loop), k, exact)
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = []
             self.timers += 1
-            loop.call_later(max(0.0, k * self.tick - now), self._fire, key, loop)
+            at = k * self._step if exact else k * self.tick
+            loop.call_later(max(0.0, at - now), self._fire, key, loop)
         self.waits += 1
         return slot
 
@@ -61,7 +67,8 @@ class Pacer:
 
         Not ``exact``: the deadline goes to the nearest tick, so a wake-up is within
         about half a tick (plus the loop's own lateness) either side and a series
-        of them keeps its mean.  ``exact``: the next tick at or after it.
+        of them keeps its mean.  ``exact``: the next step of the finer grid at or
+        after it.
         """
         while (now := perf_counter()) < deadline:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -83,7 +90,7 @@ class Pacer:
         self._slot(deadline, exact, now).append(fn)
 
     def _fire(self, key: tuple[int, int, bool], loop: asyncio.AbstractEventLoop) -> None:
-        if key[2] and (early := key[1] * self.tick - perf_counter()) > 0:
+        if key[2] and (early := key[1] * self._step - perf_counter()) > 0:
             loop.call_later(early, self._fire, key, loop)  # exact, and the timer fired early
             return
         for entry in self._slots.pop(key, ()):

@@ -122,3 +122,19 @@ def test_callbacks_run_in_their_tick_exact_never_early_and_a_failing_one_spares_
     assert len(early) == 100 and max(early) <= 0  # every callback ran, none before its deadline
     assert failures == ["pacer callback failed"]
     assert pacer.timers < 20  # one timer per tick, not one per callback
+
+
+def test_exact_deadlines_are_not_held_to_the_coarse_tick() -> None:
+    """A first token waits for a step of the finer grid, not for the next whole tick."""
+
+    async def main() -> list[float]:
+        pacer = Pacer(tick=0.02)  # a coarse tick: rounding up to it would cost ~10 ms each
+        late: list[float] = []
+        for i in range(10):
+            d = perf_counter() + 0.005 + i * 0.0013
+            await pacer.until(d, exact=True)
+            late.append(perf_counter() - d)
+        return late
+
+    late = sorted(asyncio.run(main()))
+    assert late[0] >= 0 and late[len(late) // 2] < 0.005  # median well under half a tick
