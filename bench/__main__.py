@@ -16,6 +16,7 @@ BENCHES: dict[str, str] = {
     "exporter": "bench.exporter",
     "reliability": "bench.reliability",
     "model": "bench.model",
+    "engine-process": "bench.engine_process",
     "capacity": "bench.capacity",
     "scale": "bench.scale",
 }

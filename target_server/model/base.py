@@ -1,4 +1,9 @@
-"""What both transformers engines share: loading, prompts, per-request plans, warm-up."""
+"""What both transformers engines share: loading, prompts, per-request plans, warm-up.
+
+Imports no torch at module level: with ``--engine-process on`` the server process
+starts the engine process first and imports torch (for the tokenizer and the plans'
+validation) while the child imports it too, instead of one after the other.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,9 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
-from transformers import GenerationConfig
+from typing import TYPE_CHECKING, Any
 
 from target_server.busy import BusyMeter
 from target_server.engine import (
@@ -23,13 +25,20 @@ from target_server.engine import (
     TokenPiece,
 )
 from target_server.model import embedded, genconfig
-from target_server.model.loader import LoadedModel, load
-from target_server.model.sampling import Sampler, penalty_processors, seed_for
 from target_server.model.textstream import TextStream
+
+if TYPE_CHECKING:  # torch comes with the first request's plan or the model, not the import
+    from transformers import GenerationConfig
+
+    from target_server.model.loader import LoadedModel
 
 log = logging.getLogger("target_server.model")
 
 WARMUP_PROMPT = "Warm-up: 你好, world. def f(x): return x"
+#: continuous batching: batch size when --max-concurrency is 0 (unlimited at the server)
+DEFAULT_MAX_BATCH = 64
+#: continuous batching: concurrent warm-up requests (a few rows, so batched steps are warm too)
+WARMUP_REQUESTS = 4
 
 
 @dataclass
@@ -122,6 +131,8 @@ class ModelEngine:
 
     async def _load(self) -> LoadedModel:
         """The model this engine runs (loaded off the event loop)."""
+        from target_server.model.loader import load
+
         return await asyncio.to_thread(load, self.settings)
 
     def _start_backend(self) -> None:
@@ -152,6 +163,8 @@ class ModelEngine:
 
     def prepare_ids(self, request: GenerationRequest, ids: list[int]) -> PreparedRequest:
         """``prepare`` for a prompt that is already token ids (benchmarks)."""
+        from target_server.model.sampling import Sampler, penalty_processors, seed_for
+
         lm = self._loaded()
         param = "messages" if request.messages is not None else "prompt"
         if not ids:
@@ -220,10 +233,30 @@ class ModelEngine:
         }
         if self.lm is None or self.lm.device.type != "cuda":
             return out
+        import torch
+
         dev = self.lm.device
         out["gpu_memory_allocated_bytes"] = float(torch.cuda.memory_allocated(dev))
         out["gpu_memory_reserved_bytes"] = float(torch.cuda.memory_reserved(dev))
         return out
+
+
+@dataclass(eq=False)
+class Waiter:
+    """The asyncio side of one request of a continuous-batching engine."""
+
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    done: asyncio.Future[None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.done = self.loop.create_future()
+
+
+def check_no_beams(gc: Any) -> None:
+    """Continuous batching samples one sequence per request: beam search is refused."""
+    if (gc.num_beams or 1) > 1:
+        raise EngineInputError("beam search needs --batching none", param="num_beams")
 
 
 async def next_piece(pieces: asyncio.Queue[Any]) -> TokenPiece:

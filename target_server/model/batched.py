@@ -38,23 +38,28 @@ import torch
 from transformers.generation.logits_process import LogitsProcessorList
 
 from target_server.busy import BusyMeter
-from target_server.engine import EngineFault, EngineInputError, PreparedRequest, TokenPiece
+from target_server.engine import EngineFault, PreparedRequest, TokenPiece
 from target_server.model import genconfig
-from target_server.model.base import ModelEngine, PieceMaker, Plan, next_piece
+from target_server.model.base import (
+    DEFAULT_MAX_BATCH,
+    WARMUP_REQUESTS,
+    ModelEngine,
+    PieceMaker,
+    Plan,
+    Waiter,
+    check_no_beams,
+    next_piece,
+)
 from target_server.model.kvbatch import Prefill, SlotBatch, swap_remove_order
 from target_server.model.loader import LoadedModel
 from target_server.model.sampling import Sampler, choose_rows, penalty_processors
 
 log = logging.getLogger(__name__)
 
-#: batch size when --max-concurrency is 0 (unlimited at the server)
-DEFAULT_MAX_BATCH = 64
 #: prompt tokens prefilled per turn: a long prompt is spread over several decode
 #: steps instead of stalling every running stream for its whole prefill
 PREFILL_BUDGET_CPU = 512
 PREFILL_BUDGET_CUDA = 4096
-#: concurrent warm-up requests (a few rows, so batched steps are warm too)
-WARMUP_REQUESTS = 4
 
 
 @dataclass(eq=False)
@@ -62,7 +67,7 @@ class Row:
     """One request inside the decode loop."""
 
     plan: Plan
-    #: the engine's handle for the request (``_Waiter`` on a thread, a number in a child)
+    #: the engine's handle for the request (``Waiter`` on a thread, a number in a child)
     key: Any
     cancelled: bool = False
     # loop-side state
@@ -70,15 +75,6 @@ class Row:
     maker: PieceMaker | None = None
     sampler: Sampler | None = None
     procs: LogitsProcessorList | None = None
-
-
-@dataclass(eq=False)
-class _Waiter:
-    """The asyncio side of one request of the in-process engine."""
-
-    loop: asyncio.AbstractEventLoop
-    out: asyncio.Queue[Any]
-    done: asyncio.Future[None]
 
 
 class DecodeLoop:
@@ -337,7 +333,7 @@ class BatchedEngine(ModelEngine):
         if core is None or self._thread is None or not self._thread.is_alive():
             raise EngineFault("the decode loop is not running")
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(loop, asyncio.Queue(), loop.create_future())
+        waiter = Waiter(loop)
         row = Row(prepared.payload, waiter)
         self._active += 1
         self._put += 1
@@ -360,12 +356,6 @@ class BatchedEngine(ModelEngine):
 
     def _left(self, _done: object = None) -> None:
         self._active -= 1
-
-
-def check_no_beams(gc: Any) -> None:
-    """Continuous batching samples one sequence per request: beam search is refused."""
-    if (gc.num_beams or 1) > 1:
-        raise EngineInputError("beam search needs --batching none", param="num_beams")
 
 
 def prefill_groups(rows: list[Any], waste: float = 1.25) -> list[list[Any]]:

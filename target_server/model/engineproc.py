@@ -38,26 +38,25 @@ import queue
 import signal
 import sys
 import threading
-import time
-from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from target_server.busy import PublishedMeter, SharedMeter
+from target_server.busy import SharedMeter
 from target_server.engine import EngineFault, PreparedRequest, TokenPiece
 from target_server.model import genconfig
-from target_server.model.base import ModelEngine, next_piece
-from target_server.model.batched import (
+from target_server.model.base import (
     DEFAULT_MAX_BATCH,
     WARMUP_REQUESTS,
-    DecodeLoop,
-    Row,
-    _Waiter,
+    ModelEngine,
+    Waiter,
     check_no_beams,
+    next_piece,
 )
 from target_server.model.embedded import embedded_model_dir
-from target_server.model.loader import LoadedModel, ModelLoadError
+
+if TYPE_CHECKING:
+    from target_server.model.loader import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ class ProcessEngine(ModelEngine):
         self._proc: Any = None
         self._conn: Any = None
         self._shared: Any = None
-        self._waiters: dict[int, _Waiter] = {}
+        self._waiters: dict[int, Waiter] = {}
         self._next = 0
         self._put = 0
         self._active = 0
@@ -136,7 +135,11 @@ class ProcessEngine(ModelEngine):
         await super().start()
 
     async def _load(self) -> LoadedModel:
-        """Start the child (it loads the model) and load the tokenizer here meanwhile."""
+        """Start the child (it loads the model) and load the tokenizer here meanwhile.
+
+        The child starts before this process imports torch and transformers' tokenizer
+        (``base`` imports neither), so the two processes import them side by side.
+        """
         path = await asyncio.to_thread(_model_dir, self.settings)  # builds the embedded one once
         ctx = multiprocessing.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
@@ -151,13 +154,15 @@ class ProcessEngine(ModelEngine):
         self._proc.start()
         child_conn.close()
         self.pid = self._proc.pid
-        from transformers import AutoTokenizer
-
-        tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, path)
+        tokenizer = await asyncio.to_thread(_tokenizer, path)
         info = await asyncio.to_thread(self._first_message)
+        from target_server.model.loader import LoadedModel
+
         return LoadedModel(model=None, tokenizer=tokenizer, **info)
 
     def _first_message(self) -> dict[str, Any]:
+        from target_server.model.loader import ModelLoadError
+
         try:
             kind, body = self._conn.recv()
         except (EOFError, OSError):
@@ -210,7 +215,7 @@ class ProcessEngine(ModelEngine):
         loop = asyncio.get_running_loop()
         key = self._next
         self._next += 1
-        waiter = _Waiter(loop, asyncio.Queue(), loop.create_future())
+        waiter = Waiter(loop)
         self._waiters[key] = waiter
         if self.fault:  # died between the check and the registration: nobody will answer
             self._waiters.pop(key, None)
@@ -265,7 +270,7 @@ class ProcessEngine(ModelEngine):
             except (EOFError, OSError, ValueError):
                 break
             waiters = self._waiters
-            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Waiter, Any]]] = {}
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Waiter, Any]]] = {}
             for key, text, reason in pieces:
                 w = waiters.get(key)
                 if w is not None:
@@ -292,7 +297,7 @@ class ProcessEngine(ModelEngine):
 
     def _fail_all(self, reason: str) -> None:
         """Every request still waiting on the child ends with ``reason``."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Waiter, Any]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Waiter, Any]]] = {}
         waiters, self._waiters = self._waiters, {}
         for w in waiters.values():
             by_loop.setdefault(w.loop, []).extend([(w, RuntimeError(reason)), (w, None)])
@@ -301,7 +306,7 @@ class ProcessEngine(ModelEngine):
                 loop.call_soon_threadsafe(_dispatch, group)
 
 
-def _dispatch(group: list[tuple[_Waiter, Any]]) -> None:
+def _dispatch(group: list[tuple[Waiter, Any]]) -> None:
     """On the event loop: a piece or an error to its queue; ``None``: the child is done with it."""
     for w, item in group:
         if item is None:
@@ -315,115 +320,20 @@ def _model_dir(settings: Any) -> Path:
     return embedded_model_dir() if not settings.model else Path(settings.model).expanduser()
 
 
-# ---------------------------------------------------------------- the child process
+def _tokenizer(path: Path) -> Any:
+    from transformers import AutoTokenizer
 
-
-class _PipeLoop(DecodeLoop):
-    """The decode loop of the engine process: requests from the pipe, one message per flush."""
-
-    def __init__(self, lm: LoadedModel, max_batch: int, conn: Any, shared: Any):
-        super().__init__(lm, max_batch, PublishedMeter(shared))
-        self.conn, self.shared = conn, shared
-        self.cuda = lm.device.type == "cuda"
-        self.queued: deque[Row] = deque()
-        self.by_key: dict[int, Row] = {}
-        self.taken = 0
-        self.pieces: list[tuple[int, str, str | None]] = []
-        self.errors: list[tuple[int, str]] = []
-        self.done: list[int] = []
-
-    def _read(self, timeout: float) -> None:
-        try:
-            ready = self.conn.poll(timeout)
-            while ready:
-                msg = self.conn.recv()
-                if msg[0] == ADD:
-                    row = Row(msg[2], msg[1])
-                    self.by_key[msg[1]] = row
-                    self.queued.append(row)
-                elif msg[0] == CANCEL:
-                    gone = self.by_key.get(msg[1])
-                    if gone is not None:
-                        gone.cancelled = True
-                elif msg[0] == STOP:
-                    self.stopping = True
-                ready = self.conn.poll(0)
-        except (EOFError, OSError):  # the server process is gone
-            self.stopping = True
-
-    def take(self, free: int, block: bool) -> list[Row]:
-        self._read(0.1 if block else 0.0)
-        rows: list[Row] = []
-        while self.queued and len(rows) < free:
-            rows.append(self.queued.popleft())
-        self.taken += len(rows)
-        self.shared[TAKEN] = self.taken
-        return rows
-
-    def send(self, items: list[tuple[Row, Any]]) -> None:
-        for row, item in items:
-            if isinstance(item, BaseException):
-                self.errors.append((row.key, f"{type(item).__name__}: {item}"))
-            else:
-                self.pieces.append((row.key, item.text, item.finish_reason))
-
-    def finish(self, row: Row) -> None:
-        self.done.append(row.key)
-        self.by_key.pop(row.key, None)
-
-    def flush(self) -> None:
-        shared = self.shared
-        shared[PREFILLING] = self.prefilling()
-        shared[BATCH] = len(self.rows)
-        if self.cuda:
-            import torch
-
-            shared[GPU_ALLOC] = torch.cuda.memory_allocated(self.lm.device)
-            shared[GPU_RESERVED] = torch.cuda.memory_reserved(self.lm.device)
-        if self.pieces or self.errors or self.done:
-            msg = (self.pieces, self.errors, self.done)
-            self.pieces, self.errors, self.done = [], [], []
-            try:
-                self.conn.send(msg)
-            except (OSError, ValueError):
-                self.stopping = True
+    return AutoTokenizer.from_pretrained(path)
 
 
 def child_main(settings: Any, conn: Any, shared: Any) -> None:
-    """The engine process: load the model, say ready (or why not), run the loop until stopped."""
+    """The engine process's entry point (``enginechild.serve`` does the work)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops us
     logging.basicConfig(
         level=settings.log_level.upper(),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s[engine]: %(message)s",
     )
-    from target_server.model.kvbatch import check_full_attention
-    from target_server.model.loader import load
+    from target_server.model.enginechild import serve
 
-    try:
-        lm = load(settings)
-        check_full_attention(lm.model.config)
-    except Exception as exc:
-        log.debug("engine process: load failed", exc_info=True)
-        conn.send((FAILED, f"{type(exc).__name__}: {exc}"))
-        return
-    info = {
-        "name": lm.name,
-        "source": lm.source,
-        "embedded": lm.embedded,
-        "device": lm.device,
-        "dtype": lm.dtype,
-        "quantization": lm.quantization,
-        "params": lm.params,
-        "max_context": lm.max_context,
-        "eos_ids": lm.eos_ids,
-        "load_s": lm.load_s,
-        "cache_kwarg": lm.cache_kwarg,
-        "threads": lm.threads,
-        "generation_config": lm.generation_config,
-    }
-    conn.send((READY, info))
-    loop = _PipeLoop(lm, settings.max_concurrency or DEFAULT_MAX_BATCH, conn, shared)
-    t0 = time.perf_counter()
-    loop.run()
-    log.debug("engine process: loop ended after %.1fs", time.perf_counter() - t0)
+    serve(settings, conn, shared)
