@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,37 @@ def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+#: every scalar field ``_check`` wants a number (or None) in
+_SCALARS = attrgetter(
+    *_NUMBERS, "output_tokens", "usage_output_tokens", "client_output_tokens", "turn"
+)
+_NUMBER_TYPES = frozenset((int, float))
+_SCALAR_TYPES = frozenset((int, float, type(None)))
+_LABELS = attrgetter("phase", "scenario", "mode", "status")
+
+
 def _check(r: RequestRecord) -> None:
-    """``ValueError`` when a decoded record has the wrong types (a corrupt line)."""
+    """``ValueError`` when a decoded record has the wrong types (a corrupt line).
+
+    A run holds up to millions of records: the exact builtin types JSON decodes to
+    are checked first, in C (``set(map(type, ...))``); only a record that fails that
+    goes through ``_check_each``, which names the field (or passes a subclass).
+    """
+    if (
+        type(r.itl_s) is list
+        and type(r.tokens_per_event) is list
+        and type(r.started_at) in _NUMBER_TYPES
+        and set(map(type, _SCALARS(r))) <= _SCALAR_TYPES
+        and set(map(type, _LABELS(r))) == {str}
+        and set(map(type, r.itl_s)) <= _NUMBER_TYPES
+        and set(map(type, r.tokens_per_event)) <= _NUMBER_TYPES
+    ):
+        return
+    _check_each(r)
+
+
+def _check_each(r: RequestRecord) -> None:
+    """``_check`` field by field: raises naming the first field of the wrong type."""
     for name in _NUMBERS:
         v = getattr(r, name)
         if v is not None and not _is_number(v):

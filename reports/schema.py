@@ -33,6 +33,21 @@ SCHEMA = 1
 PERCENTILES = (50, 90, 95, 99)
 
 
+def finite_sorted(values: Iterable[float | None], scale: float = 1.0) -> list[float]:
+    """The non-null finite values, each multiplied by ``scale``, sorted.
+
+    Fast for a run's millions of gaps: the scaled values are taken in one list
+    comprehension and their sum tells whether every one is finite (an inf or NaN
+    makes it non-finite); only when it is not are they filtered value by value.
+    """
+    values = list(values)
+    xs = [v * scale for v in values if v is not None]
+    if not math.isfinite(sum(xs)):
+        xs = [v * scale for v in values if v is not None and math.isfinite(v)]
+    xs.sort()
+    return xs
+
+
 @dataclass(frozen=True, slots=True)
 class MetricStats:
     """``n p50 p90 p95 p99 mean max`` of one distribution (None when it has no values)."""
@@ -48,7 +63,7 @@ class MetricStats:
     @classmethod
     def of(cls, values: Iterable[float | None], scale: float = 1.0) -> MetricStats:
         """The statistics of the non-null finite values, each multiplied by ``scale``."""
-        xs = sorted(v * scale for v in values if v is not None and math.isfinite(v))
+        xs = finite_sorted(values, scale)
         if not xs:
             return cls()
         p50, p90, p95, p99 = (percentile(xs, p) for p in PERCENTILES)

@@ -8,6 +8,7 @@ interpolation between closest ranks, numpy's default, Hyndman & Fan type 7).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
 
 from loadtests.percentile import PERCENTILE_METHOD as PERCENTILE_METHOD
@@ -40,9 +41,14 @@ def histogram(values: Sequence[float], bins: int = 40) -> tuple[list[float], lis
         mid = (lo + hi) / 2
         lo, hi = mid - 0.1 * abs(mid) - 1e-9, mid + 0.1 * abs(mid) + 1e-9
     width = (hi - lo) / bins
-    counts = [0] * bins
-    for x in xs:
-        counts[max(0, min(int((x - lo) / width), bins - 1))] += 1
+
+    def bin_of(x: float) -> int:
+        return max(0, min(int((x - lo) / width), bins - 1))
+
+    # bin_of never decreases along the sorted values: each bin's first index is a
+    # binary search (the same counts as binning value by value, in 40 log2(n) steps)
+    firsts = [bisect_left(xs, k, key=bin_of) for k in range(bins)] + [len(xs)]
+    counts = [firsts[k + 1] - firsts[k] for k in range(bins)]
     edges = [lo + i * width for i in range(bins + 1)]
     return edges, counts
 

@@ -137,11 +137,14 @@ def phase_with_scenarios(
 ) -> PhaseStats:
     """``phase_stats`` of a phase's records with each scenario's (the live web UI shows these)."""
     stats = phase_stats(records, duration_s, slo, client_counts_events)
+    names = list(dict.fromkeys(r.scenario for r in records))
+    if len(names) == 1:  # one scenario (a dataset, a single prompt file): the same statistics
+        return replace(stats, scenarios={names[0]: stats})
     scenarios = {
         scen: phase_stats(
             [r for r in records if r.scenario == scen], duration_s, slo, client_counts_events
         )
-        for scen in dict.fromkeys(r.scenario for r in records)
+        for scen in names
     }
     return replace(stats, scenarios=scenarios)
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from loadtests.record import RequestRecord
-from reports.schema import Summary
+from reports.schema import Summary, finite_sorted
 from reports.stats import percentile
 
 #: vLLM's default ``--metric-percentiles`` is 99; the others are there for free
@@ -47,7 +47,7 @@ def vllm_tpot_s(r: RequestRecord) -> float | None:
 
 
 def _stats(name: str, values: Iterable[float | None], out: dict[str, Any]) -> None:
-    xs = sorted(v * MS for v in values if v is not None and math.isfinite(v))
+    xs = finite_sorted(values, MS)
     if not xs:
         out.update({f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None})
         out.update({f"p{p}_{name}_ms": None for p in PERCENTILES})

@@ -70,11 +70,22 @@ def test_compare_html_is_self_contained(run_factory: Callable[..., Path]) -> Non
 
 def test_wrongly_typed_lines_are_corrupt(tmp_path: Path) -> None:
     good = make_records("stream", "stream", 4, t_start=T)
-    bad = dict(good[0].to_dict(), ttft_s="fast")
-    bad2 = dict(good[0].to_dict(), itl_s=[0.1, None])
-    run = write_run(tmp_path / "t", good, extra_lines=[json.dumps(bad), json.dumps(bad2)])
+    wrong = [
+        {"ttft_s": "fast"},
+        {"itl_s": [0.1, None]},
+        {"itl_s": {"0": 0.1}},
+        {"tokens_per_event": [1, "2"]},
+        {"started_at": None},
+        {"phase": 3},
+        {"status": None},
+        {"output_tokens": True},
+        {"turn": "1"},
+    ]
+    lines = [json.dumps(dict(good[0].to_dict(), **w)) for w in wrong]
+    lines.append(json.dumps(dict(good[1].to_dict(), output_tokens=None, turn=2.0)))  # fine
+    run = write_run(tmp_path / "t", good, extra_lines=lines)
     loaded = load_run(run)
-    assert len(loaded.records) == 4 and loaded.corrupt_lines == [5, 6]
+    assert len(loaded.records) == 5 and loaded.corrupt_lines == list(range(5, 5 + len(wrong)))
 
 
 def test_import_reports_is_cheap() -> None:

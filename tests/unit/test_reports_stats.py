@@ -94,6 +94,42 @@ def test_histogram_counts_every_value() -> None:
     assert sum(flat) == 50
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.none()
+        | st.floats(-1e12, 1e12)
+        | st.sampled_from([math.nan, math.inf, -math.inf])
+        | st.integers(-(10**6), 10**6),
+        max_size=60,
+    ),
+    st.sampled_from([1.0, 1000.0]),
+)
+def test_metric_stats_are_those_of_the_finite_values(values: list, scale: float) -> None:
+    """The fast path (all finite, told by their sum) and the value-by-value filter agree."""
+    xs = sorted(v * scale for v in values if v is not None and math.isfinite(v))
+    d = MetricStats.of(values, scale)
+    assert d.n == len(xs)
+    if xs:
+        assert (d.p50, d.max, d.mean) == (percentile(xs, 50), xs[-1], math.fsum(xs) / len(xs))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=80)
+    | st.lists(st.sampled_from([0.5, 1.0, 2.5, 40.0]), min_size=1, max_size=80),
+    st.sampled_from([1, 3, 40]),
+)
+def test_histogram_bins_as_value_by_value(values: list[float], bins: int) -> None:
+    """The binary search over the sorted values counts what binning each value would."""
+    edges, counts = histogram(values, bins)
+    lo, width = edges[0], (edges[-1] - edges[0]) / bins
+    by_value = [0] * bins
+    for x in values:
+        by_value[max(0, min(int((x - lo) / width), bins - 1))] += 1
+    assert counts == by_value
+
+
 def test_downsample_and_bins() -> None:
     items = list(range(1000))
     ds = downsample(items, 100)
