@@ -27,6 +27,15 @@ started (headers and the role delta are sent at once, like vLLM), so an
 exception raised while iterating becomes an SSE error event and the stream ends
 without ``[DONE]``; a non-streaming request still gets a 500.
 
+Timetables (optional; the synthetic engine): an engine whose every token's due
+time is known in advance may also offer ``timetable(prepared)`` — the same
+checks as ``generate``, returning a plain iterator of ``(deadline, piece)``
+pairs (``perf_counter`` times, the first never to go out early) — and a
+``pacer`` (``target_server.pacer.Pacer``).  The server then streams such a
+request from the pacer's ticks, writing each piece straight to the connection
+without waking the request's task (``target_server.generation``), and
+``close()``s the iterator when the request ends or is cancelled.
+
 Faults (synthetic engine only): an engine may yield a
 ``TokenPiece`` whose ``fault`` is set mid-stream; the server then acts it out
 (``"disconnect"``: drop the connection; ``"malformed"``: write one broken SSE
