@@ -116,7 +116,11 @@ async def measure(batching: str, lm: Any, args: argparse.Namespace) -> dict[str,
     from target_server.model import build
     from target_server.settings import Settings
 
-    engine: Any = build(Settings(engine="transformers", batching=batching, max_concurrency=64))
+    # the model is loaded here already: the continuous loop runs on a thread of this process
+    settings = Settings(
+        engine="transformers", batching=batching, max_concurrency=64, engine_process="off"
+    )
+    engine: Any = build(settings)
     await engine.start(lm)
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(1000, 100000, (args.prompt,), generator=g).tolist()

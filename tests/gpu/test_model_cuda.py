@@ -18,9 +18,18 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("batching", ["none", "continuous"])
-def test_engine_runs_on_cuda_and_reports_memory(embedded_model: Path, batching: str) -> None:
-    engine = build(Settings(engine="transformers", batching=batching, device="cuda"))
+@pytest.mark.parametrize(
+    ("batching", "engine_process"), [("none", "on"), ("continuous", "on"), ("continuous", "off")]
+)
+def test_engine_runs_on_cuda_and_reports_memory(
+    embedded_model: Path, batching: str, engine_process: str
+) -> None:
+    # continuous + on: the model and its CUDA memory live in the engine process, and the
+    # gauges below come from what it publishes
+    settings = Settings(
+        engine="transformers", batching=batching, device="cuda", engine_process=engine_process
+    )
+    engine = build(settings)
 
     async def scenario() -> list[int]:
         await engine.start()
