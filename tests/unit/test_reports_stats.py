@@ -65,7 +65,7 @@ def test_percentile_rejects_bad_input() -> None:
         percentile([1.0], 101)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=60),
     st.floats(0, 100),
@@ -94,7 +94,7 @@ def test_histogram_counts_every_value() -> None:
     assert sum(flat) == 50
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.none()
@@ -114,7 +114,7 @@ def test_metric_stats_are_those_of_the_finite_values(values: list, scale: float)
         assert (d.p50, d.max, d.mean) == (percentile(xs, 50), xs[-1], math.fsum(xs) / len(xs))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=80)
     | st.lists(st.sampled_from([0.5, 1.0, 2.5, 40.0]), min_size=1, max_size=80),
