@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -96,8 +97,12 @@ def test_web_ui_counts_once_and_shows_the_reports_figures(
         assert rows[0]["ttft50"] in dom.stdout
         shutil.copy(shot, tmp_path / shot.name)
     finally:
+        # what the cooldown held still has been looked at: Ctrl-C ends the run there (the
+        # sync phase after it is only what makes a cooldown), files and report still written
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=90)
-    assert proc.returncode == 0, stderr
+    assert proc.returncode in (0, 130), stderr  # 130: interrupted in the cooldown, as asked
 
     # the figures the tab showed are the report's, exactly (same function, same records)
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
