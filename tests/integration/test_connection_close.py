@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import shutil
 import socket
 import ssl
@@ -104,7 +105,8 @@ def test_close_delimited_streams_are_read_as_they_arrive(close_server: CloseServ
         assert rec.ttft_s is not None and rec.e2e_s is not None
         # the first token came long before the end: not buffered to the close
         assert FIRST_S <= rec.ttft_s < rec.e2e_s - 0.5 * (TOKENS - 1) * GAP_S
-        assert len(rec.itl_s) == TOKENS - 1 and min(rec.itl_s) >= 0.5 * GAP_S
+        # gaps as sent (the median: one late read on a busy machine shortens the gap after it)
+        assert len(rec.itl_s) == TOKENS - 1 and statistics.median(rec.itl_s) >= 0.5 * GAP_S
 
 
 def test_each_request_leaves_in_one_send(close_server: CloseServer) -> None:
