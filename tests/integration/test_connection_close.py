@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 import shutil
 import socket
 import ssl
+import statistics
 import subprocess
 import threading
 import time
