@@ -6,7 +6,8 @@ interleaved (on, off, on, off, ...) so both see the same machine:
 
 * startup: launch until ``/health`` answers 200 (load + warm-up), each started alone;
 * 20 streams started together, 256 tokens each (``bench.model.users``): aggregate
-  tokens/s and the decode turn it implies (20 rows / (tokens/s / 20)), with the
+  tokens/s, the decode turn it implies (20 rows / (tokens/s / 20)) and the CPU the
+  server and its engine process spent per token, with the
   server's event loop busy writing those 20 streams — the case where the loop and
   a decode *thread* share one GIL.
 
@@ -22,6 +23,8 @@ import os
 import statistics
 import time
 
+import psutil
+
 from bench.calibration import current as calibration
 from bench.mdsection import ROOT, write_section
 from bench.model import users
@@ -29,6 +32,13 @@ from target_server.launch import ServerProcess, launch
 
 ENGINES_DOC = ROOT / "docs" / "engines.md"
 MODES = ("on", "off")
+
+
+def cpu_s(server: ServerProcess) -> float:
+    """CPU seconds used so far by the server process and its engine process."""
+    proc = psutil.Process(server.proc.pid)
+    times = [p.cpu_times() for p in (proc, *proc.children(recursive=True))]
+    return sum(t.user + t.system for t in times)
 
 
 def serve(mode: str) -> tuple[ServerProcess, float]:
@@ -52,14 +62,19 @@ def main(argv: list[str] | None = None) -> int:
     servers: dict[str, ServerProcess] = {}
     startup: dict[str, float] = {}
     agg: dict[str, list[float]] = {m: [] for m in MODES}
+    cpu: dict[str, list[float]] = {m: [] for m in MODES}  # server + engine CPU ms per token
     try:
         for mode in MODES:
             servers[mode], startup[mode] = serve(mode)
         for _ in range(args.repeats):
             for mode in MODES:
+                c0 = cpu_s(servers[mode])
                 many, wall = asyncio.run(users(servers[mode].url, args.users, 1, args.tokens))
-                agg[mode].append(sum(r.tokens for r in many) / wall)
-                print(f"{mode}: {agg[mode][-1]:.0f} tok/s", flush=True)
+                tokens = sum(r.tokens for r in many)
+                agg[mode].append(tokens / wall)
+                cpu[mode].append(1000 * (cpu_s(servers[mode]) - c0) / tokens)
+                print(f"{mode}: {agg[mode][-1]:.0f} tok/s, {cpu[mode][-1]:.2f} CPU ms/token",
+                      flush=True)  # fmt: skip
     finally:
         for server in servers.values():
             server.stop(timeout=30)
@@ -69,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         med = statistics.median(agg[mode])
         step_ms = 1000 * args.users / med
         runs = ", ".join(f"{x:,.0f}" for x in agg[mode])
+        cpu_ms = statistics.median(cpu[mode])
         rows.append(
-            f"| {mode} | {startup[mode]:.1f} s | {med:,.0f} ({runs}) | {step_ms:.1f} ms |"
+            f"| {mode} | {startup[mode]:.1f} s | {med:,.0f} ({runs}) | {step_ms:.1f} ms "
+            f"| {cpu_ms:.2f} ms |"
         )
     ratio = statistics.median(agg["on"]) / statistics.median(agg["off"])
     body = "\n".join([
@@ -78,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         f"load average {load0:.1f} -> {load1:.1f} (1 min) during the run.",
         "",
         f"| `--engine-process` | startup to healthy | {args.users} streams x {args.tokens} "
-        "tokens: aggregate tokens/s, median (rounds) | decode turn implied |",
-        "|---|---|---|---|",
+        "tokens: aggregate tokens/s, median (rounds) | decode turn implied "
+        "| server + engine CPU per token |",
+        "|---|---|---|---|---|",
         *rows,
         "",
         f"In its own process the loop ran **{ratio:.2f}x** the tokens/s of the loop on a "

@@ -8,14 +8,16 @@ config: the engines cut them from the text themselves (``textstream``).
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from pathlib import Path
-from typing import Any
-
-from transformers import GenerationConfig
+from typing import TYPE_CHECKING, Any
 
 from target_server.engine import EngineInputError, GenerationRequest
+
+if TYPE_CHECKING:  # transformers on first use: the engine process starts before it loads
+    from transformers import GenerationConfig
 
 #: OpenAI-style penalties that are not GenerationConfig fields; ``sampling`` applies them
 OPENAI_PENALTIES = ("presence_penalty", "frequency_penalty")
@@ -41,7 +43,13 @@ CONTINUOUS_FIELDS = frozenset(
 )
 #: fields that only matter when sampling
 SAMPLING_ONLY = ("temperature", "top_p", "top_k", "min_p", "typical_p")
-_KNOWN = frozenset(GenerationConfig().to_dict()) | {"stop_strings"}
+
+
+@functools.cache
+def _known() -> frozenset[str]:
+    from transformers import GenerationConfig
+
+    return frozenset(GenerationConfig().to_dict()) | {"stop_strings"}
 
 
 def load_generation_file(path: str | None) -> dict[str, Any]:
@@ -54,9 +62,11 @@ def load_generation_file(path: str | None) -> dict[str, Any]:
         raise ValueError(f"--generation-config {path}: {exc}") from None
     if not isinstance(fields, dict):
         raise ValueError(f"--generation-config {path}: expected a JSON object")
-    unknown = sorted(set(fields) - _KNOWN - set(OPENAI_PENALTIES))
+    unknown = sorted(set(fields) - _known() - set(OPENAI_PENALTIES))
     if unknown:
         raise ValueError(f"--generation-config {path}: unknown GenerationConfig fields {unknown}")
+    from transformers import GenerationConfig
+
     _build(
         GenerationConfig(),
         {k: v for k, v in fields.items() if k not in OPENAI_PENALTIES},
@@ -105,6 +115,8 @@ def resolve(
 
 def _build(base: GenerationConfig, fields: dict[str, Any], error: type[Exception]) -> Any:
     """``base`` updated with ``fields``, validated; ``error`` on a bad value."""
+    from transformers import GenerationConfig
+
     merged = {**base.to_dict(), **fields}
     if not merged.get("do_sample"):  # greedy: sampling-only fields would only draw warnings
         merged.update(dict.fromkeys(SAMPLING_ONLY))
