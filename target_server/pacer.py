@@ -13,11 +13,13 @@ its connection) costs no task wake-up at all.
 
 A deadline goes to the nearest tick (a series of them keeps its mean); with
 ``exact=True`` (a first token: TTFT is never below the configured one) to the
-next step at or after it of a grid ten times finer (``EXACT_STEPS``: first tokens
-are few, ~25 a second at 1,000 streams, so they need little sharing and should not
-wait up to a whole tick), on timers that never run before their time: one that
-fired early (uvloop's millisecond timers can, by up to ~1 ms) is re-armed for the
-rest — a short spin, paid only by first tokens.
+next step at or after it of a grid ten times finer (``EXACT_STEPS``: one first
+token per request, ~500 a second at 1,000 streams of 2 s requests against ~20,000
+later ones, so they share few timers anyway and should not wait up to a whole
+tick), on timers that never run before their time: one that fired early (uvloop's
+millisecond timers can, by up to ~1 ms) is re-armed for the rest — a short spin
+(measured idle: ~70 µs of CPU per first token, whatever the grid), paid only by
+first tokens.
 """
 
 from __future__ import annotations
