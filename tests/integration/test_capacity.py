@@ -24,7 +24,7 @@ def test_search_lands_on_the_hand_computed_capacity(start_server_proc, tmp_path:
     out = tmp_path / "cap"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--users",
+            sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--users", "2",
             "--slo", "tpot_p50=85ms", "--confidence", "0.9", "--step-requests", "40",
             "--min-step", "1s", "--warmup", "2s", "--budget", "120s",
             "--max-tokens", "6", "--ignore-eos", "--seed", "3", "--out", str(out),
@@ -83,7 +83,7 @@ def test_open_loop_search_finds_the_rate_where_concurrency_runs_away(
     out = tmp_path / "cap-open"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--rate", "4",
+            sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--rate", "8",
             "--arrival", "constant", "--slo", "tpot_p50=85ms", "--confidence", "0.9",
             "--step-requests", "40", "--min-step", "2s", "--warmup", "2s", "--budget", "120s",
             "--max-tokens", "6", "--ignore-eos", "--seed", "3", "--out", str(out),
