@@ -6,6 +6,8 @@ import dataclasses
 import json
 from typing import Any
 
+import orjson
+
 from loadtests.adapters.base import EventInfo, HttpCall, Prompt
 from loadtests.record import Mode
 
@@ -16,9 +18,13 @@ OPTION_KEYS = frozenset(
 _DONE = EventInfo(done=True)
 _EMPTY = EventInfo()
 _decode_str = json.JSONDecoder().decode  # json.loads minus its per-call type checks
+#: the content-only fast path's decoder (~3x json's); see ``parse_sse``
+_fast_loads = orjson.loads
 #: content-only events, memoised by text (tokens repeat; EventInfo is immutable)
 _PLAIN: dict[str, EventInfo] = {}
 _PLAIN_MAX = 8192
+#: what the fast path may meet on data it leaves to the full path
+_FAST_MISSES = (ValueError, TypeError, KeyError, AttributeError, IndexError)
 
 
 def apply_options(body: dict[str, Any], options: dict[str, Any]) -> dict[str, str]:
@@ -83,6 +89,16 @@ def server_timings(obj: dict[str, Any]) -> dict[str, float] | None:
     return {k: float(v) for k, v in x.items() if isinstance(v, int | float)}
 
 
+def _plain(content: str) -> EventInfo:
+    """The ``EventInfo`` of a chunk that carries only ``content`` (memoised)."""
+    info = _PLAIN.get(content)
+    if info is None:
+        if len(_PLAIN) >= _PLAIN_MAX:
+            _PLAIN.clear()
+        info = _PLAIN[content] = EventInfo(content=content)
+    return info
+
+
 def info_from(
     obj: dict[str, Any], content: str, reasoning: bool, finish_reason: str | None
 ) -> EventInfo:
@@ -94,14 +110,7 @@ def info_from(
         prompt_tokens = usage.get("prompt_tokens")
     server = server_timings(obj) if "x_llmload" in obj else None
     if out_tokens is None and not server and not finish_reason and not reasoning:
-        if not content:
-            return _EMPTY
-        info = _PLAIN.get(content)
-        if info is None:
-            if len(_PLAIN) >= _PLAIN_MAX:
-                _PLAIN.clear()
-            info = _PLAIN[content] = EventInfo(content=content)
-        return info
+        return _plain(content) if content else _EMPTY
     return EventInfo(
         content=content,
         reasoning=reasoning,
@@ -113,9 +122,39 @@ def info_from(
 
 
 def parse_sse(event: str | None, data: str, content_of: Any) -> EventInfo:
-    """Common ``parse_event``: ``[DONE]``, error objects, then ``content_of(choice)``."""
+    """Common ``parse_event``: ``[DONE]``, error objects, then ``content_of(choice)``.
+
+    Fast path first: the usual chunk carries text and nothing else the record
+    reads (no usage, finish_reason, server timings or error).  It is decoded
+    with orjson and, when it is such a chunk, its text returned straight away.
+    Anything else — another shape, or JSON orjson reads differently from
+    ``json`` (integers past 64 bits become floats, NaN/Infinity and lone
+    surrogates are errors) — is decoded again by ``json`` and read by the full
+    path below, so every value the record keeps comes from ``json.loads`` as
+    before; text strings are the same from both decoders.
+    """
     if data == "[DONE]":
         return _DONE
+    if event is None:
+        try:
+            obj = _fast_loads(data)
+            if (
+                type(obj) is dict
+                and not obj.get("error")
+                and obj.get("usage") is None
+                and obj.get("x_llmload") is None
+                and obj.get("object") != "error"
+            ):
+                choices = obj.get("choices")
+                if type(choices) is list and choices:
+                    choice = choices[0]
+                    if type(choice) is dict and choice.get("finish_reason") is None:
+                        content, reasoning = content_of(choice)
+                        if reasoning:
+                            return EventInfo(content=content, reasoning=True)
+                        return _plain(content) if content else _EMPTY
+        except _FAST_MISSES:
+            pass
     if event == "error":  # some gateways name their error events
         try:
             obj = json.loads(data)
