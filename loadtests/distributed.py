@@ -40,6 +40,7 @@ from locust.env import Environment
 from locust.runners import STATE_MISSING
 
 from loadtests.context import UsageError, build_context, connect_target
+from loadtests.fit import ContextFit
 from loadtests.health import HealthSampler
 from loadtests.hub import RecordHub
 from loadtests.phases import Phase
@@ -125,6 +126,8 @@ class MasterDriver:
         self.open: dict[str, dict[str, dict[str, Any]]] = {}
         self.started: dict[tuple[str, str], int] = {}  # (worker, phase) -> starts
         self.pids: dict[str, int] = {}  # worker name -> process id (from llmload_ready)
+        #: per worker: its context-fit counts as of its last acknowledged phase
+        self.fit_counts: dict[str, dict[str, int]] = {}
         #: workers lost mid-run: {"worker", "phase", "at", "lost_requests", "reason"}
         self.lost_workers: list[dict[str, Any]] = []
         self.phase: Phase | None = None
@@ -234,6 +237,17 @@ class MasterDriver:
 
     def _on_flushed(self, environment: Any, msg: Any) -> None:
         self.acks.setdefault(msg.data["phase"], {})[msg.data["worker"]] = msg.data["issued"]
+        if msg.data.get("fit") is not None:
+            self.fit_counts[msg.data["worker"]] = msg.data["fit"]
+
+    def add_fit_counts(self, fit: ContextFit) -> None:
+        """Add to the master's ``fit`` what the workers trimmed and skipped.
+
+        The users, and so the prompts fitted to the context, are on the workers:
+        each sends its counts so far with every phase's acknowledgement.
+        """
+        for counts in self.fit_counts.values():
+            fit.add(counts)
 
     # -- Driver ------------------------------------------------------------------
 
@@ -368,6 +382,8 @@ class WorkerState:
         fwd.flush()
         issued = ctx.issued.get(ctx.phase.name, 0)
         data = {"worker": self.name, "phase": ctx.phase.name, "issued": issued}
+        if ctx.fit is not None:  # the run's counts so far of prompts trimmed or skipped here
+            data["fit"] = ctx.fit.counts()
         self.runner.send_message("llmload_flushed", data)
         environment.stop_timeout = 0  # locust sleeps stop_timeout after stopping; nothing is left
 

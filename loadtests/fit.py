@@ -101,6 +101,16 @@ class ContextFit:
         min_tokens = prompt.min_tokens if prompt.min_tokens and prompt.min_tokens <= room else None
         return dataclasses.replace(prompt, max_tokens=room, min_tokens=min_tokens)
 
+    def counts(self) -> dict[str, int]:
+        """What it did so far (a distributed worker sends these to the master)."""
+        return {"checked": self.checked, "trimmed": self.trimmed, "skipped": self.skipped}
+
+    def add(self, counts: dict[str, int]) -> None:
+        """Add another process's ``counts()`` to these."""
+        self.checked += int(counts.get("checked", 0))
+        self.trimmed += int(counts.get("trimmed", 0))
+        self.skipped += int(counts.get("skipped", 0))
+
     def describe(self) -> dict[str, Any]:
         """What ``run.json`` records (``context_fit``)."""
         return {

@@ -180,12 +180,13 @@ def run(
     session.after_phase.append(lambda phase: save_locust_stats(env, out_dir, phase))
     session.install_signals()
     driver: Driver
+    master: MasterDriver | None = None
     sampler = None
     outcome = "failed"
     print(f"llmload: {target.base_url} model {model} -> {out_dir}", file=sys.stderr, flush=True)
     try:
         if distributed:
-            driver = MasterDriver(env, opts, hub, model, session)
+            driver = master = MasterDriver(env, opts, hub, model, session)
             sampler = _health(hub, None, "master")
         else:
             ctx.watch(env)
@@ -227,9 +228,9 @@ def run(
             sampler.stop()
         if phases is not None:
             writer.update(**phases.info())
-        if ctx.fit is not None and distributed:  # the users, and so the counts, are on workers
-            writer.update(context_fit={"context_limit": ctx.fit.limit, "counted": "on workers"})
-        elif ctx.fit is not None:
+        if ctx.fit is not None and master is not None:  # the users, so the counts, are on workers
+            master.add_fit_counts(ctx.fit)
+        if ctx.fit is not None:
             writer.update(context_fit=ctx.fit.describe())
             if line := ctx.fit.summary_line():
                 print(f"note: {line}", file=sys.stderr, flush=True)

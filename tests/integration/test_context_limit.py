@@ -149,17 +149,22 @@ def test_default_mix_never_fails_by_design(
     assert "target context length: 1100 tokens" in stderr
 
 
+@pytest.mark.parametrize("where", ["local", "workers"])
 def test_a_run_where_no_prompt_fits_fails_and_says_why(
-    vllm: tuple[str, FastAPI], tmp_path: Path
+    vllm: tuple[str, FastAPI], tmp_path: Path, where: str
 ) -> None:
+    """With ``--workers`` the prompts are fitted on the workers: their counts reach the master."""
     url, app = vllm
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"prompt": "长" * 2000, "max_tokens": 64}) + "\n")
+    users = ("--users", "1") if where == "local" else ("--users", "2", "--workers", "2")
     cmd = [sys.executable, "-m", "loadtests", "run", "--out", str(tmp_path / "run"),
-           "--target", url, "--modes", "stream", "--users", "1", "--duration", "1s",
+           "--target", url, "--modes", "stream", *users, "--duration", "1s",
            "--dataset", str(data), "--status-interval", "60"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "no prompt fits the target's context length (1100 tokens)" in proc.stderr
     run = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert run["status"] == "failed" and run["context_fit"]["skipped"] > 0
+    fit = run["context_fit"]
+    assert run["status"] == "failed" and fit["skipped"] == fit["checked"] > 0, fit
+    assert fit["context_limit"] == 1100 and fit["trimmed"] == 0
