@@ -2,8 +2,9 @@
 
 The bundled server (default: the embedded model, ``--engine transformers``,
 continuous batching) runs in this process on a uvicorn thread, so its asyncio
-tasks can be counted; ``python -m loadtests run`` (20 users, streaming) runs
-as a subprocess.  Every ``--every`` seconds both processes are sampled: RSS,
+tasks can be counted; its decode loop runs in the engine process
+(``--engine-process on``); ``python -m loadtests run`` (20 users, streaming) runs
+as a subprocess.  Every ``--every`` seconds each process is sampled: RSS,
 threads, open file descriptors (and the server's asyncio tasks and busy
 slots).  The first sample after ``--settle`` is "start", the last one before
 the load stops is "end"; a least-squares slope of RSS over that span says
@@ -14,6 +15,7 @@ RELIABILITY.md, labelled with the duration that really ran.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -40,6 +42,8 @@ class Sample:
     t: float
     server: dict[str, float]
     loadgen: dict[str, float] | None
+    #: the engine process (``--engine-process on``): the model, KV cache and decode loop
+    engine: dict[str, float] | None = None
 
 
 def start_server(engine: str, extra: list[str]) -> ThreadedServer:
@@ -91,6 +95,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     samples: list[Sample] = []
     gen = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     gen_ps = psutil.Process(gen.pid)
+    engine_pid = getattr(server.engine, "pid", None)
+    engine_ps = psutil.Process(engine_pid) if engine_pid else None
     try:
         while gen.poll() is None and state.admission.running == 0:  # the CLI is starting up
             time.sleep(0.05)
@@ -103,7 +109,11 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
                 lg: dict[str, float] | None = process_stats(gen_ps)
             except psutil.Error:
                 lg = None
-            samples.append(Sample(time.monotonic() - began, srv, lg))
+            eng: dict[str, float] | None = None
+            if engine_ps is not None:
+                with contextlib.suppress(psutil.Error):
+                    eng = process_stats(engine_ps)
+            samples.append(Sample(time.monotonic() - began, srv, lg, eng))
         stdout, stderr = gen.communicate(timeout=60)
         time.sleep(2.0)  # let the last connections close
         after = {**process_stats(me), "tasks": float(server.tasks()),
@@ -157,7 +167,8 @@ def render(res: dict[str, Any], where: str) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     b, a = res["before"], res["after"]
-    for side in ("server", "loadgen"):
+    names = {"server": "server", "engine": "engine process", "loadgen": "load generator"}
+    for side in ("server", "engine", "loadgen"):
         first, last = getattr(start, side), getattr(end, side)
         if first is None or last is None:
             continue
@@ -169,7 +180,7 @@ def render(res: dict[str, Any], where: str) -> str:
             idle = (_fmt(b[key], key), _fmt(a[key], key)) if side == "server" else ("—", "—")
             h1, h2 = halves([v for _, v in pts])
             lines.append(
-                f"| {'server' if side == 'server' else 'load generator'} | {label} | {idle[0]} | "
+                f"| {names[side]} | {label} | {idle[0]} | "
                 f"{_fmt(first[key], key)} | {_fmt(last[key], key)} | "
                 f"{last[key] - first[key]:+.1f} | {_fmt(h1, key)} → {_fmt(h2, key)} | "
                 f"{slope_per_min(pts):+.2f} / min | {idle[1]} |"
