@@ -56,6 +56,19 @@ def test_prompts_that_leave_no_room_are_skipped_and_counted() -> None:
     assert line is not None and "2 of 3 prompts skipped" in line and "estimate" in line
 
 
+def test_workers_counts_add_up_on_the_master() -> None:
+    """A distributed master's fit counts nothing itself: it adds each worker's ``counts()``."""
+    workers = [ContextFit(2048), ContextFit(2048)]
+    workers[0].fit(_prompt("长" * 2100))
+    workers[1].fit(_prompt("hi"))
+    workers[1].fit(_prompt("hi", 2040))
+    master = ContextFit(2048)
+    for w in workers:
+        master.add(w.counts())
+    assert (master.checked, master.trimmed, master.skipped) == (3, 1, 1)
+    assert master.describe()["checked"] == 3
+
+
 def test_context_length_from_v1_models() -> None:
     vllm = {"data": [{"id": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": 2048}]}
     assert context_length(vllm, "Qwen/Qwen2.5-7B-Instruct") == 2048
