@@ -321,7 +321,7 @@ class RunOptions:
                 raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
         if self.workers < 0:
             raise ValueError("--workers must be >= 0")
-        shards = self.workers or (self.expect_workers if self.master else 1)
+        shards = self.distributed.expected if self.distributed.enabled else 1
         if self.num_prompts is not None and self.users < shards:
             # each worker issues its share of the prompts with its own users: a worker
             # given none would hold its share back and the phase would never end
