@@ -64,6 +64,8 @@ class Forwarder(NullSink):
     def __init__(self, runner: Any, worker: str) -> None:
         self.runner = runner
         self.worker = worker
+        #: this worker's context fit (set once the context is built): its counts ride on health
+        self.fit: ContextFit | None = None
         self._starts: list[dict[str, Any]] = []
         self._records: list[dict[str, Any]] = []
         self._loop = gevent.spawn(self._flush_loop)
@@ -82,8 +84,11 @@ class Forwarder(NullSink):
             self.flush()
 
     def health(self, snap: HarnessHealth) -> None:
-        """Send a health snapshot to the master."""
-        self.runner.send_message("llmload_health", {"worker": self.worker, **asdict(snap)})
+        """Send a health snapshot to the master (with the context-fit counts, when fitting)."""
+        data = {"worker": self.worker, **asdict(snap)}
+        if self.fit is not None:
+            data["fit"] = self.fit.counts()
+        self.runner.send_message("llmload_health", data)
 
     def flush(self) -> None:
         """Send whatever is buffered (no switch between taking and sending)."""
@@ -225,6 +230,9 @@ class MasterDriver:
     def _on_health(self, environment: Any, msg: Any) -> None:
         d = dict(msg.data)
         worker = d.pop("worker")
+        fit = d.pop("fit", None)
+        if fit is not None:
+            self.fit_counts[worker] = fit
         self.hub.on_health(worker, HarnessHealth(**d))
 
     def _on_ready(self, environment: Any, msg: Any) -> None:
@@ -239,6 +247,15 @@ class MasterDriver:
         self.acks.setdefault(msg.data["phase"], {})[msg.data["worker"]] = msg.data["issued"]
         if msg.data.get("fit") is not None:
             self.fit_counts[msg.data["worker"]] = msg.data["fit"]
+
+    def nothing_fits(self) -> bool:
+        """Every worker that drew prompts found none that fits (their latest counts)."""
+        if not self.fit_counts:
+            return False
+        total = ContextFit(0)
+        for counts in self.fit_counts.values():
+            total.add(counts)
+        return total.nothing_fits
 
     def add_fit_counts(self, fit: ContextFit) -> None:
         """Add to the master's ``fit`` what the workers trimmed and skipped.
@@ -356,6 +373,7 @@ class WorkerState:
             return
         self.ctx.watch(environment)
         self.ctx.announce = self.forwarder.announce
+        self.forwarder.fit = self.ctx.fit
         self._start_health()
         self.runner.send_message("llmload_ready", {"worker": self.name, "pid": os.getpid()})
 

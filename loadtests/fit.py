@@ -59,6 +59,11 @@ def _texts(prompt: Prompt) -> list[str]:
     return [prompt.prompt or ""]
 
 
+#: prompts drawn, all skipped, after which a phase with a request budget gives up: it
+#: could never send its requests (a user draws 20 per try, a try every 0.5 s + pacing)
+NOTHING_FITS_AFTER = 400
+
+
 @dataclass
 class ContextFit:
     """Trims or skips prompts for one context ``limit``; counts what it did."""
@@ -100,6 +105,11 @@ class ContextFit:
         self.trimmed += 1
         min_tokens = prompt.min_tokens if prompt.min_tokens and prompt.min_tokens <= room else None
         return dataclasses.replace(prompt, max_tokens=room, min_tokens=min_tokens)
+
+    @property
+    def nothing_fits(self) -> bool:
+        """Every one of at least ``NOTHING_FITS_AFTER`` prompts drawn was skipped."""
+        return self.checked >= NOTHING_FITS_AFTER and self.skipped == self.checked
 
     def counts(self) -> dict[str, int]:
         """What it did so far (a distributed worker sends these to the master)."""

@@ -100,6 +100,9 @@ class LocalDriver:
     def finish(self, phase: Phase) -> int:
         return self.ctx.issued.get(phase.name, 0)
 
+    def nothing_fits(self) -> bool:
+        return self.ctx.fit is not None and self.ctx.fit.nothing_fits
+
     def close(self) -> None:
         self.runner.quit()
 

@@ -50,6 +50,10 @@ class Driver(Protocol):
 
     def finish(self, phase: Phase) -> int: ...
 
+    def nothing_fits(self) -> bool:
+        """No prompt drawn so far fits the target's context (``ContextFit.nothing_fits``)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -146,7 +150,7 @@ class Session:
         while not self.interrupted:
             elapsed = time.perf_counter() - started
             tick = shape.at(elapsed)
-            if tick is None or self._all_recorded(phase) or self._budget_lost(phase, driver):
+            if tick is None or self._all_recorded(phase) or self._cannot_finish(phase, driver):
                 break
             if tick != last:
                 driver.set_users(*tick)
@@ -173,14 +177,17 @@ class Session:
         return phase.requests is not None and stats is not None and stats.requests >= phase.requests
 
     @staticmethod
-    def _budget_lost(phase: Phase, driver: Driver) -> bool:
-        """``--num-prompts`` on workers: one was lost, so its share will never be issued.
+    def _cannot_finish(phase: Phase, driver: Driver) -> bool:
+        """``--num-prompts``: the phase's requests can no longer all be sent.
 
-        Each worker issues its own share of the phase's requests; a phase without a
-        time limit waiting for a dead worker's share would never end.  The run stops
-        after this phase anyway (``runner.worker_lost``).
+        A phase without a time limit would wait for them forever.  Each worker issues
+        its own share of the requests, so one lost takes its share with it (the run
+        stops after this phase anyway, ``runner.worker_lost``); and when no prompt
+        drawn fits the target's context, nothing is sent (the run then fails, saying so).
         """
-        return phase.requests is not None and bool(getattr(driver, "lost_workers", None))
+        return phase.requests is not None and (
+            bool(getattr(driver, "lost_workers", None)) or driver.nothing_fits()
+        )
 
     def _check_phase(self, phase: Phase, issued: int, driver: Driver) -> None:
         stats = self.status.current

@@ -153,13 +153,15 @@ def test_default_mix_never_fails_by_design(
 def test_a_run_where_no_prompt_fits_fails_and_says_why(
     vllm: tuple[str, FastAPI], tmp_path: Path, where: str
 ) -> None:
-    """With ``--workers`` the prompts are fitted on the workers: their counts reach the master."""
+    """A phase that asks for N requests and no time limit ends once it is clear that none
+    can be sent (it waited forever).  With ``--workers`` the prompts are fitted on the
+    workers: their counts reach the master."""
     url, app = vllm
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"prompt": "长" * 2000, "max_tokens": 64}) + "\n")
-    users = ("--users", "1") if where == "local" else ("--users", "2", "--workers", "2")
+    users = ("--users", "4") if where == "local" else ("--users", "4", "--workers", "2")
     cmd = [sys.executable, "-m", "loadtests", "run", "--out", str(tmp_path / "run"),
-           "--target", url, "--modes", "stream", *users, "--duration", "1s",
+           "--target", url, "--modes", "stream", *users, "--pacing", "0s", "--num-prompts", "5",
            "--dataset", str(data), "--status-interval", "60"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr[-2000:]

@@ -6,7 +6,13 @@ import pytest
 
 from loadtests.adapters.base import Prompt
 from loadtests.discovery import context_length
-from loadtests.fit import MIN_OUTPUT_TOKENS, PER_MESSAGE_TOKENS, PER_REQUEST_TOKENS, ContextFit
+from loadtests.fit import (
+    MIN_OUTPUT_TOKENS,
+    NOTHING_FITS_AFTER,
+    PER_MESSAGE_TOKENS,
+    PER_REQUEST_TOKENS,
+    ContextFit,
+)
 from loadtests.fit import estimate_tokens as est
 
 
@@ -67,6 +73,17 @@ def test_workers_counts_add_up_on_the_master() -> None:
         master.add(w.counts())
     assert (master.checked, master.trimmed, master.skipped) == (3, 1, 1)
     assert master.describe()["checked"] == 3
+
+
+def test_nothing_fits_only_after_enough_draws_all_skipped() -> None:
+    fit = ContextFit(2048)
+    for _ in range(NOTHING_FITS_AFTER - 1):
+        fit.fit(_prompt("长" * 2100))
+    assert not fit.nothing_fits  # not yet enough draws to say
+    fit.fit(_prompt("长" * 2100))
+    assert fit.nothing_fits
+    fit.fit(_prompt("hi"))
+    assert not fit.nothing_fits  # one fitted: a budget can still be sent
 
 
 def test_context_length_from_v1_models() -> None:
