@@ -291,6 +291,7 @@ class ProcessEngine(ModelEngine):
             proc.join(1)
             code = proc.exitcode
             self.fault = f"the engine process {proc.pid} exited (exit code {code})"
+            self._shared[BUSY_SINCE] = 0.0  # a turn it died in is not work going on
             log.error("%s: failing the %d running requests", self.fault, len(self._waiters))
             self._ready = False
         self._fail_all(self.fault or "the engine stopped")
