@@ -37,6 +37,9 @@ class OpenAIChat:
     name = "openai-chat"
     endpoint = "/v1/chat/completions"
 
+    def __init__(self) -> None:
+        self._template = _openai.Template('"content":"')  # this stream's chunk skeleton
+
     def build(self, prompt: Prompt, *, mode: Mode, model: str, options: dict[str, Any]) -> HttpCall:
         """The POST for this prompt; streaming asks for usage in the last chunk."""
         if prompt.messages is not None:
@@ -49,7 +52,7 @@ class OpenAIChat:
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One ``chat.completion.chunk`` (or ``[DONE]``, or an error object)."""
-        return _openai.parse_sse(event, data, _delta)
+        return _openai.parse_sse(event, data, _delta, self._template)
 
     def parse_body(self, body: bytes) -> EventInfo:
         """A ``chat.completion`` object (or an error object)."""

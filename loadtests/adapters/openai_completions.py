@@ -29,6 +29,9 @@ class OpenAICompletions:
     name = "openai-completions"
     endpoint = "/v1/completions"
 
+    def __init__(self) -> None:
+        self._template = _openai.Template('"text":"')  # this stream's chunk skeleton
+
     def build(self, prompt: Prompt, *, mode: Mode, model: str, options: dict[str, Any]) -> HttpCall:
         """The POST for this prompt; a chat history is rendered as plain text."""
         if prompt.prompt is not None:
@@ -41,7 +44,7 @@ class OpenAICompletions:
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One ``text_completion`` chunk (or ``[DONE]``, or an error object)."""
-        return _openai.parse_sse(event, data, _choice_text)
+        return _openai.parse_sse(event, data, _choice_text, self._template)
 
     def parse_body(self, body: bytes) -> EventInfo:
         """A ``text_completion`` object (or an error object)."""

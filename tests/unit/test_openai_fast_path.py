@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadtests.adapters import _openai
+from loadtests.adapters import _openai, openai_chat, openai_completions
 from loadtests.adapters.openai_chat import OpenAIChat
 from loadtests.adapters.openai_completions import OpenAICompletions
 
@@ -26,16 +26,18 @@ def _full_path_only(data: str) -> Any:
     raise ValueError("fast path off")
 
 
+#: each adapter's reading of a choice, for the full path on its own
+_CONTENT_OF = {OpenAIChat: openai_chat._delta, OpenAICompletions: openai_completions._choice_text}
+
+
 def _outcome(adapter: Any, event: str | None, data: str, fast: bool) -> Any:
-    saved = _openai._fast_loads
-    if not fast:
-        _openai._fast_loads = _full_path_only
+    """``parse_event`` (fast paths, the adapter's template as it stands) or the full path alone."""
     try:
-        return ("ok", adapter.parse_event(event, data))
+        if fast:
+            return ("ok", adapter.parse_event(event, data))
+        return ("ok", _openai._parse_full(event, data, _CONTENT_OF[type(adapter)]))
     except Exception as exc:  # the timing core records these as protocol errors
         return ("raised", type(exc), str(exc))
-    finally:
-        _openai._fast_loads = saved
 
 
 _scalar = st.one_of(
@@ -138,3 +140,76 @@ def test_the_usual_chunk_takes_the_fast_path() -> None:
             chat.parse_event(None, '{"choices":[{"delta":{},"finish_reason":"stop"}]}')
     finally:
         _openai._decode_str = saved
+
+
+_piece = st.one_of(
+    st.text(max_size=5),
+    st.sampled_from(
+        ["", " t1", "春天", 'say "hi"', "a\\b", "\n", "\x00", "\x7f", "\u2028", "\ufffd"]
+    ),
+)
+
+
+@st.composite
+def _stream(draw: Any) -> tuple[list[str], bool]:
+    """One request's chunks as a server writes them: one skeleton, the text varying, and
+    now and then another shape (role, finish, usage, a second choice, an extra key)."""
+    chat = draw(st.booleans())
+    ascii_only = draw(st.booleans())
+    rid = draw(st.text(alphabet="abc0", max_size=4))
+    extra = draw(st.sampled_from([{}, {"usage": None}, {"system_fingerprint": "fp"}]))
+    events = []
+    for piece in draw(st.lists(_piece, min_size=1, max_size=8)):
+        key = draw(st.sampled_from(["content", "content", "reasoning_content", "role"]))
+        part: dict[str, Any] = {key: piece}
+        choice: dict[str, Any] = {"index": 0}
+        if chat:
+            choice["delta"] = part
+        else:
+            choice["text"] = piece
+        choice["logprobs"] = None
+        choice["finish_reason"] = draw(st.sampled_from([None, None, None, "stop"]))
+        choices = [choice] + draw(
+            st.sampled_from([[], [], [{"index": 1, "delta": {"content": "z"}}]])
+        )
+        obj = {"id": rid, "object": "chat.completion.chunk", "choices": choices, **extra}
+        if draw(st.integers(0, 5)) == 0:
+            obj["usage"] = {"completion_tokens": 3, "prompt_tokens": 1}
+        events.append(json.dumps(obj, ensure_ascii=ascii_only, separators=(",", ":")))
+    return events, chat
+
+
+@given(stream=_stream())
+def test_a_learnt_template_reads_what_the_full_path_reads(stream: tuple[list[str], bool]) -> None:
+    events, chat = stream
+    adapter = OpenAIChat() if chat else OpenAICompletions()
+    for data in events:
+        assert _outcome(adapter, None, data, True) == _outcome(adapter, None, data, False)
+
+
+def test_a_template_reads_later_chunks_without_decoding() -> None:
+    chat = OpenAIChat()
+    head = '{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":'
+    tail = '},"logprobs":null,"finish_reason":null}],"usage":null}'
+    assert chat.parse_event(None, head + '" a"' + tail).content == " a"  # learns the skeleton
+    saved = _openai._fast_loads, _openai._decode_str
+    _openai._fast_loads = _openai._decode_str = _full_path_only
+    try:
+        assert chat.parse_event(None, head + '" b"' + tail).content == " b"
+        assert chat.parse_event(None, head + '""' + tail).content == ""
+        with pytest.raises(ValueError, match="fast path off"):  # an escape: decoded
+            chat.parse_event(None, head + '"\\n"' + tail)
+        with pytest.raises(ValueError, match="fast path off"):  # another request's id
+            chat.parse_event(None, head.replace("c1", "c2") + '" b"' + tail)
+    finally:
+        _openai._fast_loads, _openai._decode_str = saved
+
+
+def test_a_skeleton_whose_string_is_not_the_content_is_not_learnt() -> None:
+    """The one compact ``"content":"`` is a nested value's, not the delta's: no template."""
+    chat = OpenAIChat()
+    data = '{"choices":[{"delta":{"content" : "a"}}],"meta":{"content":"a"}}'
+    assert chat.parse_event(None, data).content == "a"
+    assert chat._template.prefix == ""
+    other = '{"choices":[{"delta":{"content" : "a"}}],"meta":{"content":"b"}}'
+    assert chat.parse_event(None, other).content == "a"
