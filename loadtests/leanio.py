@@ -39,17 +39,20 @@ class Failed(Exception):
 class Conn:
     """One connection: its socket, and under gevent its read watcher and limit bookkeeping."""
 
-    __slots__ = ("sock", "tls", "_io", "_hub", "last", "limit", "on_limit", "glet")
+    __slots__ = ("sock", "tls", "_io", "_hub", "_raw", "last", "limit", "on_limit", "glet")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.tls = isinstance(sock, ssl.SSLSocket)
         self._io: Any = None
         self._hub: Any = None
+        self._raw: Any = None
         if type(sock).__module__.startswith("gevent"):  # a cooperative socket: wait on the hub
             sock.settimeout(None)  # no gevent.Timeout per wait: the watchdog keeps the limits
             self._hub = get_hub()
             self._io = self._hub.loop.io(sock.fileno(), 1)
+            if not self.tls:  # the kernel socket under gevent's (non-blocking): read it directly
+                self._raw = getattr(sock, "_sock", None)
         self.last = 0.0  # when the exchange last made progress (a read returned)
         self.limit = 0.0  # seconds without progress before ``on_limit`` fails it
         self.on_limit = ("stall", "")
@@ -89,6 +92,19 @@ class Conn:
     def recv(self) -> bytes:
         """One read (``last`` = when it returned); a limit hit is ``Failed``, a reset a
         ``disconnect``; a TLS peer that closed without close_notify reads as the end."""
+        raw = self._raw
+        if raw is not None:  # plain TCP under gevent: wait for the read watcher, read once
+            try:
+                while True:
+                    self._hub.wait(self._io)
+                    try:
+                        data: bytes = raw.recv(RECV_SIZE)
+                    except BlockingIOError:  # woken with nothing to read: wait again
+                        continue
+                    self.last = clock()
+                    return data
+            except OSError as exc:
+                raise Failed("disconnect", f"ReadError: {reason(exc)}") from None
         sock = self.sock
         try:
             if self._io is not None and not (self.tls and sock.pending()):  # type: ignore[attr-defined]
