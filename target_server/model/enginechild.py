@@ -1,8 +1,9 @@
 """The engine process's side of ``--engine-process on`` (see ``engineproc``).
 
-``serve`` loads the model, tells the server what it loaded (or why it could not),
-then runs ``batched.DecodeLoop`` with requests read from the pipe and each flush's
-pieces, errors and finished rows written back as one message.
+``serve`` (called by ``enginemain.child_main``) loads the model, tells the server
+what it loaded (or why it could not), then runs ``batched.DecodeLoop`` with
+requests read from the pipe and each flush's pieces, errors and finished rows
+written back as one message.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from target_server.busy import PublishedMeter
 from target_server.model.base import DEFAULT_MAX_BATCH
 from target_server.model.batched import DecodeLoop, Row
-from target_server.model.engineproc import (
+from target_server.model.enginewire import (
     ADD,
     BATCH,
     CANCEL,

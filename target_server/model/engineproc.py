@@ -13,7 +13,7 @@ CUDA needs):
   so the event loop never blocks on the pipe), and one reader thread hands the
   child's messages to the requests' asyncio queues, one ``call_soon_threadsafe``
   per message;
-- **the child** (``child_main``) loads the model on its device, owns the slot KV
+- **the child** (``enginemain.child_main``) loads the model on its device, owns the slot KV
   cache and runs ``batched.DecodeLoop`` unchanged: the same admission, prefill
   chunks, fused sampling and per-request seeded streams, so a seeded request gives
   the same text in either mode.  A turn's pieces for all rows go to the server in
@@ -35,8 +35,6 @@ import contextlib
 import logging
 import multiprocessing
 import queue
-import signal
-import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -54,19 +52,26 @@ from target_server.model.base import (
     next_piece,
 )
 from target_server.model.embedded import embedded_model_dir
+from target_server.model.enginemain import child_main
+from target_server.model.enginewire import (
+    ADD,
+    BATCH,
+    BUSY_SINCE,
+    CANCEL,
+    FAILED,
+    GPU_ALLOC,
+    GPU_RESERVED,
+    PREFILLING,
+    SHARED_SLOTS,
+    STOP,
+    TAKEN,
+)
 
 if TYPE_CHECKING:
     from target_server.model.loader import LoadedModel
 
 log = logging.getLogger(__name__)
 
-# server -> child messages
-ADD, CANCEL, STOP = "add", "cancel", "stop"
-# child -> server, once at startup
-READY, FAILED = "ready", "failed"
-# the shared array: busy seconds, busy since, rows taken, rows prefilling, batch size, GPU bytes
-BUSY_TOTAL, BUSY_SINCE, TAKEN, PREFILLING, BATCH, GPU_ALLOC, GPU_RESERVED = range(7)
-SHARED_SLOTS = 7
 #: seconds ``stop`` waits for the child to finish before terminating it
 STOP_WAIT_S = 10.0
 
@@ -325,16 +330,3 @@ def _tokenizer(path: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path)
-
-
-def child_main(settings: Any, conn: Any, shared: Any) -> None:
-    """The engine process's entry point (``enginechild.serve`` does the work)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops us
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s[engine]: %(message)s",
-    )
-    from target_server.model.enginechild import serve
-
-    serve(settings, conn, shared)
