@@ -134,14 +134,18 @@ class Template:
     back, a marker text in place of the content, as a plain chunk with exactly
     that text (so the string is the delta's content, not some other value).
     One per adapter instance (one request at a time, ``Adapter``'s contract).
+    A server whose chunks change elsewhere too (a counter, a timestamp) never
+    fits; learning then backs off (tried on the 1st, 2nd, 4th, ... 64th missed
+    chunk, then every 64th), so it costs such a stream little.
     """
 
-    __slots__ = ("key", "prefix", "suffix")
+    __slots__ = ("key", "prefix", "suffix", "misses")
 
     def __init__(self, key: str) -> None:
         self.key = key  # the content string's key, as compact JSON writes it: '"content":"'
         self.prefix = ""
         self.suffix = ""
+        self.misses = 0  # plain chunks that did not fit since the last one that did
 
     def read(self, data: str) -> str | None:
         """The chunk's text when ``data`` fits the skeleton and the text needs no decoding."""
@@ -156,10 +160,14 @@ class Template:
         # also refuses a few characters JSON allows: those take the decoding path)
         if '"' in text or "\\" in text or not text.isprintable():
             return None
+        self.misses = 0
         return text
 
     def learn(self, data: str, content: str, content_of: Any) -> None:
         """Take ``data``'s skeleton if its content string is ``content``, written as is."""
+        self.misses = misses = self.misses + 1
+        if misses & (misses - 1) and misses % 64:  # not 1, 2, 4, ... 64, nor a multiple of 64
+            return
         key = self.key
         i = data.find(key)
         if i < 0 or data.find(key, i + 1) >= 0 or not content.isprintable():
@@ -169,6 +177,8 @@ class Template:
         if data[start:end] != content or data[end : end + 1] != '"':
             return
         prefix, suffix = data[:start], data[end:]
+        if prefix == self.prefix and suffix == self.suffix:
+            return
         try:
             info = _parse_full(None, prefix + _MARK + suffix, content_of)
         except _FAST_MISSES:

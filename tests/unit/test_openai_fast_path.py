@@ -213,3 +213,23 @@ def test_a_skeleton_whose_string_is_not_the_content_is_not_learnt() -> None:
     assert chat._template.prefix == ""
     other = '{"choices":[{"delta":{"content" : "a"}}],"meta":{"content":"b"}}'
     assert chat.parse_event(None, other).content == "a"
+
+
+def test_chunks_that_never_fit_back_learning_off() -> None:
+    """A counter in every chunk: the skeleton never fits, and learning is tried ~log times."""
+    chat = OpenAIChat()
+    calls = [0]
+    full = _openai._parse_full
+
+    def counting(*args: Any) -> Any:
+        calls[0] += 1
+        return full(*args)
+
+    _openai._parse_full = counting
+    try:
+        for i in range(300):
+            data = f'{{"n":{i},"choices":[{{"delta":{{"content":"w{i % 7}"}}}}]}}'
+            assert chat.parse_event(None, data).content == f"w{i % 7}"
+    finally:
+        _openai._parse_full = full
+    assert 5 <= calls[0] <= 12  # 1, 2, 4, ..., 64, then every 64th of 300
