@@ -268,7 +268,7 @@ out = []
 
 def user():
     with target.session() as client:
-        for _ in range(4):
+        for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 4):
             call = adapter.build(Prompt("s", "p", prompt="hi", max_tokens=2), mode="stream",
                                  model="m", options={})
             began = clock()
@@ -321,4 +321,49 @@ def test_limits_under_gevent(scripted: Callable[..., Scripted]) -> None:
     assert statuses == ["stall", "ok", "timeout", "ok"], got
     assert 0.4 <= got["records"][0][1] < 1.5  # the 0.5 s limit, checked every 25 ms
     assert 2.9 <= got["records"][2][1] < 4.0
+    assert got["ticks"] == 20
+
+
+def test_misbehaving_server_under_gevent(scripted: Callable[..., Scripted]) -> None:
+    """Through the lean client under gevent (the direct read on the hub's watcher), a reset
+    mid-body, a cut body, a stall and a reset before the head each end as exactly one record
+    with its class, and the request after each one, on a new connection, is fine."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ok = CHUNKED + b"\r\n" + chunk(sse(TOKEN, FINISH)) + b"0\r\n\r\n"
+
+    def first_token(c: socket.socket, then_wait: float = 0.0, rst: bool = False) -> bool:
+        c.sendall(CHUNKED + b"\r\n" + chunk(sse(TOKEN, done=False)))
+        time.sleep(then_wait)
+        if rst:  # linger on, 0 s: close sends RST
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01" + b"\x00" * 7)
+        return False
+
+    def reset_head(c: socket.socket) -> bool:
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01" + b"\x00" * 7)
+        return False
+
+    script = [
+        lambda c: first_token(c, then_wait=0.1, rst=True),  # reset mid-body
+        ok,
+        lambda c: first_token(c, then_wait=0.1),  # the body cut short (FIN, no last chunk)
+        ok,
+        lambda c: first_token(c, then_wait=1.5),  # a stall after the first token
+        ok,
+        reset_head,  # a reset before any byte of the answer
+        ok,
+    ]
+    server = scripted(lambda n, _h: script[n])
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", GEVENT_CHILD, server.url, str(len(script))],
+                         cwd=root, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]  # nothing escaped into the hub
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    statuses = [s for s, _ in got["records"]]
+    want = ["disconnect", "ok", "disconnect", "ok", "stall", "ok", "disconnect", "ok"]
+    assert statuses == want, got
+    assert got["records"][4][1] < 1.5  # the 0.5 s stall limit, not the server's 1.5 s
     assert got["ticks"] == 20
