@@ -218,29 +218,37 @@ def parse_sse(
             if text is not None:
                 return _plain(text) if text else _EMPTY
         try:
-            obj = _fast_loads(data)
-            if (
-                type(obj) is dict
-                and not obj.get("error")
-                and obj.get("usage") is None
-                and obj.get("x_llmload") is None
-                and obj.get("object") != "error"
-            ):
-                choices = obj.get("choices")
-                if type(choices) is list and choices:
-                    choice = choices[0]
-                    if type(choice) is dict and choice.get("finish_reason") is None:
-                        content, reasoning = content_of(choice)
-                        if reasoning:
-                            return EventInfo(content=content, reasoning=True)
-                        if not content:
-                            return _EMPTY
-                        if template is not None:
-                            template.learn(data, content, content_of)
-                        return _plain(content)
-        except _FAST_MISSES:
-            pass
+            info = _fast_plain(data, content_of, template)
+        except _FAST_MISSES:  # the full path below reads it (and says what is wrong)
+            info = None
+        if info is not None:
+            return info
     return _parse_full(event, data, content_of)
+
+
+def _fast_plain(data: str, content_of: Any, template: Template | None) -> EventInfo | None:
+    """orjson's reading of a plain text chunk (``parse_sse``'s second fast path), else None."""
+    obj = _fast_loads(data)
+    if (
+        type(obj) is dict
+        and not obj.get("error")
+        and obj.get("usage") is None
+        and obj.get("x_llmload") is None
+        and obj.get("object") != "error"
+    ):
+        choices = obj.get("choices")
+        if type(choices) is list and choices:
+            choice = choices[0]
+            if type(choice) is dict and choice.get("finish_reason") is None:
+                content, reasoning = content_of(choice)
+                if reasoning:
+                    return EventInfo(content=content, reasoning=True)
+                if not content:
+                    return _EMPTY
+                if template is not None:
+                    template.learn(data, content, content_of)
+                return _plain(content)
+    return None
 
 
 def _parse_full(event: str | None, data: str, content_of: Any) -> EventInfo:

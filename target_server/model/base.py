@@ -259,6 +259,34 @@ def check_no_beams(gc: Any) -> None:
         raise EngineInputError("beam search needs --batching none", param="num_beams")
 
 
+class ContinuousEngine(ModelEngine):
+    """What both continuous-batching engines share (on a thread: ``batched``; in a
+    process: ``engineproc``): the startup check, the batch limit, beam search
+    refused, the warm-up size and the count of requests inside the engine."""
+
+    batching = "continuous"
+
+    def __init__(self, settings: Any):
+        super().__init__(settings)
+        genconfig.check_continuous(self.server_fields)
+        self.max_batch = settings.max_concurrency or DEFAULT_MAX_BATCH
+        self._active = 0  # requests inside the engine
+        self._put = 0  # requests handed to the loop (queue depth = put - the loop's taken)
+
+    def running(self) -> int:
+        """Requests inside the engine (in the batch, queued or prefilling)."""
+        return self._active
+
+    def _check(self, gc: Any) -> None:
+        check_no_beams(gc)
+
+    def _warmup_requests(self) -> int:
+        return WARMUP_REQUESTS
+
+    def _left(self, _done: object = None) -> None:
+        self._active -= 1
+
+
 async def next_piece(pieces: asyncio.Queue[Any]) -> TokenPiece:
     """The next piece a generation thread sent; an exception it sent as an ``EngineFault``."""
     item = await pieces.get()

@@ -25,6 +25,7 @@ processors (``sampling``); beam search still needs ``--batching none``.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -39,15 +40,11 @@ from transformers.generation.logits_process import LogitsProcessorList
 
 from target_server.busy import BusyMeter
 from target_server.engine import EngineFault, PreparedRequest, TokenPiece
-from target_server.model import genconfig
 from target_server.model.base import (
-    DEFAULT_MAX_BATCH,
-    WARMUP_REQUESTS,
-    ModelEngine,
+    ContinuousEngine,
     PieceMaker,
     Plan,
     Waiter,
-    check_no_beams,
     next_piece,
 )
 from target_server.model.kvbatch import Prefill, SlotBatch, swap_remove_order
@@ -77,7 +74,7 @@ class Row:
     procs: LogitsProcessorList | None = None
 
 
-class DecodeLoop:
+class DecodeLoop(abc.ABC):
     """The model side of continuous batching: ``run`` it on the one thread that owns the model.
 
     Subclasses say where requests come from and where pieces go: ``take`` (new
@@ -97,20 +94,21 @@ class DecodeLoop:
 
     # ------------------------------------------------------------ hooks
 
+    @abc.abstractmethod
     def take(self, free: int, block: bool) -> list[Row]:
         """Up to ``free`` new rows (``block``: the loop is idle, wait ~0.1 s for one)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def send(self, items: list[tuple[Row, Any]]) -> None:
         """Hand over each row's ``TokenPiece`` (or the exception that failed it)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def finish(self, row: Row) -> None:
         """The loop holds nothing of ``row`` any more."""
-        raise NotImplementedError
 
     def flush(self) -> None:
         """What ``send`` and ``finish`` collected goes out now (default: nothing held)."""
+        return None
 
     # ------------------------------------------------------------ the loop
 
@@ -273,18 +271,12 @@ class _ThreadLoop(DecodeLoop):
         row.key.loop.call_soon_threadsafe(_resolve, row.key.done)
 
 
-class BatchedEngine(ModelEngine):
+class BatchedEngine(ContinuousEngine):
     """Continuous batching on one decode thread of this process (``--engine-process off``)."""
-
-    batching = "continuous"
 
     def __init__(self, settings: Any):
         super().__init__(settings)
-        genconfig.check_continuous(self.server_fields)
-        self.max_batch = settings.max_concurrency or DEFAULT_MAX_BATCH
         self._core: _ThreadLoop | None = None
-        self._active = 0
-        self._put = 0  # queue depth = put - the loop's taken
         self._thread: threading.Thread | None = None
 
     @property
@@ -296,10 +288,6 @@ class BatchedEngine(ModelEngine):
         assert self._core is not None
         self._core.prefill_budget = tokens
 
-    def running(self) -> int:
-        """Requests inside the engine (in the batch or about to join it)."""
-        return self._active
-
     def waiting(self) -> int:
         """Requests queued for the batch or still prefilling."""
         core = self._core
@@ -307,12 +295,6 @@ class BatchedEngine(ModelEngine):
 
     def batch_size(self) -> int:
         return 0 if self._core is None else len(self._core.rows)
-
-    def _check(self, gc: Any) -> None:
-        check_no_beams(gc)
-
-    def _warmup_requests(self) -> int:
-        return WARMUP_REQUESTS
 
     def _start_backend(self) -> None:
         self._core = _ThreadLoop(self._loaded(), self.max_batch, self.busy)
@@ -353,9 +335,6 @@ class BatchedEngine(ModelEngine):
                 waiter.done.add_done_callback(self._left)
                 raise
             self._left()
-
-    def _left(self, _done: object = None) -> None:
-        self._active -= 1
 
 
 def prefill_groups(rows: list[Any], waste: float = 1.25) -> list[list[Any]]:

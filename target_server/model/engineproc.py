@@ -42,13 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from target_server.busy import SharedMeter
 from target_server.engine import EngineFault, PreparedRequest, TokenPiece
-from target_server.model import genconfig
 from target_server.model.base import (
-    DEFAULT_MAX_BATCH,
-    WARMUP_REQUESTS,
-    ModelEngine,
+    ContinuousEngine,
     Waiter,
-    check_no_beams,
     next_piece,
 )
 from target_server.model.embedded import embedded_model_dir
@@ -76,15 +72,11 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 10.0
 
 
-class ProcessEngine(ModelEngine):
+class ProcessEngine(ContinuousEngine):
     """Continuous batching in a child process (see the module docstring)."""
-
-    batching = "continuous"
 
     def __init__(self, settings: Any):
         super().__init__(settings)
-        genconfig.check_continuous(self.server_fields)
-        self.max_batch = settings.max_concurrency or DEFAULT_MAX_BATCH
         #: why the engine process is gone (None while it runs)
         self.fault: str | None = None
         self.pid: int | None = None
@@ -93,17 +85,11 @@ class ProcessEngine(ModelEngine):
         self._shared: Any = None
         self._waiters: dict[int, Waiter] = {}
         self._next = 0
-        self._put = 0
-        self._active = 0
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._stopping = False
 
     # ------------------------------------------------------------ gauges
-
-    def running(self) -> int:
-        """Requests inside the engine (in the batch, queued or prefilling)."""
-        return self._active
 
     def waiting(self) -> int:
         shared = self._shared
@@ -125,12 +111,6 @@ class ProcessEngine(ModelEngine):
             out["gpu_memory_allocated_bytes"] = float(self._shared[GPU_ALLOC])
             out["gpu_memory_reserved_bytes"] = float(self._shared[GPU_RESERVED])
         return out
-
-    def _check(self, gc: Any) -> None:
-        check_no_beams(gc)
-
-    def _warmup_requests(self) -> int:
-        return WARMUP_REQUESTS
 
     # ------------------------------------------------------------ lifecycle
 
@@ -249,9 +229,6 @@ class ProcessEngine(ModelEngine):
                 raise
             self._waiters.pop(key, None)  # the reader drops it when the child is done with it
             self._left()
-
-    def _left(self, _done: object = None) -> None:
-        self._active -= 1
 
     # ------------------------------------------------------------ the two threads
 

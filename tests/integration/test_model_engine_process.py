@@ -71,8 +71,7 @@ def test_a_failing_step_fails_its_requests_and_the_loop_goes_on(embedded_model: 
             req = GenerationRequest("bad", None, "x", 4)
             bad = engine.prepare_ids(req, [10**6])  # beyond the vocabulary: the forward raises
             with pytest.raises(EngineFault) as info:
-                async for _ in engine.generate(bad):
-                    pass
+                _ = [piece async for piece in engine.generate(bad)]
             good = GenerationRequest("good", None, "hello", 6, ignore_eos=True)
             text = "".join([p.text async for p in engine.generate(engine.prepare(good))])
             return str(info.value), text, engine.extra_metrics()["engine_busy_ratio"]
