@@ -119,7 +119,7 @@ class _Ticker:
         tally: _Tally,
     ):
         self.table, self.write, self.call_at, self.tally = table, writer.write, pacer.call_at, tally
-        self.on_tick = self._due  # one bound method for every tick of the stream
+        self.on_tick: Callable[[], None] | None = self._due  # one bound method for every tick
         self.prefix, self.suffix = encoder.prefix, encoder.suffix
         self.waiter: asyncio.Future[TokenPiece | None] | None = None
         self.piece: TokenPiece | None = None
@@ -136,6 +136,9 @@ class _Ticker:
         """No more ticks for this stream (a tick already armed finds it stopped)."""
         if self.waiter is not None and not self.waiter.done():
             self.waiter.cancel()
+        # self -> bound method -> self: left set, the ticker and all it holds (writer,
+        # tally, table) would outlive the request as a cycle only a full collection frees
+        self.on_tick = None
 
     def _due(self) -> None:
         waiter = self.waiter
