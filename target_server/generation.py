@@ -263,6 +263,7 @@ class GenerationCall(Response):
         limit = asyncio.timeout_at(deadline)
         try:
             async with limit:
+                asked = perf_counter()
                 try:
                     await st.admission.acquire()
                 except Rejected:
@@ -277,11 +278,15 @@ class GenerationCall(Response):
                 ctx.admitted_ok = True
                 try:
                     timetable = getattr(st.engine, "timetable", None)
-                    if not (self.parsed.stream and self.writer is not None):
-                        timetable = None  # written from the pacer's tick only when streamed
+                    # written from the pacer's tick only when streamed
+                    ticked = bool(timetable and self.parsed.stream and self.writer)
                     try:
                         if timetable is not None:
-                            gen: Any = timetable(self.prepared)
+                            # the configured TTFT counts from the arrival (+ the wait for a slot)
+                            since = ctx.arrival + (ctx.admitted - asked)
+                            gen: Any = timetable(self.prepared, since=since)
+                            if not ticked:
+                                gen = st.engine.pacer.paced(gen)  # type: ignore[attr-defined]
                         else:
                             gen = st.engine.generate(self.prepared)
                     except Exception as exc:
@@ -291,7 +296,7 @@ class GenerationCall(Response):
                         )
                         return
                     if self.parsed.stream:
-                        await self._stream(gen, send, timetable is not None)
+                        await self._stream(gen, send, ticked)
                     else:
                         await self._body(gen, send)
                 finally:

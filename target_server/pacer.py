@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from time import perf_counter
+from typing import TypeVar
 
 DEFAULT_TICK_S = 0.001
 #: an exact deadline's grid: this many steps per tick
@@ -35,6 +36,7 @@ EXACT_STEPS = 10
 
 #: what a tick holds: futures of waiting tasks, or callbacks
 _Entry = asyncio.Future[None] | Callable[[], None]
+T = TypeVar("T")
 
 
 class Pacer:
@@ -78,6 +80,21 @@ class Pacer:
             await fut
             if not exact:
                 return
+
+    async def paced(self, table: Iterator[tuple[float, T]]) -> AsyncIterator[T]:
+        """``table``'s items, each at its deadline (the first ``exact``: never early), for a
+        task that awaits them; ``table`` is closed when this generator is."""
+        until, exact = self.until, True
+        try:
+            for deadline, item in table:
+                if deadline > perf_counter():  # one shared timer per tick
+                    await until(deadline, exact)
+                exact = False
+                yield item
+        finally:
+            close = getattr(table, "close", None)
+            if close is not None:
+                close()
 
     def call_at(
         self, deadline: float, fn: Callable[[], None], exact: bool = False, now: float = 0.0

@@ -105,20 +105,27 @@ class SyntheticEngine:
 
     def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
         """Draw this request's plan; raise ``EngineFault`` now for an injected failure."""
-        return self._paced(self.timetable(prepared))
+        return self.pacer.paced(self.timetable(prepared))
 
-    def timetable(self, prepared: PreparedRequest) -> Iterator[tuple[float, TokenPiece]]:
+    def timetable(
+        self, prepared: PreparedRequest, since: float | None = None
+    ) -> Iterator[tuple[float, TokenPiece]]:
         """The plan as ``(deadline, piece)`` pairs: each piece is due at its ``perf_counter``
         deadline, the first never before it (``exact``).  Lazy: a deadline is drawn when
         the previous piece has gone out (so a late first token delays the decode, and the
         ITL growth sees the running count of the moment); ``close()`` ends it.
 
+        ``since``: when the TTFT counts from (default now).  The server passes the
+        request's arrival plus its wait for a slot, so the time it spent reading and
+        checking the request is inside the configured TTFT, as a real engine's prefill
+        would be, not added to it.
+
         The server's streaming path writes each piece from the pacer's tick itself
         (``target_server.generation``), no task per token; ``generate`` awaits the same
-        plan.  Raises ``EngineFault`` now for an injected failure.
+        plan (``Pacer.paced``).  Raises ``EngineFault`` now for an injected failure.
         """
         s, rng = self.settings, self._rng
-        start = perf_counter()
+        start = perf_counter() if since is None else since
         if s.fail_rate and rng.random() < s.fail_rate:
             raise EngineFault("injected failure (--fail-rate)")
         req = prepared.request
@@ -137,20 +144,6 @@ class SyntheticEngine:
         first = start + (s.ttft_ms + s.prefill_ms_per_token * prepared.prompt_tokens) / 1000.0
         offset = lrng.randrange(len(VOCAB))
         return self._plan(n, first, offset, faults, req.stop, n == req.max_tokens)
-
-    async def _paced(
-        self, table: Iterator[tuple[float, TokenPiece]]
-    ) -> AsyncIterator[TokenPiece]:
-        """``table``'s pieces, each at its deadline (the first ``exact``: never early)."""
-        until, exact = self.pacer.until, True
-        try:
-            for deadline, piece in table:
-                if deadline > perf_counter():  # one shared timer per tick
-                    await until(deadline, exact)
-                exact = False
-                yield piece
-        finally:
-            table.close()  # type: ignore[attr-defined]
 
     def _plan(
         self,

@@ -71,6 +71,23 @@ def test_timetable_without_accumulated_error():
     assert 19 * 0.010 - 0.001 <= times[-1] - times[0] < 19 * 0.010 + 0.015 + lag
 
 
+def test_the_ttft_counts_from_since():
+    # the server passes the request's arrival (+ its wait for a slot): the time it spent
+    # reading and checking the request is inside the configured TTFT, not added to it
+    eng = engine(ttft_ms=30, itl_ms=10, prefill_ms_per_token=5)
+    since = perf_counter() - 0.012
+    table = eng.timetable(eng.prepare(req(3, ignore_eos=True)), since=since)
+    first, _ = next(table)
+    table.close()  # type: ignore[attr-defined]
+    assert first == pytest.approx(since + 0.030 + 0.005 * 2, abs=1e-9)
+    prepared = eng.prepare(req(3, ignore_eos=True))
+    began = perf_counter()
+    plain = eng.timetable(prepared)
+    default, _ = next(plain)
+    plain.close()  # type: ignore[attr-defined]
+    assert began + 0.040 <= default <= perf_counter() + 0.040
+
+
 def test_length_distribution_is_seeded_and_bounded():
     eng = engine(ttft_ms=0, itl_ms=0)
     lens = [len(asyncio.run(collect(eng, req(50, min_tokens=10, seed=s)))[1]) for s in range(30)]
