@@ -48,6 +48,7 @@ from loadtests.plan import RunOptions
 from loadtests.record import RequestRecord
 from loadtests.sinks import HarnessHealth, NullSink
 from loadtests.users import LLMUser, LoadContext
+from target_server import gcpolicy
 
 log = logging.getLogger(__name__)
 FLUSH_S = 0.25
@@ -430,6 +431,7 @@ def worker_main(master_host: str, master_port: int) -> int:
     env = Environment(user_classes=[LLMUser])
     runner = env.create_worker_runner(master_host, master_port)
     state = WorkerState(env, runner)
+    gcpolicy.settle()  # start-up is done: keep the collector out of the records' timings
     runner.greenlet.join()
     if state.sampler is not None:
         state.sampler.stop()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import select
@@ -23,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import uvicorn
 
+from target_server import gcpolicy
 from target_server.app import build_app
 from target_server.engine import build_engine
 from target_server.serving import bind, url_of, uvicorn_config
@@ -74,17 +74,7 @@ async def serve(
         await task
         return 1
     if engine_task.done():
-        # Everything loaded so far lives for the whole process: keep it out of the
-        # collector, or full collections over it stall every stream (~100 ms at 1000).
-        # Full collections then stay rare: at 1000 streams each one is a visible stall.
-        # A young collection every 100 net allocations, not 700: the count drops with
-        # every object freed, old ones included, so while streams end as fast as new
-        # ones start the young generation holds far more than the threshold — at 700,
-        # 20-40k objects and pauses of 3-16 ms at 1000 streams; at 100, under 1 ms
-        # (docs/scale.md, "garbage collector").
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(100, 10, 1000)
+        gcpolicy.settle()  # start-up is done: keep the collector out of the streams' timings
     await task
     return 0
 
