@@ -162,6 +162,9 @@ def _child(
                 if rec.connect_s is not None:
                     connects.append(rec.connect_s * 1000)
 
+    from target_server import gcpolicy
+
+    gcpolicy.settle()  # as llmload run does before its first phase
     cpu0 = time.process_time()
     gevent.joinall([gevent.spawn(worker, i) for i in range(streams)])
     wall = clock() - start

@@ -217,6 +217,55 @@ def _server_requests(url: str) -> int:
     )
 
 
+def run_path(users: int, duration: str, steady_after: float = 10.0) -> dict[str, Any]:
+    """``llmload run`` itself — locust's runner, the users, the writer, the status line and
+    the collector policy — at ``users`` back to back against the reference server (ITL
+    50 ms, 16 tokens), pinned to one core as the bench child is: client − server TTFT from
+    its records, over the whole phase and from ``steady_after`` s on (the users are
+    spawned together, so the first requests go out as one burst), and its own health."""
+    from bench.harness import _reference
+
+    proc, url = _reference(CLIENT_ITL_MS)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "run"
+            cmd = [sys.executable, "-m", "llmload", "run", "--target", url]
+            cmd += ["--users", str(users), "--spawn-rate", str(users), "--pacing", "0s"]
+            cmd += ["--modes", "stream", "--warmup", "0s", "--duration", duration]
+            cmd += ["--max-tokens", "16", "--ignore-eos", "--no-report", "--out", str(out)]
+            run = subprocess.run(
+                cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                preexec_fn=lambda: os.sched_setaffinity(0, {0}),
+            )  # fmt: skip
+            lines = (out / "requests.jsonl").read_text().splitlines() if out.exists() else []
+            info = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    records = [json.loads(x) for x in lines if x.strip()]
+    ok = [r for r in records if r.get("status") == "ok" and r.get("server_ttft_s")]
+    began = min((r["started_at"] for r in ok), default=0.0)
+    diff = [(r["ttft_s"] - r["server_ttft_s"]) * 1000 for r in ok]
+    steady = [d for d, r in zip(diff, ok, strict=True) if r["started_at"] >= began + steady_after]
+    phases = info.get("phases") or [{}]
+    local = ((phases[-1].get("health") or {}).get("processes") or {}).get("local") or {}
+    return {
+        "users": users,
+        "rc": run.returncode,
+        "records": len(records),
+        "errors": len(records) - len(ok),
+        "p50": _pct(diff, 50),
+        "p99": _pct(diff, 99),
+        "steady_after": steady_after,
+        "steady_n": len(steady),
+        "steady_p50": _pct(steady, 50),
+        "steady_p99": _pct(steady, 99),
+        "cpu_p50": local.get("cpu_p50", float("nan")),
+        "lag_p99": local.get("lag_p99_ms", float("nan")),
+        "stderr": run.stderr[-300:] if run.returncode else "",
+    }
+
+
 def distributed(users: int, workers: int, duration: str) -> dict[str, Any]:
     """One distributed run; the master's CPU sampled until it exits."""
     args = ["--log-level", "warning", "--ttft-ms", "50", "--itl-ms", "50"]
@@ -378,6 +427,7 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
             f"| {r['per_cpu_s']:,.0f} |"
         )
     lines += _client_verdict(res["client"])
+    lines += _run_path_lines(res.get("run"))
     lines += [
         "",
         f"### 3. Bursts of {BURST_USERS} (TTFT {BURST_TTFT_MS} ms, ITL {BURST_ITL_MS} ms, "
@@ -426,11 +476,56 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
                 f". 10,000 streams whose requests last D seconds send 10,000 / D records/s: "
                 f"the master stays under one core for D ≥ {10_000 / per_s:.1f} s (e.g. 10 s "
                 f"requests, 200 tokens at 50 ms: {10_000 / 10 / per_s * 100:.0f} % of a core). "
-                f"The streams themselves take {10_000 // 1000} worker cores at 1,000 per core "
-                "(the goal of section 2; today more, see its row): this 2-core machine cannot "
-                "host them, so the 10,000 figures are this extrapolation, not a measurement."
+                + _worker_cores(res["client"])
+                + " This 2-core machine cannot host them, so the 10,000 figures are this "
+                "extrapolation, not a measurement."
             )
     return "\n".join(lines)
+
+
+def _run_path_lines(r: dict[str, Any] | None) -> list[str]:
+    """Section 2's goal on the path users run: ``llmload run`` at 1,000 users."""
+    if not r:
+        return []
+    head = [
+        "",
+        f"The same on `llmload run`'s own path (locust's runner, the users, the run writer and "
+        f"status line, the collector policy), {r['users']:,} users spawned together and back "
+        "to back, 16 tokens, reference server, pinned to one core:",
+        "",
+    ]
+    if not r["records"]:
+        return [*head, f"No records (exit {r['rc']}): {r['stderr']}"]
+    return [
+        *head,
+        "| records | errors | client − server p50 / p99, whole phase | "
+        f"after its first {r['steady_after']:g} s | client CPU p50 | loop lag p99 |",
+        "|---:|---:|---|---|---:|---:|",
+        f"| {r['records']:,} | {r['errors']} | {r['p50']:.1f} / {r['p99']:.1f} ms "
+        f"| {r['steady_p50']:.1f} / {r['steady_p99']:.1f} ms ({r['steady_n']:,} requests) "
+        f"| {r['cpu_p50']:.0f} % | {r['lag_p99']:.1f} ms |",
+        "",
+        "The whole phase includes the start: 1,000 users spawned within a second send their "
+        "first requests as one burst, which one core sends one after another (and every "
+        "user's next request follows its last at once, so the waves stay). The run's own "
+        "health (CPU, loop lag) is what its report's trust box reads.",
+    ]
+
+
+def _worker_cores(client_rows: list[dict[str, Any]]) -> str:
+    """How many worker cores 10,000 streams at ITL 50 ms take, from section 2's lean rows."""
+    lean = [r for r in client_rows if r.get("client") == "lean" and r.get("per_cpu_s")]
+    if not lean:
+        return ""
+    top = max(lean, key=lambda r: r["streams"])
+    events = 10_000 * 1000 / CLIENT_ITL_MS
+    return (
+        f"The streams themselves, 10,000 at ITL {CLIENT_ITL_MS} ms ({events:,.0f} events/s), "
+        f"take {events / top['per_cpu_s']:.1f} worker cores at the lean client's "
+        f"{top['per_cpu_s']:,.0f} events per CPU-second (section 2, {top['streams']:,} "
+        "streams, the bench child: `llmload run`'s own path costs more per request, see the "
+        "row under section 2; on a machine 4× slower per core, 4× as many)."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-streams", default="200,1000")
     p.add_argument("--client-streams", default="20,200,1000")
     p.add_argument("--window", type=float, default=5.0, help="seconds per server row")
+    p.add_argument("--run-users", type=int, default=1000, help="llmload run's path (0: skip)")
+    p.add_argument("--run-duration", default="30s")
     p.add_argument("--dist-users", type=int, default=400)
     p.add_argument("--dist-workers", type=int, default=2)
     p.add_argument("--dist-duration", default="10s")
@@ -457,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     for n in (int(x) for x in args.client_streams.split(",")):
         for client in CLIENT_PATHS:  # interleaved: both paths at one load, one moment
             res["client"].append(client_row(n, client))
+    if args.run_users:
+        res["run"] = run_path(args.run_users, args.run_duration)
+        print(json.dumps(res["run"]), flush=True)
     res["burst"] = burst_rows()
     if args.dist_users:
         # the master's cost per record is the slope between a small and a large run of the
