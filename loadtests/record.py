@@ -16,6 +16,10 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+import orjson
+
+_orjson_dumps = orjson.dumps
+
 Mode = Literal["stream", "sync"]
 TokenSource = Literal["usage", "tokenizer", "events"]
 #: how a stream ended: "done" = the protocol's end marker (``data: [DONE]``, Gradio's
@@ -105,7 +109,16 @@ class RequestRecord:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        """One compact JSON line (``requests.jsonl``), by orjson: ~1.5 µs a record against
+        ~25 µs for ``json`` (7 % of ``llmload run``'s CPU at 1,000 users, docs/scale.md);
+        the same values as ``json`` wrote (a small float spelled ``0.00001``, not ``1e-05``; a
+        NaN as ``null``).  What orjson refuses (a lone surrogate in an error message) goes
+        through ``json`` as before."""
+        data = self.to_dict()
+        try:
+            return _orjson_dumps(data).decode()
+        except TypeError:  # orjson.JSONEncodeError
+            return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:

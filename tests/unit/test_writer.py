@@ -145,3 +145,34 @@ def test_a_reused_directory_starts_over(tmp_path: Path) -> None:
         writer.close()
     lines = (tmp_path / "requests.jsonl").read_text().splitlines()
     assert [RequestRecord.from_json(line).request_id for line in lines] == ["c"]
+
+
+def _stdlib_line(record: RequestRecord) -> str:
+    return json.dumps(record.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+def test_a_record_line_holds_what_json_would_write() -> None:
+    # to_json goes through orjson (docs/scale.md: 25 -> 1.5 us a record): the same values,
+    # the same text but for how a small float is spelled (0.00001 where json writes 1e-05)
+    full = RequestRecord(
+        request_id="r1", phase="stream", scenario="mix", mode="stream",
+        endpoint="/v1/chat/completions", started_at=1796123103.2019587, status="ok",
+        ttft_s=0.10767335700074909, e2e_s=2.05, itl_s=[0.048, 1e-05, 0.0501],
+        tokens_per_event=[1, 2], output_tokens=40, error=None,
+    )  # fmt: skip
+    failed = RequestRecord(
+        request_id="r2", phase="stream", scenario="mix", mode="stream", endpoint="/x",
+        started_at=1.0, status="http_error", error='503: "busy" — 服务器繁忙\n\ttab',
+    )  # fmt: skip
+    for record in (full, failed):
+        assert json.loads(record.to_json()) == json.loads(_stdlib_line(record))
+        assert RequestRecord.from_dict(json.loads(record.to_json())) == record
+    assert failed.to_json() == _stdlib_line(failed)
+
+
+def test_a_record_orjson_refuses_still_gets_its_line() -> None:
+    odd = RequestRecord(
+        request_id="r3", phase="stream", scenario="mix", mode="stream", endpoint="/x",
+        started_at=1.0, status="protocol", error="lone surrogate \ud800 from a bad decoder",
+    )  # fmt: skip
+    assert odd.to_json() == _stdlib_line(odd)
