@@ -364,7 +364,9 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
         ),
         "",
         "Profiles (py-spy flame-graph summaries of both ends at 1,000 streams and of the "
-        "distributed master) and what changed because of them: `docs/scale.md`.",
+        "distributed master) and what changed because of them: `docs/scale.md`; the flame "
+        "graphs themselves (server, load generator's timing path, `llmload run`, 1,000 "
+        "streams each): `docs/flamegraphs/` (`python -m bench flamegraphs`).",
         "",
         "*Waiting for a CPU* = share of the wall time the process (all its threads and worker "
         "processes) was runnable but not running (`/proc/PID/task/*/schedstat`): other work "
