@@ -507,10 +507,9 @@ def _run_path_lines(r: dict[str, Any] | None) -> list[str]:
         f"| {r['steady_p50']:.1f} / {r['steady_p99']:.1f} ms ({r['steady_n']:,} requests) "
         f"| {r['cpu_p50']:.0f} % | {r['lag_p99']:.1f} ms |",
         "",
-        "The whole phase includes the start: 1,000 users spawned within a second send their "
-        "first requests as one burst, which one core sends one after another (and every "
-        "user's next request follows its last at once, so the waves stay). The run's own "
-        "health (CPU, loop lag) is what its report's trust box reads.",
+        "The whole phase includes the start: 1,000 users spawned in one batch, their first "
+        "requests spread over that second (`--first-start spread`), 1,000 new connections. "
+        "The run's own health (CPU, loop lag) is what its report's trust box reads.",
     ]
 
 

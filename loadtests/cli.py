@@ -69,7 +69,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "--first-start",
         choices=FIRST_STARTS,
         help="closed loop: each user's first request at a seeded random point of one --pacing "
-        "interval (spread, default), or all together as spawned (lock-step bursts)",
+        "interval (back to back: of the second its spawn batch fills) (spread, default), or "
+        "all together as spawned (lock-step bursts)",
     )
     g.add_argument("--shape", help="steps:start=5,step=5,every=30s | spike:base=10,peak=100,...")
     g.add_argument("--modes", help="phases to run, in order: sync,stream (default)")

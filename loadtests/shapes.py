@@ -215,7 +215,7 @@ class ArrivalSchedule:
         return self._n
 
 
-def first_start_offset(seed: int, user: int, pacing: float) -> float:
+def first_start_offset(seed: int, user: int, pacing: float, spawn_window: float = 0.0) -> float:
     """Closed loop: seconds user ``user`` waits before its first request (``--first-start spread``).
 
     Drawn uniformly inside one pacing interval, seeded by the run's seed and the
@@ -223,8 +223,20 @@ def first_start_offset(seed: int, user: int, pacing: float) -> float:
     in any worker).  Users spawned together would otherwise send in lock-step
     bursts of ``--users`` requests every interval for the whole run: a server sees
     a burst, not the steady rate ``users / pacing``.  Back-to-back users (pacing 0)
-    start at once.
+    have no interval: they spread over ``spawn_window`` instead (``spawn_window``:
+    locust starts a batch of ``--spawn-rate`` users at one instant each second, and
+    back to back their requests would stay in waves of a batch each).
     """
-    if pacing <= 0:
+    interval = pacing if pacing > 0 else spawn_window
+    if interval <= 0:
         return 0.0
-    return random.Random(f"first-start:{seed}:{user}").uniform(0.0, pacing)
+    return random.Random(f"first-start:{seed}:{user}").uniform(0.0, interval)
+
+
+def spawn_window(users: int, spawn_rate: float) -> float:
+    """The time one batch of spawned users is meant to fill: locust starts ``floor(rate)``
+    users at once every second, which at ``--spawn-rate`` users per second is a second
+    (or ``users / rate`` when fewer are spawned); one user at a time has no batch."""
+    if spawn_rate < 2 or users < 2:
+        return 0.0
+    return min(1.0, users / spawn_rate)

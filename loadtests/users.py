@@ -33,7 +33,7 @@ from loadtests.http import Target, clock, perform
 from loadtests.phases import Phase, shard_share
 from loadtests.plan import ConnectionOptions, LoadOptions, WorkloadOptions
 from loadtests.record import RequestRecord
-from loadtests.shapes import ArrivalSchedule, first_start_offset
+from loadtests.shapes import ArrivalSchedule, first_start_offset, spawn_window
 from loadtests.sinks import RecordSink
 from loadtests.timing import RecordMeta, StreamTimer
 
@@ -204,7 +204,8 @@ class LLMUser(User):
             opts = ctx.load
             if opts.first_start == "together":
                 return 0.0
-            return first_start_offset(opts.seed, self.index, opts.pacing)
+            window = spawn_window(opts.users, opts.spawn_rate)
+            return first_start_offset(opts.seed, self.index, opts.pacing, window)
         return max(0.0, self.last_start + ctx.load.pacing - clock())
 
     @task

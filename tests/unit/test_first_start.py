@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadtests.plan import build_options
-from loadtests.shapes import first_start_offset
+from loadtests.shapes import first_start_offset, spawn_window
 
 
 def test_offsets_are_seeded_inside_one_interval_and_spread() -> None:
@@ -22,8 +22,17 @@ def test_offsets_are_seeded_inside_one_interval_and_spread() -> None:
     assert twenty[-1] - twenty[0] > 1.0
 
 
-def test_back_to_back_users_start_at_once() -> None:
-    assert first_start_offset(0, 5, 0.0) == 0.0
+def test_back_to_back_users_spread_over_their_spawn_batch() -> None:
+    # locust starts floor(spawn rate) users at one instant each second: back to back
+    # (pacing 0) they would stay in waves of a batch, so they spread over that second
+    assert spawn_window(1000, 1000.0) == 1.0
+    assert spawn_window(1000, 100.0) == 1.0  # ten batches of 100, each over its second
+    assert spawn_window(20, 1000.0) == pytest.approx(0.02)  # 20 users at 1,000/s: 20 ms
+    assert spawn_window(50, 1.0) == 0.0 and spawn_window(1, 20.0) == 0.0  # no batch
+    offsets = [first_start_offset(3, user, 0.0, spawn_window(1000, 1000.0)) for user in range(1000)]
+    assert all(0.0 <= o < 1.0 for o in offsets)
+    assert all(200 <= sum(1 for o in offsets if k / 4 <= o < (k + 1) / 4) <= 300 for k in range(4))
+    assert first_start_offset(0, 5, 0.0) == 0.0  # no window given: at once
 
 
 def test_the_option_defaults_to_spread_and_is_checked() -> None:
