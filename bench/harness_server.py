@@ -24,6 +24,8 @@ import json
 import sys
 from time import perf_counter
 
+from target_server import gcpolicy
+
 HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
     b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n"
@@ -103,6 +105,9 @@ async def _main(ttft: float, itl: float, close: bool = False) -> None:
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
     host, port = server.sockets[0].getsockname()[:2]
+    # its own collector pauses would come out as bursts of late tokens that the client
+    # then reads one after another: the reference keeps them as short as the server's
+    gcpolicy.settle()
     print(f"listening on http://{host}:{port}", file=sys.stderr, flush=True)
     async with server:
         await server.serve_forever()

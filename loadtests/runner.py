@@ -20,11 +20,13 @@ from __future__ import annotations
 import csv
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import gevent
 from locust.env import Environment
 
 from loadtests.context import UsageError, build_context, connect_target
@@ -90,6 +92,14 @@ class LocalDriver:
 
     def stop(self, force: bool) -> None:
         timeout = self.ctx.connection.request_timeout
+        if not force:
+            # Drain first: stopping the users holds the event loop (tens of ms at 1,000
+            # users), and the first tokens of requests still in flight would wait behind
+            # it — the phase's last requests measured the harness, not the target.
+            self.ctx.stop_accepting()
+            deadline = time.monotonic() + timeout + DRAIN_SLACK_S
+            while self.ctx.inflight > 0 and time.monotonic() < deadline:
+                gevent.sleep(0.02)
         self.env.stop_timeout = 0 if force else timeout + DRAIN_SLACK_S
         self.runner.stop()
 
