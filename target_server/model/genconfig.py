@@ -120,7 +120,10 @@ def _build(base: GenerationConfig, fields: dict[str, Any], error: type[Exception
     merged = {**base.to_dict(), **fields}
     if not merged.get("do_sample"):  # greedy: sampling-only fields would only draw warnings
         merged.update(dict.fromkeys(SAMPLING_ONLY))
-    gc = GenerationConfig.from_dict(merged)
+    # not GenerationConfig.from_dict: it formats the whole config as indented JSON for a
+    # log line even when INFO is off, per request — CPU, and a reference cycle of
+    # json's pure-Python encoder closures left for the collector (docs/scale.md)
+    gc = GenerationConfig(**merged)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -120,3 +120,23 @@ def test_a_client_that_leaves_mid_stream_leaves_no_reference_cycle(start_server)
     srv = start_server(ttft_ms=5, itl_ms=20)
     request = _request("POST", "/v1/chat/completions", {**STREAM, "max_tokens": 50})
     assert _cycles_left(srv.url, request, ROUNDS, gone_early=True) == {}
+
+
+@pytest.mark.parametrize("batching", ["none", "continuous"])
+def test_a_model_request_leaves_no_reference_cycle(embedded_model, batching):
+    """The transformers engines too: ``GenerationConfig.from_dict`` formatted each
+    request's config as indented JSON for a log line nobody reads, and json's
+    pure-Python encoder left its closures in a cycle, per request."""
+    from target_server.serving import start_server_thread
+    from target_server.settings import Settings
+
+    settings = Settings(
+        engine="transformers", batching=batching, engine_process="off", max_context=256
+    )
+    srv = start_server_thread(settings, log_level="warning")
+    try:
+        body = {**STREAM, "max_tokens": 3, "temperature": 0.7}
+        request = _request("POST", "/v1/chat/completions", body)
+        assert _cycles_left(srv.url, request, 10) == {}
+    finally:
+        srv.stop()
