@@ -11,12 +11,25 @@ looks at every connection's last progress a few times per limit, and throws
 ``Failed`` into a connection whose wait has lasted too long — the same exception
 a timer would have raised, at the same place.  Without gevent (threads, tests)
 the socket's own timeout does the job.
+
+A read's time is when its bytes reached this host, not when this process got
+round to reading them: plain TCP sockets ask the kernel for receive timestamps
+(``SO_TIMESTAMPNS``; for TCP a read carries the stamp of the last segment it
+took), and the time a read returns is moved back by how long the data waited —
+measured on the wall clock, both ends read back to back, applied to the
+monotonic one.  At 1,000 streams on one core the data of a read waited for the
+hub's turn, behind other users' requests: that wait was the load generator's
+TTFT tail (``docs/scale.md``).  Without a stamp (TLS, threads, a kernel that
+gives none) the read's own time stands.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
+import struct
+import sys
 import time
 from typing import Any
 
@@ -24,8 +37,18 @@ import gevent
 from gevent import get_hub, getcurrent
 
 clock = time.perf_counter
+wall_ns = time.time_ns
 #: bytes asked of the kernel per read: one read takes whatever has arrived
 RECV_SIZE = 256 * 1024
+#: SO_TIMESTAMPNS (not in Python's socket module); its value on Linux's generic
+#: socket ABI (x86, arm, riscv...), where the stamp is a native ``struct timespec``
+SO_TIMESTAMPNS = 35 if sys.platform == "linux" and struct.calcsize("l") == 8 else None
+_ANC_SIZE = socket.CMSG_SPACE(16) if SO_TIMESTAMPNS is not None else 0
+_timespec = struct.Struct("qq").unpack_from
+#: a wait longer than this is a clock step, not a wait: the read's own time stands
+MAX_WAIT_NS = 10_000_000_000
+#: ``LLMLOAD_RECV_STAMPS=0``: time reads when they return (the bench's comparison row)
+STAMPS = os.environ.get("LLMLOAD_RECV_STAMPS", "1") != "0"
 
 
 class Failed(Exception):
@@ -39,7 +62,10 @@ class Failed(Exception):
 class Conn:
     """One connection: its socket, and under gevent its read watcher and limit bookkeeping."""
 
-    __slots__ = ("sock", "tls", "_io", "_hub", "_raw", "last", "limit", "on_limit", "glet")
+    __slots__ = (
+        "sock", "tls", "_io", "_hub", "_raw", "_stamped", "last", "limit", "on_limit", "glet",
+        "waited",
+    )  # fmt: skip
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -47,15 +73,18 @@ class Conn:
         self._io: Any = None
         self._hub: Any = None
         self._raw: Any = None
+        self._stamped = False
         if type(sock).__module__.startswith("gevent"):  # a cooperative socket: wait on the hub
             sock.settimeout(None)  # no gevent.Timeout per wait: the watchdog keeps the limits
             self._hub = get_hub()
             self._io = self._hub.loop.io(sock.fileno(), 1)
             if not self.tls:  # the kernel socket under gevent's (non-blocking): read it directly
                 self._raw = getattr(sock, "_sock", None)
+                self._stamped = self._raw is not None and _ask_stamps(self._raw)
         self.last = 0.0  # when the exchange last made progress (a read returned)
         self.limit = 0.0  # seconds without progress before ``on_limit`` fails it
         self.on_limit = ("stall", "")
+        self.waited = 0.0  # how long the last read's data waited for this process (s)
         self.glet: Any = None
 
     def close(self) -> None:
@@ -98,10 +127,22 @@ class Conn:
                 while True:
                     self._hub.wait(self._io)
                     try:
-                        data: bytes = raw.recv(RECV_SIZE)
+                        if not self._stamped:
+                            data: bytes = raw.recv(RECV_SIZE)
+                            self.last = clock()
+                            return data
+                        data, anc, _flags, _addr = raw.recvmsg(RECV_SIZE, _ANC_SIZE)
                     except BlockingIOError:  # woken with nothing to read: wait again
                         continue
-                    self.last = clock()
+                    wall, now = wall_ns(), clock()
+                    waited = 0
+                    if anc:  # [(SOL_SOCKET, SO_TIMESTAMPNS, struct timespec)]
+                        sec, nsec = _timespec(anc[0][2])
+                        waited = wall - sec * 1_000_000_000 - nsec
+                        if not 0 < waited < MAX_WAIT_NS:
+                            waited = 0
+                    self.waited = waited * 1e-9
+                    self.last = now - self.waited
                     return data
             except OSError as exc:
                 raise Failed("disconnect", f"ReadError: {reason(exc)}") from None
@@ -118,6 +159,17 @@ class Conn:
             raise Failed("disconnect", f"ReadError: {reason(exc)}") from None
         self.last = clock()
         return data
+
+
+def _ask_stamps(raw: Any) -> bool:
+    """Ask the kernel to stamp ``raw``'s received data; whether it took the option."""
+    if SO_TIMESTAMPNS is None or not STAMPS:
+        return False
+    try:
+        raw.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
 
 
 class Watchdog:
