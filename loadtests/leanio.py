@@ -81,7 +81,7 @@ class Conn:
             if not self.tls:  # the kernel socket under gevent's (non-blocking): read it directly
                 self._raw = getattr(sock, "_sock", None)
                 self._stamped = self._raw is not None and _ask_stamps(self._raw)
-        self.last = 0.0  # when the exchange last made progress (a read returned)
+        self.last = 0.0  # when the exchange last made progress (a read's data arrived)
         self.limit = 0.0  # seconds without progress before ``on_limit`` fails it
         self.on_limit = ("stall", "")
         self.waited = 0.0  # how long the last read's data waited for this process (s)
