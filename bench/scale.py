@@ -424,7 +424,7 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
     lines += [
         "",
         f"### 2. Load generator on one client core (reference server, ITL {CLIENT_ITL_MS} ms, "
-        "16 tokens, `bench harness` child; the two HTTP paths interleaved)",
+        "16 tokens, `bench harness` child; the client paths interleaved)",
         "",
         "`lean`: `loadtests.lean`, llmload's default, its reads timed by the kernel's "
         "receive stamps; `lean, reads unstamped`: the same with `LLMLOAD_RECV_STAMPS=0`, "
