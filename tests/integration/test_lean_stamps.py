@@ -23,7 +23,7 @@ CHILD = r"""
 from gevent import monkey
 monkey.patch_all()
 
-import json, socket, sys, time
+import json, socket, sys
 
 import gevent
 
@@ -53,11 +53,9 @@ def conn_level():
 
 def exchange_level():
     from bench.harness import _reference
-    from loadtests.adapters import get_adapter
-    from loadtests.adapters.base import Prompt
-    from loadtests.http import Target, perform
+    from loadtests.http import Target
     from loadtests.lean import LeanClient
-    from loadtests.timing import RecordMeta, StreamTimer
+    from tests.integration.test_lean_client import run
 
     # first token 100 ms after t0, the next 600 ms later: the late read takes only the
     # first (for TCP a read carries the stamp of the last segment it took)
@@ -66,17 +64,11 @@ def exchange_level():
         target = Target(url, {}, request_timeout=30, stall_timeout=10, http_client="lean")
         client = target.session()
         assert isinstance(client, LeanClient)
-        adapter = get_adapter("openai-chat")
         out = []
         for _ in range(3):
-            call = adapter.build(Prompt("s", "p", prompt="hi", max_tokens=2), mode="stream",
-                                 model="m", options={"ignore_eos": True})
             # the hub is held from 30 ms after t0 until well after the first token
             gevent.spawn_later(0.03, hold, HOLD)
-            timer = StreamTimer(adapter, clock())
-            status, error = perform(client, target, call, timer)
-            meta = RecordMeta("r", "p", "s", "stream", adapter.endpoint, time.time())
-            rec = timer.finish(clock(), meta, status=status, error=error)
+            rec = run(target, client, tokens=2)
             out.append({"status": rec.status, "ttft": rec.ttft_s, "server": rec.server_ttft_s,
                         "e2e": rec.e2e_s})
         return out
