@@ -29,9 +29,19 @@ WORKLOAD = ("--scenario", "short_qa", "--max-tokens", "64", "--ignore-eos", "--s
 def capacity(url: str, out: Path, *extra: str, timeout: float) -> tuple[dict[str, Any], float]:
     """One ``llmload capacity`` run: run.json's capacity block, and its wall time."""
     cmd = [
-        sys.executable, "-m", "llmload", "capacity", "--target", url, "--slo", SLO,
-        *WORKLOAD, "--out", str(out), *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "llmload",
+        "capacity",
+        "--target",
+        url,
+        "--slo",
+        SLO,
+        *WORKLOAD,
+        "--out",
+        str(out),
+        *extra,
+    ]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     wall = time.monotonic() - t0
@@ -110,9 +120,19 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError(f"the search ran no step: {search['answer']}")
         lo, hi = min(tried), max(tried)
         sweep, t_sweep = capacity(
-            server.url, args.out / "sweep", *common, "--budget", "60m",
-            "--sweep", str(args.sweep), "--min", f"{lo:g}", "--max", f"{hi:g}", timeout=3600,
-        )  # fmt: skip
+            server.url,
+            args.out / "sweep",
+            *common,
+            "--budget",
+            "60m",
+            "--sweep",
+            str(args.sweep),
+            "--min",
+            f"{lo:g}",
+            "--max",
+            f"{hi:g}",
+            timeout=3600,
+        )
     finally:
         server.stop()
     n = search["requests_per_step"]

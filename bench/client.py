@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from loadtests.adapters.base import Adapter, HttpCall
-    from loadtests.http import Target
+    from llmload.loadtests.measure.adapters.base import Adapter, HttpCall
+    from llmload.loadtests.transport.target import Target
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,9 @@ def gevent_client(url: str, tokens: int) -> BenchClient:
     from gevent import monkey
 
     monkey.patch_all()
-    from loadtests.adapters import get_adapter
-    from loadtests.adapters.base import Prompt
-    from loadtests.http import Target
+    from llmload.loadtests.measure.adapters import get_adapter
+    from llmload.loadtests.measure.adapters.base import Prompt
+    from llmload.loadtests.transport.target import Target
 
     os.sched_setaffinity(0, {0})
     adapter = get_adapter("openai-chat")

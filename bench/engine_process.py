@@ -28,7 +28,7 @@ import psutil
 from bench.calibration import current as calibration
 from bench.mdsection import ROOT, write_section
 from bench.model import users
-from target_server.launch import ServerProcess, launch
+from llmload.target_server.launch import ServerProcess, launch
 
 ENGINES_DOC = ROOT / "docs" / "engines.md"
 MODES = ("on", "off")
@@ -43,8 +43,16 @@ def cpu_s(server: ServerProcess) -> float:
 
 def serve(mode: str) -> tuple[ServerProcess, float]:
     """One bundled server with ``--engine-process mode``; (server, seconds to healthy)."""
-    args = ("--log-level", "warning", "--engine", "transformers", "--batching", "continuous",
-            "--engine-process", mode)  # fmt: skip
+    args = (
+        "--log-level",
+        "warning",
+        "--engine",
+        "transformers",
+        "--batching",
+        "continuous",
+        "--engine-process",
+        mode,
+    )
     t0 = time.monotonic()
     server = launch(args, ready_timeout=600)
     return server, time.monotonic() - t0
@@ -73,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
                 tokens = sum(r.tokens for r in many)
                 agg[mode].append(tokens / wall)
                 cpu[mode].append(1000 * (cpu_s(servers[mode]) - c0) / tokens)
-                print(f"{mode}: {agg[mode][-1]:.0f} tok/s, {cpu[mode][-1]:.2f} CPU ms/token",
-                      flush=True)  # fmt: skip
+                print(
+                    f"{mode}: {agg[mode][-1]:.0f} tok/s, {cpu[mode][-1]:.2f} CPU ms/token",
+                    flush=True,
+                )
     finally:
         for server in servers.values():
             server.stop(timeout=30)
@@ -90,19 +100,21 @@ def main(argv: list[str] | None = None) -> int:
             f"| {cpu_ms:.2f} ms |"
         )
     ratio = statistics.median(agg["on"]) / statistics.median(agg["off"])
-    body = "\n".join([
-        f"Written by `python -m bench engine-process`; {cal.line()}; "
-        f"load average {load0:.1f} -> {load1:.1f} (1 min) during the run.",
-        "",
-        f"| `--engine-process` | startup to healthy | {args.users} streams x {args.tokens} "
-        "tokens: aggregate tokens/s, median (rounds) | decode turn implied "
-        "| server + engine CPU per token |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-        f"In its own process the loop ran **{ratio:.2f}x** the tokens/s of the loop on a "
-        "server thread, both servers up together, rounds interleaved.",
-    ])  # fmt: skip
+    body = "\n".join(
+        [
+            f"Written by `python -m bench engine-process`; {cal.line()}; "
+            f"load average {load0:.1f} -> {load1:.1f} (1 min) during the run.",
+            "",
+            f"| `--engine-process` | startup to healthy | {args.users} streams x {args.tokens} "
+            "tokens: aggregate tokens/s, median (rounds) | decode turn implied "
+            "| server + engine CPU per token |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            f"In its own process the loop ran **{ratio:.2f}x** the tokens/s of the loop on a "
+            "server thread, both servers up together, rounds interleaved.",
+        ]
+    )
     print(body)
     if not args.no_write:
         write_section("engine-process", body, path=ENGINES_DOC)

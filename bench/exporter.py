@@ -1,7 +1,7 @@
 """``python -m bench exporter``: what the live exporter costs the load generator.
 
 Side by side: two gevent client processes at once, both pinned to CPU 0, each
-running N streams with the harness's own request path (``loadtests.http.perform``
+running N streams with the harness's own request path (``loadtests.transport.target.perform``
 + the timing core, the same loop as ``bench harness``) against the bundled
 synthetic server pinned to CPU 1.  *Off*: records go nowhere.  *On*: every
 request start and record goes into ``LiveMetrics``, a ``HealthSampler`` ticks,
@@ -42,11 +42,11 @@ def _child(mode: str, url: str) -> dict[str, Any]:
     client = gevent_client(url, TOKENS)  # patches gevent: the imports below come after it
     import gevent
 
-    from exporter import LiveMetrics
-    from loadtests.health import HealthSampler
-    from loadtests.http import clock, perform
-    from loadtests.sinks import NullSink
-    from loadtests.timing import RecordMeta, StreamTimer
+    from llmload.exporter import LiveMetrics
+    from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
+    from llmload.loadtests.run.health import HealthSampler
+    from llmload.loadtests.run.sinks import NullSink
+    from llmload.loadtests.transport.target import clock, perform
 
     adapter, target, call = client.adapter, client.target, client.call
     sink: Any = NullSink()
@@ -80,7 +80,7 @@ def _child(mode: str, url: str) -> dict[str, Any]:
             events[0] += len(rec.itl_s) + 1
 
     def worker() -> None:
-        sess = target.session()  # the default HTTP path (loadtests.lean)
+        sess = target.user_client()  # the default HTTP path (loadtests.transport.http1)
         while clock() < end:
             one(sess)
 
@@ -116,7 +116,7 @@ def _measure_pair(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for mode in ("off", "on")
     }
     stop = threading.Event()
@@ -156,17 +156,28 @@ def _scrape_every_second(port: int, stop: threading.Event) -> None:
 
 def _exporter_alone() -> dict[str, float]:
     """µs per record (start + a 32-token stream record), ms per scrape of 8 label sets."""
-    from exporter import LiveMetrics
-    from loadtests.record import RequestRecord
+    from llmload.exporter import LiveMetrics
+    from llmload.loadtests.measure.record import RequestRecord
 
     m = LiveMetrics()
     itl = [0.005 + i * 1e-5 for i in range(TOKENS - 1)]
     records = [
-        RequestRecord(str(i), "b", f"s{i % 4}", ("stream", "sync")[i % 2], "/v1/chat", 0.0,
-                      "ok", ttft_s=0.02 + i % 7 / 100, e2e_s=0.2, tpot_s=0.005, itl_s=itl,
-                      output_tokens=TOKENS)
+        RequestRecord(
+            str(i),
+            "b",
+            f"s{i % 4}",
+            ("stream", "sync")[i % 2],
+            "/v1/chat",
+            0.0,
+            "ok",
+            ttft_s=0.02 + i % 7 / 100,
+            e2e_s=0.2,
+            tpot_s=0.005,
+            itl_s=itl,
+            output_tokens=TOKENS,
+        )
         for i in range(20_000)
-    ]  # fmt: skip
+    ]
     t0 = time.perf_counter()
     for r in records:
         m.on_request_start(r.mode, r.scenario, r.endpoint)

@@ -28,7 +28,7 @@ from pathlib import Path
 from bench.calibration import current
 from bench.harness import _reference
 from bench.server_timing import run_level
-from target_server.launch import launch
+from llmload.target_server.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 200  # samples per second
@@ -41,8 +41,18 @@ def _spy() -> str:
 
 def _record(out: Path, target: list[str]) -> list[str]:
     """py-spy without pausing the process at each sample (its timings stay as they are)."""
-    return [_spy(), "record", "--rate", str(RATE), "--format", "flamegraph", "--nonblocking",
-            "--output", str(out), *target]  # fmt: skip
+    return [
+        _spy(),
+        "record",
+        "--rate",
+        str(RATE),
+        "--format",
+        "flamegraph",
+        "--nonblocking",
+        "--output",
+        str(out),
+        *target,
+    ]
 
 
 def server(out: Path) -> None:
@@ -50,8 +60,9 @@ def server(out: Path) -> None:
     with launch(args, cwd=ROOT, ready_timeout=60) as srv:
         spy = subprocess.Popen(
             _record(out, ["--pid", str(srv.proc.pid), "--duration", str(SECONDS + 2)]),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         asyncio.run(run_level(srv.url, 1000, 40, SECONDS))
         spy.wait(60)
 
@@ -59,13 +70,26 @@ def server(out: Path) -> None:
 def client(out: Path) -> None:
     proc, url = _reference(50)
     try:
-        child = [sys.executable, "-m", "bench.harness", "--child", "lean", url, "1000", "50",
-                 "100", str(SECONDS)]  # fmt: skip
+        child = [
+            sys.executable,
+            "-m",
+            "bench.harness",
+            "--child",
+            "lean",
+            url,
+            "1000",
+            "50",
+            "100",
+            str(SECONDS),
+        ]
         subprocess.run(
             _record(out, ["--", *child]),
-            cwd=ROOT, check=True, capture_output=True, timeout=300,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            timeout=300,
             preexec_fn=lambda: os.sched_setaffinity(0, {0}),
-        )  # fmt: skip
+        )
     finally:
         proc.terminate()
         proc.wait(10)
@@ -75,15 +99,40 @@ def run(out: Path) -> None:
     proc, url = _reference(50)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "llmload", "run", "--target", url, "--users", "1000",
-                   "--spawn-rate", "1000", "--pacing", "0s", "--modes", "stream",
-                   "--warmup", "0s", "--duration", f"{SECONDS}s", "--max-tokens", "16",
-                   "--ignore-eos", "--no-report", "--out", str(Path(tmp) / "run")]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "llmload",
+                "run",
+                "--target",
+                url,
+                "--users",
+                "1000",
+                "--spawn-rate",
+                "1000",
+                "--pacing",
+                "0s",
+                "--modes",
+                "stream",
+                "--warmup",
+                "0s",
+                "--duration",
+                f"{SECONDS}s",
+                "--max-tokens",
+                "16",
+                "--ignore-eos",
+                "--no-report",
+                "--out",
+                str(Path(tmp) / "run"),
+            ]
             subprocess.run(
                 _record(out, ["--", *cmd]),
-                cwd=ROOT, check=True, capture_output=True, timeout=300,
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+                timeout=300,
                 preexec_fn=lambda: os.sched_setaffinity(0, {0}),
-            )  # fmt: skip
+            )
     finally:
         proc.terminate()
         proc.wait(10)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from bench.mdsection import load_note, machine, write_section
 from llmload.ci import LOAD_ARGS, SERVER_ARGS, run_load, synthetic_server
-from reports.baseline import make_baseline
-from reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
-from reports.loader import Run, load_run
+from llmload.reports.baseline import make_baseline
+from llmload.reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
+from llmload.reports.loader import Run, load_run
 
 NAN = float("nan")
 LEVELS = {"A/A (200 ms vs 200 ms)": 200.0, "+10% (220 ms)": 220.0, "+20% (240 ms)": 240.0}

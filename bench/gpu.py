@@ -95,7 +95,7 @@ def build_model(device: str = "cuda", dims: dict[str, Any] = QWEN25_7B) -> Any:
 
 async def _one(engine: Any, ids: list[int], tokens: int, seed: int) -> tuple[float, float, int]:
     """(ttft s, decode tokens/s, tokens) for one request straight through ``engine.generate``."""
-    from target_server.engine import GenerationRequest
+    from llmload.target_server.engine import GenerationRequest
 
     req = GenerationRequest(f"r{seed}", None, "x", tokens, ignore_eos=True, seed=seed)
     prepared = engine.prepare_ids(req, ids)
@@ -113,8 +113,8 @@ async def measure(batching: str, lm: Any, args: argparse.Namespace) -> dict[str,
     """Run the three measurements on one engine."""
     import torch
 
-    from target_server.model import build
-    from target_server.settings import Settings
+    from llmload.target_server.model import build
+    from llmload.target_server.settings import Settings
 
     # the model is loaded here already: the continuous loop runs on a thread of this process
     settings = Settings(
@@ -194,8 +194,8 @@ def loaded_model(model: Any) -> Any:
     import torch
     from transformers import AutoTokenizer
 
-    from target_server.model.embedded import embedded_model_dir
-    from target_server.model.loader import LoadedModel, cache_kwarg
+    from llmload.target_server.model.embedded import embedded_model_dir
+    from llmload.target_server.model.loader import LoadedModel, cache_kwarg
 
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
     model.generation_config.eos_token_id = [tokenizer.eos_token_id]

@@ -1,8 +1,8 @@
 """``python -m bench harness``: how exact is the load generator, per HTTP client, per core?
 
 Clients compared, each in a child process pinned to CPU 0 running N concurrent
-streams under gevent: ``lean`` (the harness's own path, ``loadtests.http.perform``
-with ``loadtests.lean``, + the timing core), ``httpx`` (the same through httpx,
+streams under gevent: ``lean`` (the harness's own path, ``loadtests.transport.target.perform``
+with ``loadtests.transport.http1``, + the timing core), ``httpx`` (the same through httpx,
 ``--http-client httpx``), locust's ``HttpSession`` (requests, ``iter_content(None)``)
 and ``FastHttpSession`` (geventhttpclient, ``iter_content(1024)`` as locust's own
 ``iter_lines`` reads).  The server is pinned to CPU 1.
@@ -19,7 +19,7 @@ and ``FastHttpSession`` (geventhttpclient, ``iter_content(1024)`` as locust's ow
 4. A server that closes the connection after each response (``--close``, its
    own section ``harness-close``): client TTFT − the server's own TTFT (from
    the request's arrival, as vLLM or any server measures it) at 1, 5 and 20
-   streams, with ``loadtests.connect`` (``httpx``) and with httpcore's default
+   streams, with ``loadtests.transport.connect`` (``httpx``) and with httpcore's default
    connect (``httpx-plain``), keep-alive beside it.
 """
 
@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.percentile import percentile_of
-from target_server.launch import launch
+from llmload.loadtests.percentile import percentile_of
+from llmload.target_server.launch import launch
 
 CLIENTS = ("lean", "httpx", "HttpSession", "FastHttpSession")
 STREAMS = (20, 200, 1000)
@@ -76,17 +76,17 @@ def _child(
     setup = gevent_client(url, TOKENS)  # patches gevent: the imports below come after it
     import gevent
 
-    from loadtests.http import clock, perform
-    from loadtests.timing import RecordMeta, StreamTimer
+    from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
+    from llmload.loadtests.transport.target import clock, perform
 
     adapter, target, call = setup.adapter, setup.target, setup.call
     meta = RecordMeta("x", "bench", "bench", "stream", adapter.endpoint, 0.0)
 
     def session() -> Any:
-        if client == "lean":  # llmload's default: loadtests.lean
-            return target.session()
+        if client == "lean":  # llmload's default: loadtests.transport.http1
+            return target.user_client()
         if client == "httpx":
-            return target.client()
+            return target.httpx_client()
         if client == "httpx-plain":  # httpcore's own connect: a resolver call per connection
             import httpcore
             import httpx
@@ -104,8 +104,12 @@ def _child(
             transport._pool = httpcore.ConnectionPool(
                 max_connections=4, max_keepalive_connections=1, network_backend=Timed()
             )
-            return httpx.Client(base_url=url, trust_env=False, transport=transport,
-                                timeout=httpx.Timeout(120, connect=10))  # fmt: skip
+            return httpx.Client(
+                base_url=url,
+                trust_env=False,
+                transport=transport,
+                timeout=httpx.Timeout(120, connect=10),
+            )
         from locust.env import Environment
 
         env = Environment()
@@ -162,7 +166,7 @@ def _child(
                 if rec.connect_s is not None:
                     connects.append(rec.connect_s * 1000)
 
-    from target_server import gcpolicy
+    from llmload.target_server import gcpolicy
 
     gcpolicy.settle()  # as llmload run does before its first phase
     cpu0 = time.process_time()
@@ -198,7 +202,7 @@ def _start(module: str, args: list[str]) -> tuple[subprocess.Popen[str], str]:
 def _bundled(itl_ms: int) -> tuple[subprocess.Popen[str], str]:
     args = ["--port", "0", "--engine", "synthetic", "--log-level", "warning"]
     args += ["--ttft-ms", str(TTFT_MS), "--itl-ms", str(itl_ms)]
-    return _start("target_server", args)
+    return _start("llmload.target_server", args)
 
 
 def _reference(
@@ -289,9 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         ttft = int(argv[5]) if len(argv) > 5 else TTFT_MS
         window = float(argv[6]) if len(argv) > 6 else WINDOW_S
         together = argv[7:8] == ["together"]
-        print(json.dumps(
-            _child(argv[1], argv[2], int(argv[3]), int(argv[4]), ttft, window, together)
-        ))
+        print(
+            json.dumps(_child(argv[1], argv[2], int(argv[3]), int(argv[4]), ttft, window, together))
+        )
         return 0
     from bench.mdsection import load_note, machine, write_section
 
@@ -396,42 +400,47 @@ def _close_section(where: str, load_note: Any) -> str:
         conn = "close" if r["close"] else "keep-alive"
         starts = "together" if r.get("together") else "spread"
         if "error" in r:
-            table.append(f"| {conn} | {r['client']} | {r['streams']} | {starts} "
-                         f"| failed: {r['error'][-80:]} | | | | | | |")  # fmt: skip
+            table.append(
+                f"| {conn} | {r['client']} | {r['streams']} | {starts} "
+                f"| failed: {r['error'][-80:]} | | | | | | |"
+            )
             continue
         table.append(
             f"| {conn} | {r['client']} | {r['streams']} | {starts} | {r['requests']} "
             f"| {r['own_p50_ms']:.1f} | {r['own_p95_ms']:.1f} | {r['p50_ms']:.1f} "
             f"| {r['p95_ms']:.1f} | {r['connect_p50_ms']:.2f} | {r['client_cpu']:.0f} % |"
         )
-    return "\n".join([
-        "## A server that closes the connection after each response",
-        "",
-        f"`python -m bench harness --close` on {where}; {load_note(load)}.",
-        f"`bench/harness_server.py close`: HTTP/1.0-style answers (`Connection: close`, "
-        f"close-delimited body, one request per connection), first token after exactly "
-        f"{CLOSE_TTFT_MS} ms, then {TOKENS} tokens {CLOSE_ITL_MS} ms apart. Client pinned to "
-        "CPU 0 (gevent), server to CPU 1; back-to-back requests per stream; first starts "
-        "`spread` over one request, or `together` (every user at once, so they stay in "
-        "lock-step: all 20 reconnect and read their first token at the same instant — "
-        f"`--first-start together`'s case); {CLOSE_WINDOW_S:g} s measured per row after "
-        f"{WARM_S:g} s. "
-        "Errors in ms: client TTFT minus the server's own TTFT (request read -> "
-        "first token written: what a server's metrics report, so connection set-up and the "
-        "request's write count as harness error), and minus the time from `t0` to the first "
-        "write (transport + reading only). `lean` is llmload's path (`loadtests.lean`, "
-        "connecting through `loadtests.connect`: no resolver call per connection, the request "
-        "in one send); `httpx` is `--http-client httpx` (the same connector under httpcore); "
-        "`httpx-plain` is httpx with httpcore's default connect. `connect p50`: the set-up "
-        "of the connections "
-        "requests opened (`connect_s`, inside both errors; nan: none opened). Keep-alive rows: "
-        "the same server keeping connections, each measured right after the close rows of its "
-        "streams and starts.",
-        "",
-        *table,
-        "",
-        _close_verdict(rows),
-    ])
+    return "\n".join(
+        [
+            "## A server that closes the connection after each response",
+            "",
+            f"`python -m bench harness --close` on {where}; {load_note(load)}.",
+            f"`bench/harness_server.py close`: HTTP/1.0-style answers (`Connection: close`, "
+            f"close-delimited body, one request per connection), first token after exactly "
+            f"{CLOSE_TTFT_MS} ms, then {TOKENS} tokens {CLOSE_ITL_MS} ms apart. Client pinned to "
+            "CPU 0 (gevent), server to CPU 1; back-to-back requests per stream; first starts "
+            "`spread` over one request, or `together` (every user at once, so they stay in "
+            "lock-step: all 20 reconnect and read their first token at the same instant — "
+            f"`--first-start together`'s case); {CLOSE_WINDOW_S:g} s measured per row after "
+            f"{WARM_S:g} s. "
+            "Errors in ms: client TTFT minus the server's own TTFT (request read -> "
+            "first token written: what a server's metrics report, so connection set-up and the "
+            "request's write count as harness error), and minus the time from `t0` to the first "
+            "write (transport + reading only). `lean` is llmload's path "
+            "(`loadtests.transport.http1`, connecting through `loadtests.transport.connect`: "
+            "no resolver call per connection, the request "
+            "in one send); `httpx` is `--http-client httpx` (the same connector under httpcore); "
+            "`httpx-plain` is httpx with httpcore's default connect. `connect p50`: the set-up "
+            "of the connections "
+            "requests opened (`connect_s`, inside both errors; nan: none opened). Keep-alive rows: "
+            "the same server keeping connections, each measured right after the close rows of its "
+            "streams and starts.",
+            "",
+            *table,
+            "",
+            _close_verdict(rows),
+        ]
+    )
 
 
 def _close_verdict(rows: list[dict]) -> str:
@@ -439,9 +448,18 @@ def _close_verdict(rows: list[dict]) -> str:
     top, lowest = max(CLOSE_STREAMS), min(CLOSE_STREAMS)
 
     def row(client: str, close: bool, together: bool = False, n: int = top) -> dict | None:
-        return next((r for r in rows if r.get("client") == client and r.get("close") == close
-                     and r.get("streams") == n and bool(r.get("together")) == together
-                     and "error" not in r), None)  # fmt: skip
+        return next(
+            (
+                r
+                for r in rows
+                if r.get("client") == client
+                and r.get("close") == close
+                and r.get("streams") == n
+                and bool(r.get("together")) == together
+                and "error" not in r
+            ),
+            None,
+        )
 
     def fig(client: str, close: bool, together: bool = False) -> str:
         r = row(client, close, together)
@@ -460,8 +478,11 @@ def _close_verdict(rows: list[dict]) -> str:
         f"{fig('httpx-plain', True)} / {fig('httpx-plain', True, True)}; keep-alive "
         f"{fig(lead, False)} / {fig(lead, False, True)} — measured side by side in one "
         "run. The floor to compare with: one stream on a kept-alive connection, "
-        + ("n/a" if floor is None else
-           f"+{floor['own_p50_ms']:.1f} / +{floor['own_p95_ms']:.1f} ms")  # fmt: skip
+        + (
+            "n/a"
+            if floor is None
+            else f"+{floor['own_p50_ms']:.1f} / +{floor['own_p95_ms']:.1f} ms"
+        )
         + " (the two processes waking, and waiting for a CPU on a loaded machine: the "
         "scheduler's delays land in every row alike, see the load average above)."
     )

@@ -13,7 +13,7 @@ Measured on each, through the server's SSE stream:
 1. single-stream decode tokens/s (greedy, 128 tokens, best of 3);
 2. 20 concurrent streams started together, 64 tokens each, aggregate output tokens/s
    (1 and 2 interleaved between the two servers, best of 3, so both see the same machine);
-3. the default workload, run as a user runs it: ``python -m loadtests run`` with
+3. the default workload, run as a user runs it: ``python -m llmload.loadtests run`` with
    ``make loadtest``'s defaults (``mix`` scenario, the model's own sampling, 20
    users, first starts spread (the default), 3 s pacing, sync then stream), reporting SLO-met share,
    TTFT/TPOT/E2E, the server's CPU use and (now) its engine busy ratio.
@@ -47,8 +47,8 @@ import psutil
 
 from bench.calibration import current as calibration
 from bench.mdsection import ROOT, load_note, machine, write_section
-from loadtests.percentile import percentile
-from target_server.launch import ServerProcess, launch
+from llmload.loadtests.percentile import percentile
+from llmload.target_server.launch import ServerProcess, launch
 
 #: "today's" engine for the side-by-side: the commit before the lean decode path
 BASELINE = "bb43461"
@@ -59,9 +59,19 @@ MESSAGES = [
 ]
 #: make loadtest's defaults (Makefile), minus the duration
 DEFAULT_LOAD = (
-    "--scenario", "mix", "--users", "20", "--spawn-rate", "20", "--pacing", "3s",
-    "--modes", "sync,stream", "--seed", "0",
-)  # fmt: skip
+    "--scenario",
+    "mix",
+    "--users",
+    "20",
+    "--spawn-rate",
+    "20",
+    "--pacing",
+    "3s",
+    "--modes",
+    "sync,stream",
+    "--seed",
+    "0",
+)
 
 
 @dataclass
@@ -91,9 +101,13 @@ async def request(
 ) -> Result:
     """One streamed chat request; TTFT is the first content event."""
     body: dict[str, Any] = {
-        "messages": MESSAGES, "max_tokens": max_tokens, "ignore_eos": True, "seed": seed,
-        "stream": True, "stream_options": {"include_usage": True},
-    }  # fmt: skip
+        "messages": MESSAGES,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "seed": seed,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if greedy:
         body["temperature"] = 0.0
     t0 = time.perf_counter()
@@ -189,9 +203,22 @@ class Sampler:
 def default_load(url: str, out: Path, duration: str, warmup: str) -> dict[str, Any]:
     """``make loadtest``'s defaults against ``url``; the run's summary.json."""
     cmd = [
-        sys.executable, "-m", "loadtests", "run", "--target", url, *DEFAULT_LOAD,
-        "--duration", duration, "--warmup", warmup, "--out", str(out), "--label", "bench-model",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "llmload.loadtests",
+        "run",
+        "--target",
+        url,
+        *DEFAULT_LOAD,
+        "--duration",
+        duration,
+        "--warmup",
+        warmup,
+        "--out",
+        str(out),
+        "--label",
+        "bench-model",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     summary = out / "summary.json"
     if not summary.exists():
@@ -236,9 +263,9 @@ def decode_step_s(batch: int, steps: int = 30, repeats: int = 3) -> float:
     """Best-of time of one decode step for ``batch`` rows (this checkout's engine, in-process)."""
     import torch
 
-    from target_server.model.kvbatch import SlotBatch
-    from target_server.model.loader import load
-    from target_server.settings import Settings
+    from llmload.target_server.model.kvbatch import SlotBatch
+    from llmload.target_server.model.loader import load
+    from llmload.target_server.settings import Settings
 
     lm = load(Settings(engine="transformers"))
     best = float("inf")
@@ -276,8 +303,11 @@ def main(argv: list[str] | None = None) -> int:
                 servers[name] = serve(tree)
             rows = speeds(servers, args)
             for name, server in servers.items():
-                print(f"{name}: {rows[name]['single_tps']:.0f} tok/s single, "
-                      f"{rows[name]['agg_tps']:.0f} tok/s at {args.users}", flush=True)  # fmt: skip
+                print(
+                    f"{name}: {rows[name]['single_tps']:.0f} tok/s single, "
+                    f"{rows[name]['agg_tps']:.0f} tok/s at {args.users}",
+                    flush=True,
+                )
                 rows[name].update(workload(server, Path(tmp) / f"run-{name}", args))
         finally:
             for server in servers.values():
@@ -305,20 +335,22 @@ def headline(args: argparse.Namespace, rows: dict[str, dict[str, Any]], cal: str
     b, n = rows["before"], rows["now"]
     s, y = _phase(n, "stream"), _phase(n, "sync")
     busy = "–" if n["busy"] is None else f"{n['busy']:.0%}"
-    return "\n".join([
-        f"Written by `make bench` (`python -m bench model`); {cal}.",
-        "",
-        f"- single-stream decode: **{n['single_tps']:,.0f} tokens/s** "
-        f"({n['single_tps'] / b['single_tps']:.1f}× the engine before, same run);",
-        f"- {args.users} concurrent streams: **{n['agg_tps']:,.0f} tokens/s** aggregate "
-        f"({n['agg_tps'] / b['agg_tps']:.1f}×);",
-        f"- `make loadtest` defaults (mix, 20 users / 3 s): "
-        f"{s.get('slo_met_rate', 0.0):.0%} of streamed requests met the default SLOs, "
-        f"stream TTFT p50 {ms(s.get('ttft_ms', {}).get('p50'))} (sync "
-        f"{ms(y.get('ttft_ms', {}).get('p50'))}), E2E p50 stream "
-        f"{ms(s.get('e2e_ms', {}).get('p50'))} / sync {ms(y.get('e2e_ms', {}).get('p50'))}; "
-        f"engine busy {busy}.",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"Written by `make bench` (`python -m bench model`); {cal}.",
+            "",
+            f"- single-stream decode: **{n['single_tps']:,.0f} tokens/s** "
+            f"({n['single_tps'] / b['single_tps']:.1f}× the engine before, same run);",
+            f"- {args.users} concurrent streams: **{n['agg_tps']:,.0f} tokens/s** aggregate "
+            f"({n['agg_tps'] / b['agg_tps']:.1f}×);",
+            f"- `make loadtest` defaults (mix, 20 users / 3 s): "
+            f"{s.get('slo_met_rate', 0.0):.0%} of streamed requests met the default SLOs, "
+            f"stream TTFT p50 {ms(s.get('ttft_ms', {}).get('p50'))} (sync "
+            f"{ms(y.get('ttft_ms', {}).get('p50'))}), E2E p50 stream "
+            f"{ms(s.get('e2e_ms', {}).get('p50'))} / sync {ms(y.get('e2e_ms', {}).get('p50'))}; "
+            f"engine busy {busy}.",
+        ]
+    )
 
 
 def render(

@@ -151,8 +151,17 @@ def start_nginx(
             gzip=GZIP if gzip else "",
         )
         (prefix / "nginx.conf").write_text(conf)
-        cmd = [binary, "-p", str(prefix), "-e", str(prefix / "error.log"),
-               "-c", str(prefix / "nginx.conf"), "-g", "daemon off;"]  # fmt: skip
+        cmd = [
+            binary,
+            "-p",
+            str(prefix),
+            "-e",
+            str(prefix / "error.log"),
+            "-c",
+            str(prefix / "nginx.conf"),
+            "-g",
+            "daemon off;",
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         proxy = NginxProxy(f"http://127.0.0.1:{port}", prefix, proc, buffering)
         deadline = time.monotonic() + ready_timeout

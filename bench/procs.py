@@ -1,4 +1,4 @@
-"""The bundled server as a subprocess (``python -m target_server --port 0 ...``).
+"""The bundled server as a subprocess (``python -m llmload.target_server --port 0 ...``).
 
 For benchmarks and tests that need the server outside their own process (locust distributed or
 multi-process runs)::
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from bench.mdsection import ROOT
-from target_server.launch import ServerProcess, launch
+from llmload.target_server.launch import ServerProcess, launch
 
 __all__ = ["ROOT", "ServerProcess", "start_server_process"]
 
@@ -25,7 +25,7 @@ def start_server_process(
     env: Mapping[str, str] | None = None,
     ready_timeout: float = 120.0,
 ) -> ServerProcess:
-    """Launch ``python -m target_server --port 0 *args`` on 127.0.0.1, healthy when returned.
+    """Launch ``llmload serve --port 0 *args`` on 127.0.0.1, healthy when returned.
 
     ``env`` is added to the inherited environment (e.g. ``{"LLMLOAD_API_KEY": ...}``).
     Raises ``target_server.launch.LaunchFailed`` (a ``RuntimeError``, with the

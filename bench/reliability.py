@@ -27,8 +27,8 @@ INTRO = """\
 
 What llmload was put through, how many times, what survived and what was lost.
 Nothing here is typed by hand: `python -m bench reliability` (or `make reliability`)
-runs every case below against real processes on loopback — `python -m loadtests run`
-with its report, `python -m target_server`, nginx — and rewrites the first table;
+runs every case below against real processes on loopback — `python -m llmload.loadtests run`
+with its report, `python -m llmload.target_server`, nginx — and rewrites the first table;
 `make soak` rewrites the soak section.  Smaller versions of the same cases run in
 `make test` (`tests/integration/test_reliability_*.py`, `tests/integration/test_security_*.py`).
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SRV = "python -m target_server --port 0"
+SRV = "python -m llmload.target_server --port 0"
 #: the same app in the bench process (uvicorn on a thread), so its engine and slots can be read
 SRV_INPROC = "target server in-process (uvicorn thread)"
-RUN = "python -m loadtests run --target URL"
+RUN = "python -m llmload.loadtests run --target URL"
 
 
 @dataclass
@@ -56,9 +56,23 @@ def synthetic_fault(knob: str, client_class: str, seconds: int) -> Row:
     from bench.procs import start_server_process
 
     server_args = ["--ttft-ms", "20", "--itl-ms", "10", knob, "0.3", "--stall-s", "3"]
-    run_args = ["--users", "10", "--spawn-rate", "50", "--pacing", "0.2s", "--duration",
-                f"{seconds}s", "--max-tokens", "16", "--ignore-eos", "--modes", "sync,stream",
-                "--stall-timeout", "1s"]  # fmt: skip
+    run_args = [
+        "--users",
+        "10",
+        "--spawn-rate",
+        "50",
+        "--pacing",
+        "0.2s",
+        "--duration",
+        f"{seconds}s",
+        "--max-tokens",
+        "16",
+        "--ignore-eos",
+        "--modes",
+        "sync,stream",
+        "--stall-timeout",
+        "1s",
+    ]
     served: dict[str, Counter[str]] = {}
     with start_server_process(*server_args, "--log-level", "warning") as server:
         run = run_loadtests(
@@ -101,11 +115,23 @@ def kill_restart(rounds: int) -> Row:
 
     users, lost, requests, disconnects, connects, ok_after = 4, 0, 0, 0, 0, 0
     survived = True
-    run_args = ("--spawn-rate", "50", "--pacing", "0.5s", "--duration", "9s",
-                "--max-tokens", "30", "--ignore-eos", "--modes", "stream")  # fmt: skip
+    run_args = (
+        "--spawn-rate",
+        "50",
+        "--pacing",
+        "0.5s",
+        "--duration",
+        "9s",
+        "--max-tokens",
+        "30",
+        "--ignore-eos",
+        "--modes",
+        "stream",
+    )
     for _ in range(rounds):
-        got = kill_and_restart(_tmp() / "kill", ("--ttft-ms", "50", "--itl-ms", "50"), run_args,
-                               users=users)  # fmt: skip
+        got = kill_and_restart(
+            _tmp() / "kill", ("--ttft-ms", "50", "--itl-ms", "50"), run_args, users=users
+        )
         recs = got.run.records
         classes = Counter(r["status"] for r in recs)
         accounted = (
@@ -128,7 +154,7 @@ def kill_restart(rounds: int) -> Row:
         lost,
         f"{disconnects} `disconnect` (= streams in flight at the kill), {connects} `connect` "
         f"while down, {ok_after} `ok` after the restart",
-        "`python -m target_server --port P --ttft-ms 50 --itl-ms 50`, `kill -9`, same again + "
+        "`llmload serve --port P --ttft-ms 50 --itl-ms 50`, `kill -9`, same again + "
         f"`{RUN} --users {users} {' '.join(run_args)}`",
     )
 
@@ -146,11 +172,22 @@ def nginx_case(kind: str) -> Row:
     from bench.procs import start_server_process
 
     tmp = _tmp()
-    args = ["--users", "4", "--spawn-rate", "50", "--pacing", "0.3s", "--duration", "3s",
-            "--max-tokens", "8"]  # fmt: skip
+    args = [
+        "--users",
+        "4",
+        "--spawn-rate",
+        "50",
+        "--pacing",
+        "0.3s",
+        "--duration",
+        "3s",
+        "--max-tokens",
+        "8",
+    ]
     if kind == "502":
-        proxy = start_nginx(f"http://127.0.0.1:{free_port()}", buffering=False, gzip=False,
-                            workdir=tmp)  # fmt: skip
+        proxy = start_nginx(
+            f"http://127.0.0.1:{free_port()}", buffering=False, gzip=False, workdir=tmp
+        )
         try:
             # every request fails: --max-error-rate 100% keeps the exit code about the run itself
             run = run_loadtests(
@@ -194,6 +231,6 @@ def nginx_case(kind: str) -> Row:
 
 def server_started(**overrides: Any) -> Any:
     """An in-process server (``start_server_thread``) with quiet logs."""
-    from target_server.serving import start_server_thread
+    from llmload.target_server.serving import start_server_thread
 
     return start_server_thread(log_level="warning", **overrides)

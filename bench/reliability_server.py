@@ -25,8 +25,12 @@ def random_bodies(examples: int) -> Row:
     try:
         with httpx.Client(base_url=server.url, timeout=30) as http:
 
-            @settings(max_examples=examples, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))  # fmt: skip
+            @settings(
+                max_examples=examples,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
             @given(request=request_bodies())
             def send(request: tuple[str, str, bytes]) -> None:
                 status, found = send_checked(http, *request)
@@ -55,7 +59,7 @@ def random_bodies(examples: int) -> Row:
 def oversized(rounds: int) -> Row:
     """Bodies over 4 MiB: declared, absurdly declared, streamed without Content-Length."""
     from bench.server_abuse import oversized as send_oversized
-    from target_server.settings import MAX_BODY_BYTES
+    from llmload.target_server.settings import MAX_BODY_BYTES
 
     server = server_started(ttft_ms=0, itl_ms=0)
     answers: Counter[str] = Counter()
@@ -84,8 +88,9 @@ def slow_readers(n: int) -> Row:
     from bench.server_abuse import dechunk, open_streams, read_to_eof, wait_until
 
     tokens = 400_000
-    server = server_started(ttft_ms=0, itl_ms=0, request_timeout=2.0, max_output_tokens=tokens,
-                            max_context=2 * tokens)  # fmt: skip
+    server = server_started(
+        ttft_ms=0, itl_ms=0, request_timeout=2.0, max_output_tokens=tokens, max_context=2 * tokens
+    )
     sizes: list[int] = []
     try:
         streams = open_streams(server.url, n, tokens, rcvbuf=4096)
@@ -127,8 +132,12 @@ def mass_disconnect(n: int, rounds: int) -> Row:
             clean += wait_until(
                 lambda: server.state.admission.running == 0 and server.engine.running() == 0, 10
             )
-        counted = server.metric("llmserve_requests_total", endpoint="/v1/chat/completions",
-                                stream="true", status="cancelled")  # fmt: skip
+        counted = server.metric(
+            "llmserve_requests_total",
+            endpoint="/v1/chat/completions",
+            stream="true",
+            status="cancelled",
+        )
     finally:
         server.stop()
     return Row(
@@ -148,7 +157,7 @@ def overload_case(seconds: float) -> Row:
     from bench.faults import server_statuses
     from bench.procs import start_server_process
     from bench.server_abuse import overload
-    from loadtests.percentile import percentile_of as percentile
+    from llmload.loadtests.percentile import percentile_of as percentile
 
     args = ("--ttft-ms", "50", "--itl-ms", "10", "--max-concurrency", "4", "--max-queue", "4")
     with start_server_process(*args, "--log-level", "warning") as server:

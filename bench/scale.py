@@ -7,7 +7,7 @@
 2. **Load generator at 20 / 200 / 1,000 streams on one client core** against the
    reference server (``bench/harness_server.py``, ITL 50 ms): client TTFT − the
    server's stamp of its first-token write (``bench harness``'s child under gevent),
-   and SSE events per client CPU-second — the lean client (``loadtests.lean``, the
+   and SSE events per client CPU-second — the lean client (``loadtests.transport.http1``, the
    default) and httpx (``--http-client httpx``) interleaved, row by row.
 3. **Bursts of 20**: 20 users with a 1 s start-to-start pacing whose requests start
    together every interval (``--first-start together``) or at seeded offsets
@@ -37,8 +37,8 @@ from typing import Any
 import psutil
 
 from bench.mdsection import machine, write_section
-from loadtests.percentile import percentile_of
-from target_server.launch import launch
+from llmload.loadtests.percentile import percentile_of
+from llmload.target_server.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_TTFT_MS, SERVER_ITL_MS, SERVER_TOKENS = 100, 50, 40
@@ -123,8 +123,9 @@ def client_row(streams: int, client: str = "lean") -> dict[str, Any]:
         cmd = [sys.executable, "-m", "bench.harness", "--child", client.split(",")[0], url]
         cmd += [str(streams), str(CLIENT_ITL_MS)]
         t0 = time.monotonic()
-        child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=env)  # fmt: skip
+        child = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
         wait = 0.0
         while child.poll() is None:
             wait = runqueue_wait_s(child.pid) or wait
@@ -155,16 +156,16 @@ def _burst_child(url: str, first_start: str) -> dict[str, Any]:
     setup = gevent_client(url, BURST_TOKENS)
     import gevent
 
-    from loadtests.http import clock, perform
-    from loadtests.shapes import first_start_offset
-    from loadtests.timing import RecordMeta, StreamTimer
+    from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
+    from llmload.loadtests.run.shapes import first_start_offset
+    from llmload.loadtests.transport.target import clock, perform
 
     meta = RecordMeta("x", "bench", "bench", "stream", setup.adapter.endpoint, 0.0)
     gaps: list[float] = []
     start = clock() + 0.2
 
     def user(i: int) -> None:
-        sess = setup.target.session()
+        sess = setup.target.user_client()
         offset = 0.0 if first_start == "together" else first_start_offset(0, i, BURST_PACING_S)
         for k in range(BURST_ROUNDS):
             gevent.sleep(max(0.0, start + offset + k * BURST_PACING_S - clock()))
@@ -186,10 +187,15 @@ def burst_rows() -> list[dict[str, Any]]:
     bundled += ["--itl-ms", str(BURST_ITL_MS)]
     for name, module, args in (
         ("reference", "bench.harness_server", ref),
-        ("bundled", "target_server", bundled),
+        ("bundled", "llmload.target_server", bundled),
     ):
-        server = launch(args, module=module, cwd=ROOT, loopback=module == "target_server",
-                        health=module == "target_server")  # fmt: skip
+        server = launch(
+            args,
+            module=module,
+            cwd=ROOT,
+            loopback=module == "llmload.target_server",
+            health=module == "llmload.target_server",
+        )
         try:
             for mode in ("together", "spread"):
                 cmd = [sys.executable, "-m", "bench.scale", "--burst-child", server.url, mode]
@@ -238,9 +244,13 @@ def run_path(users: int, duration: str, steady_after: float = 10.0) -> dict[str,
             cmd += ["--modes", "stream", "--warmup", "0s", "--duration", duration]
             cmd += ["--max-tokens", "16", "--ignore-eos", "--no-report", "--out", str(out)]
             run = subprocess.run(
-                cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                cmd,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=300,
                 preexec_fn=lambda: os.sched_setaffinity(0, {0}),
-            )  # fmt: skip
+            )
             lines = (out / "requests.jsonl").read_text().splitlines() if out.exists() else []
             info = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
     finally:
@@ -281,8 +291,9 @@ def distributed(users: int, workers: int, duration: str) -> dict[str, Any]:
         cmd += ["--max-tokens", "16", "--ignore-eos", "--no-report", "--out", str(out)]
         before = _server_requests(server.url)
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         master = psutil.Process(proc.pid)
         cpu = 0.0
         while proc.poll() is None:
@@ -318,9 +329,16 @@ def distributed(users: int, workers: int, duration: str) -> dict[str, Any]:
 
 def _client_verdict(rows: list[dict[str, Any]]) -> list[str]:
     """The goal at 1,000 streams (the default path), and lean vs httpx per CPU-second."""
+
     def at(n: int, client: str) -> dict[str, Any] | None:
-        return next((r for r in rows if r.get("streams") == n and r.get("client") == client
-                     and "p99_ms" in r), None)  # fmt: skip
+        return next(
+            (
+                r
+                for r in rows
+                if r.get("streams") == n and r.get("client") == client and "p99_ms" in r
+            ),
+            None,
+        )
 
     out: list[str] = []
     r = at(1000, CLIENT_PATHS[0])
@@ -360,7 +378,8 @@ def _client_verdict(rows: list[dict[str, Any]]) -> list[str]:
         out += [
             "",
             "Events per client CPU-second, lean ÷ httpx (same streams, measured back to back): "
-            + ", ".join(ratios) + ".",
+            + ", ".join(ratios)
+            + ".",
         ]
     return out
 
@@ -426,7 +445,7 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
         f"### 2. Load generator on one client core (reference server, ITL {CLIENT_ITL_MS} ms, "
         "16 tokens, `bench harness` child; the client paths interleaved)",
         "",
-        "`lean`: `loadtests.lean`, llmload's default, its reads timed by the kernel's "
+        "`lean`: `loadtests.transport.http1`, llmload's default, its reads timed by the kernel's "
         "receive stamps; `lean, reads unstamped`: the same with `LLMLOAD_RECV_STAMPS=0`, "
         "each read timed when it returns (before those stamps); `httpx`: `--http-client "
         "httpx` (reads timed when they return). The reference server stamps its first token "

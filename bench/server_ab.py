@@ -28,8 +28,8 @@ from typing import Any
 import psutil
 
 from bench.mdsection import machine
-from loadtests.percentile import percentile_of
-from target_server.launch import launch
+from llmload.loadtests.percentile import percentile_of
+from llmload.target_server.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 TTFT_MS, ITL_MS, TOKENS = 100, 50, 40
@@ -72,19 +72,19 @@ def profile_shares(raw: str) -> list[tuple[str, float]]:
         n = int(count)
         total += n
         frames = stack.split(";")[::-1]
-        cat = next(
-            (c for f in frames for s, c in PROFILE_RULES if s in f), "other (~0.1 % each)"
-        )
+        cat = next((c for f in frames for s, c in PROFILE_RULES if s in f), "other (~0.1 % each)")
         cats[cat] += n
     return [(c, n / total) for c, n in cats.most_common()] if total else []
 
 
 def extract(ref: str, into: Path) -> Path:
-    """``target_server/`` as of ``ref`` under ``into`` (for ``python -m target_server``)."""
+    """``target_server/`` as of ``ref`` under ``into`` (for ``python -m llmload.target_server``)."""
     data = subprocess.run(
         ["git", "archive", "--format=tar", ref, "target_server"],
-        cwd=ROOT, check=True, capture_output=True,
-    ).stdout  # fmt: skip
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
     with tempfile.TemporaryFile() as f:
         f.write(data)
         f.seek(0)
@@ -103,9 +103,21 @@ def row(tree: Path, streams: int, window: float, spy: str | None = None) -> dict
         recorder = None
         if spy:
             found = shutil.which("py-spy", path=str(Path(sys.executable).parent))
-            cmd = [found or "py-spy", "record", "--pid", str(proc.pid), "--format", "raw",
-                   "--output", spy, "--duration", str(int(window + 2)), "--rate", "250",
-                   "--nonblocking"]  # fmt: skip
+            cmd = [
+                found or "py-spy",
+                "record",
+                "--pid",
+                str(proc.pid),
+                "--format",
+                "raw",
+                "--output",
+                spy,
+                "--duration",
+                str(int(window + 2)),
+                "--rate",
+                "250",
+                "--nonblocking",
+            ]
             recorder = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cpu0 = sum(proc.cpu_times()[:2])
         wait0 = runqueue_wait_s(proc.pid)
@@ -150,14 +162,18 @@ def main(argv: list[str] | None = None) -> int:
                     print(name, rows[-1][1], file=sys.stderr, flush=True)
     end = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     print(f"{machine()}\n\nload average {load} at start, {end} at the end\n")
-    print("| server | streams | requests | errors | events/s | CPU per event | server CPU "
-          "| waiting for a CPU | TTFT err p50 / p99 / min |")  # fmt: skip
+    print(
+        "| server | streams | requests | errors | events/s | CPU per event | server CPU "
+        "| waiting for a CPU | TTFT err p50 / p99 / min |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for name, x in sorted(rows, key=lambda t: (t[1]["streams"], t[0])):
         err = f"{x['p50']:+.2f} / {x['p99']:+.2f} / {x['min']:+.2f} ms"
-        print(f"| {name} | {x['streams']} | {x['requests']} | {x['errors']} "
-              f"| {x['events_per_s']:,.0f} | {x['us_per_event']:.1f} µs | {x['cpu']:.0f} % "
-              f"| {x['wait']:.0f} % | {err} |")  # fmt: skip
+        print(
+            f"| {name} | {x['streams']} | {x['requests']} | {x['errors']} "
+            f"| {x['events_per_s']:,.0f} | {x['us_per_event']:.1f} µs | {x['cpu']:.0f} % "
+            f"| {x['wait']:.0f} % | {err} |"
+        )
     if args.profile:
         row(ROOT, max(streams), args.window, spy=args.profile)
         print(f"\npy-spy, working tree, {max(streams)} streams (raw stacks: {args.profile}):\n")

@@ -1,6 +1,6 @@
 """``python -m bench server``: the synthetic engine's timing error at 1-1000 concurrent streams.
 
-The server runs as its own process (``python -m target_server``); this
+The server runs as its own process (``python -m llmload.target_server``); this
 process is the client (``--pin``: server on CPU 0, client on CPU 1): a lean asyncio
 raw-socket client that sends streaming chat requests back to back on
 kept-alive connections and does no SSE parsing beyond counting content
@@ -30,8 +30,8 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.mdsection import machine, write_section
-from loadtests.percentile import percentile_of
-from target_server.launch import launch
+from llmload.loadtests.percentile import percentile_of
+from llmload.target_server.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = (1, 20, 200, 1000)
@@ -126,7 +126,7 @@ async def run_level(url: str, streams: int, tokens: int, window: float) -> Level
             "max_tokens": tokens,
             "ignore_eos": True,
             "stream": True,
-        }  # fmt: skip
+        }
     ).encode()
     request = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
@@ -173,10 +173,20 @@ def timer_floor(loop: str, itl_ms: float, seconds: float) -> list[float]:
 def _start_server(args: argparse.Namespace, loop: str) -> tuple[subprocess.Popen[str], str]:
     pin = (lambda: os.sched_setaffinity(0, {0})) if args.pin else None
     server = launch(
-        ["--log-level", "warning", "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
-         "--loop", loop],
-        cwd=ROOT, preexec_fn=pin, ready_timeout=30,
-    )  # fmt: skip
+        [
+            "--log-level",
+            "warning",
+            "--ttft-ms",
+            str(args.ttft_ms),
+            "--itl-ms",
+            str(args.itl_ms),
+            "--loop",
+            loop,
+        ],
+        cwd=ROOT,
+        preexec_fn=pin,
+        ready_timeout=30,
+    )
     return server.proc, server.url
 
 

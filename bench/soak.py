@@ -3,7 +3,7 @@
 The bundled server (default: the embedded model, ``--engine transformers``,
 continuous batching) runs in this process on a uvicorn thread, so its asyncio
 tasks can be counted; its decode loop runs in the engine process
-(``--engine-process on``); ``python -m loadtests run`` (20 users, streaming) runs
+(``--engine-process on``); ``python -m llmload.loadtests run`` (20 users, streaming) runs
 as a subprocess.  Every ``--every`` seconds each process is sampled: RSS,
 threads, open file descriptors (and the server's asyncio tasks and busy
 slots).  The first sample after ``--settle`` is "start", the last one before
@@ -30,9 +30,9 @@ import psutil
 
 from bench.mdsection import ROOT, machine, write_section
 from bench.reliability import RELIABILITY, ensure_file
-from loadtests.durations import parse_duration
-from target_server.serving import ThreadedServer, start_server_thread
-from target_server.settings import parse_settings
+from llmload.loadtests.durations import parse_duration
+from llmload.target_server.serving import ThreadedServer, start_server_thread
+from llmload.target_server.settings import parse_settings
 
 
 @dataclass
@@ -88,10 +88,29 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     state = server.state
     before = {**process_stats(me), "tasks": float(server.tasks())}
     out = Path(args.run_dir)
-    cmd = [sys.executable, "-m", "loadtests", "run", "--target", server.url, "--out", str(out),
-           "--users", str(args.users), "--spawn-rate", str(args.users), "--pacing", args.pacing,
-           "--duration", f"{args.duration_s:g}s", "--modes", "stream", "--max-tokens",
-           str(args.max_tokens), "--no-report"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmload.loadtests",
+        "run",
+        "--target",
+        server.url,
+        "--out",
+        str(out),
+        "--users",
+        str(args.users),
+        "--spawn-rate",
+        str(args.users),
+        "--pacing",
+        args.pacing,
+        "--duration",
+        f"{args.duration_s:g}s",
+        "--modes",
+        "stream",
+        "--max-tokens",
+        str(args.max_tokens),
+        "--no-report",
+    ]
     samples: list[Sample] = []
     gen = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     gen_ps = psutil.Process(gen.pid)
@@ -103,8 +122,11 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         began = time.monotonic()  # the first request is in: the load has begun
         while gen.poll() is None:
             time.sleep(args.every)
-            srv = {**process_stats(me), "tasks": float(server.tasks()),
-                   "running": float(state.admission.running)}  # fmt: skip
+            srv = {
+                **process_stats(me),
+                "tasks": float(server.tasks()),
+                "running": float(state.admission.running),
+            }
             try:
                 lg: dict[str, float] | None = process_stats(gen_ps)
             except psutil.Error:
@@ -116,8 +138,11 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             samples.append(Sample(time.monotonic() - began, srv, lg, eng))
         stdout, stderr = gen.communicate(timeout=60)
         time.sleep(2.0)  # let the last connections close
-        after = {**process_stats(me), "tasks": float(server.tasks()),
-                 "running": float(state.admission.running)}  # fmt: skip
+        after = {
+            **process_stats(me),
+            "tasks": float(server.tasks()),
+            "running": float(state.admission.running),
+        }
         counted: Counter[str] = Counter()
         for m in state.metrics.registry.collect():
             for s in m.samples:
@@ -132,13 +157,22 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     records = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x]
     return {
         "engine": " ".join(["--engine", args.engine, *(args.server_arg or [])]),
-        "users": args.users, "pacing": args.pacing,
-        "duration_s": args.duration_s, "wall_s": wall, "rc": gen.returncode,
-        "before": before, "after": after, "samples": samples, "loaded": loaded,
-        "records": len(records), "classes": Counter(r["status"] for r in records),
-        "counted": counted, "stderr_tail": stderr[-400:], "stdout_tail": stdout[-400:],
+        "users": args.users,
+        "pacing": args.pacing,
+        "duration_s": args.duration_s,
+        "wall_s": wall,
+        "rc": gen.returncode,
+        "before": before,
+        "after": after,
+        "samples": samples,
+        "loaded": loaded,
+        "records": len(records),
+        "classes": Counter(r["status"] for r in records),
+        "counted": counted,
+        "stderr_tail": stderr[-400:],
+        "stdout_tail": stdout[-400:],
         "command": args.command,
-    }  # fmt: skip
+    }
 
 
 def _fmt(value: float, key: str) -> str:
@@ -172,8 +206,12 @@ def render(res: dict[str, Any], where: str) -> str:
         first, last = getattr(start, side), getattr(end, side)
         if first is None or last is None:
             continue
-        for key, label in (("rss_mib", "RSS MiB"), ("threads", "threads"), ("fds", "open fds"),
-                           ("tasks", "asyncio tasks")):  # fmt: skip
+        for key, label in (
+            ("rss_mib", "RSS MiB"),
+            ("threads", "threads"),
+            ("fds", "open fds"),
+            ("tasks", "asyncio tasks"),
+        ):
             if key not in first:
                 continue
             pts = [(s.t, getattr(s, side)[key]) for s in loaded if getattr(s, side)]

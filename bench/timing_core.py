@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 
 from bench.mdsection import machine, write_section
-from loadtests.adapters.openai_chat import OpenAIChat
-from loadtests.adapters.openai_completions import OpenAICompletions
-from loadtests.sse import SSEParser
-from loadtests.timing import RecordMeta, StreamTimer
+from llmload.loadtests.measure.adapters.openai_chat import OpenAIChat
+from llmload.loadtests.measure.adapters.openai_completions import OpenAICompletions
+from llmload.loadtests.measure.sse import SSEParser
+from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 
 WORDS = ["春", "天", "的", " the", " quick", " fox", "，", " jumps", "代码", " over"]
 META = RecordMeta("bench", "bench", "bench", "stream", "/v1/chat/completions", 0.0)

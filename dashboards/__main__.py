@@ -1,4 +1,4 @@
-"""``python -m dashboards build|check|push``: generate, verify, and publish the dashboards."""
+"""``llmload dashboards build|check|push``: generate, verify, and publish the dashboards."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from dashboards import build as builder
-from dashboards import validate
-from dashboards.grafana import TOKEN_ENV, credential_from_env
-from loadtests.redact import redact_url
+from llmload.dashboards import build as builder
+from llmload.dashboards import validate
+from llmload.dashboards.grafana import TOKEN_ENV, credential_from_env
+from llmload.loadtests.redact import redact_url
 
 
 def _check(out_dir: Path) -> int:
@@ -20,7 +20,10 @@ def _check(out_dir: Path) -> int:
             failed = True
     stale = builder.drift(out_dir)
     for path in stale:
-        print(f"{path}: differs from the code; run `python -m dashboards build`", file=sys.stderr)
+        print(
+            f"{path}: differs from the code; run `python -m llmload.dashboards build`",
+            file=sys.stderr,
+        )
     if failed or stale:
         return 1
     print(f"dashboards: {len(builder.DASHBOARDS)} up to date and valid")
@@ -28,8 +31,8 @@ def _check(out_dir: Path) -> int:
 
 
 def _push(url: str, folder_uid: str | None, timeout: float) -> int:
-    from dashboards.grafana import connect_from_env
-    from dashboards.push import push
+    from llmload.dashboards.grafana import connect_from_env
+    from llmload.dashboards.push import push
 
     if credential_from_env() is None:
         print(

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from dashboards.grafana import connect, credential_from_env
-from dashboards.llm_load import PHASE_TAG, UID
-from loadtests.redact import redact_url
-from loadtests.sinks import NullSink
+from llmload.dashboards.grafana import connect, credential_from_env
+from llmload.dashboards.llm_load import PHASE_TAG, UID
+from llmload.loadtests.redact import redact_url
+from llmload.loadtests.run.sinks import NullSink
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dashboards import llm_load
+from llmload.dashboards import llm_load
 
 #: Where the generated JSON lives (committed; Grafana provisioning mounts it).
 JSON_DIR = Path(__file__).resolve().parent / "json"

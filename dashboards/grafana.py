@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from grafana_client import GrafanaApi
 
-from loadtests.redact import redact_url
+from llmload.loadtests.redact import redact_url
 
 #: ``GRAFANA_TOKEN`` (a service-account token) wins over user/password.
 TOKEN_ENV = "GRAFANA_TOKEN"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.panels import (
+from llmload.dashboards.panels import (
     CLIENT,
     JOB,
     RATE,

@@ -6,9 +6,9 @@ from typing import Any
 
 from grafana_client import GrafanaApi
 
-from dashboards.build import DASHBOARDS
+from llmload.dashboards.build import DASHBOARDS
 
-MESSAGE = "llmload: python -m dashboards push"
+MESSAGE = "llmload: python -m llmload.dashboards push"
 
 
 def payload(dashboard: dict[str, Any], folder_uid: str | None = None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from dashboards.panels import GRID_WIDTH
+from llmload.dashboards.panels import GRID_WIDTH
 
 #: Template variables every dashboard must define.
 REQUIRED_VARS = ("datasource", "job", "mode", "scenario")

@@ -2,10 +2,10 @@
 
 ``LiveMetrics`` is the record sink that serves ``/metrics`` (one registry,
 ``llmload_`` names), fed by ``RecordSink.on_health`` from the load generator's
-own ``loadtests.health.HealthSampler``; ``exporter.promconfig`` renders
+own ``loadtests.run.health.HealthSampler``; ``exporter.promconfig`` renders
 Prometheus scrape configs (compose and tests).
 """
 
-from exporter.live import DEFAULT_GRACE_S, DEFAULT_PORT, LiveMetrics
+from llmload.exporter.live import DEFAULT_GRACE_S, DEFAULT_PORT, LiveMetrics
 
 __all__ = ["DEFAULT_GRACE_S", "DEFAULT_PORT", "LiveMetrics"]

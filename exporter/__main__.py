@@ -1,10 +1,10 @@
-"""``python -m exporter prometheus-config ...``: the exporter's command-line tools."""
+"""``python -m llmload.exporter prometheus-config ...``: the exporter's command-line tools."""
 
 from __future__ import annotations
 
 import sys
 
-from exporter import promconfig
+from llmload.exporter import promconfig
 
 COMMANDS = {"prometheus-config": promconfig.main}
 
@@ -13,7 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     """Dispatch to a subcommand."""
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] not in COMMANDS:
-        print(f"usage: python -m exporter {{{','.join(COMMANDS)}}} [options]", file=sys.stderr)
+        print(
+            f"usage: python -m llmload.exporter {{{','.join(COMMANDS)}}} [options]", file=sys.stderr
+        )
         return 2
     return COMMANDS[args[0]](args[1:])
 

@@ -9,12 +9,26 @@ keeps a coarser grid of its own.
 
 from __future__ import annotations
 
-from target_server.buckets import LATENCY_BUCKETS
+from llmload.target_server.buckets import LATENCY_BUCKETS
 
 #: Open-loop schedule delay (actual minus intended send time): 0.1 ms to 30 s.
 SCHEDULE_DELAY_BUCKETS: tuple[float, ...] = (
-    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-)  # fmt: skip
+    0.0001,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 
 __all__ = ["LATENCY_BUCKETS", "SCHEDULE_DELAY_BUCKETS"]

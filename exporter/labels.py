@@ -41,8 +41,12 @@ class CappedLabel:
             log.warning(
                 "exporter: more than %d %s values; %r and later ones are exported as "
                 '%s="%s" (requests.jsonl keeps every name)',
-                self.limit, self.name, raw, self.name, OTHER,
-            )  # fmt: skip
+                self.limit,
+                self.name,
+                raw,
+                self.name,
+                OTHER,
+            )
         return OTHER
 
 

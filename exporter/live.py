@@ -42,12 +42,12 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest, push_to_gateway
 
-from exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
-from exporter.labels import CappedLabel, target_host
-from exporter.server import MetricsServer
-from loadtests.record import RequestRecord
-from loadtests.sinks import HarnessHealth
-from target_server.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
+from llmload.exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
+from llmload.exporter.labels import CappedLabel, target_host
+from llmload.exporter.server import MetricsServer
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.run.sinks import HarnessHealth
+from llmload.target_server.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
 
 log = logging.getLogger(__name__)
 
@@ -122,42 +122,67 @@ class LiveMetrics:
         self._ttft = LabelledHistogram(
             "llmload_time_to_first_token_seconds",
             "Client-side time to first content token (sync: full response), ok requests.",
-            lat, registry=reg, buckets=LATENCY_BUCKETS,
-        )  # fmt: skip
+            lat,
+            registry=reg,
+            buckets=LATENCY_BUCKETS,
+        )
         self._itl = LabelledHistogram(
             "llmload_inter_token_latency_seconds",
             "Client-side gaps between consecutive content events, ok requests.",
-            lat, registry=reg, buckets=LATENCY_BUCKETS,
-        )  # fmt: skip
+            lat,
+            registry=reg,
+            buckets=LATENCY_BUCKETS,
+        )
         self._tpot = LabelledHistogram(
             "llmload_time_per_output_token_seconds",
             "Client-side time per output token after the first, ok requests.",
-            lat, registry=reg, buckets=LATENCY_BUCKETS,
-        )  # fmt: skip
+            lat,
+            registry=reg,
+            buckets=LATENCY_BUCKETS,
+        )
         self._e2e = LabelledHistogram(
             "llmload_e2e_request_latency_seconds",
             "Client-side request start to end of body, ok requests.",
-            lat, registry=reg, buckets=LATENCY_BUCKETS,
-        )  # fmt: skip
+            lat,
+            registry=reg,
+            buckets=LATENCY_BUCKETS,
+        )
         self._schedule_delay = LabelledHistogram(
             "llmload_schedule_delay_seconds",
             "Open-loop shapes: actual minus intended send time, all statuses.",
-            lat, registry=reg, buckets=SCHEDULE_DELAY_BUCKETS,
-        )  # fmt: skip
+            lat,
+            registry=reg,
+            buckets=SCHEDULE_DELAY_BUCKETS,
+        )
         self._requests = LabelledValue(
-            "llmload_requests", "Requests the harness finished, by status (warm-up included).",
-            REQUEST_LABELS, registry=reg,
-        )  # fmt: skip
+            "llmload_requests",
+            "Requests the harness finished, by status (warm-up included).",
+            REQUEST_LABELS,
+            registry=reg,
+        )
         self._output_tokens = LabelledValue(
-            "llmload_output_tokens", "Output tokens the harness received (warm-up included).",
-            lat, registry=reg,
-        )  # fmt: skip
+            "llmload_output_tokens",
+            "Output tokens the harness received (warm-up included).",
+            lat,
+            registry=reg,
+        )
         self._in_flight = LabelledValue(
-            "llmload_requests_in_flight", "Requests handed to the HTTP client and not yet ended.",
-            lat, kind="gauge", registry=reg,
-        )  # fmt: skip
-        self._lean = (self._ttft, self._itl, self._tpot, self._e2e, self._schedule_delay,
-                      self._requests, self._output_tokens, self._in_flight)  # fmt: skip
+            "llmload_requests_in_flight",
+            "Requests handed to the HTTP client and not yet ended.",
+            lat,
+            kind="gauge",
+            registry=reg,
+        )
+        self._lean = (
+            self._ttft,
+            self._itl,
+            self._tpot,
+            self._e2e,
+            self._schedule_delay,
+            self._requests,
+            self._output_tokens,
+            self._in_flight,
+        )
         self._users = Gauge("llmload_active_users", "Simulated users running now.", registry=reg)
         self._run_info = Info(
             "llmload_run", "The run this load generator is running (always 1).", registry=reg

@@ -1,7 +1,7 @@
 """The bundled server for ``loadtest`` when no target is given (``llmload.run.loadtest`` uses it).
 
 With ``--target`` empty, the bundled server starts as a subprocess
-(``python -m target_server --port 0``) with the best engine available: the
+(``python -m llmload.target_server --port 0``) with the best engine available: the
 embedded real model with continuous batching (``transformers``), falling
 back to ``synthetic`` when that engine cannot start here; ``--engine`` (make's
 ``ENGINE=``) picks one explicitly.  The run waits for ``/health``, runs, and
@@ -25,7 +25,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from target_server.launch import LaunchFailed, ServerProcess, launch
+from llmload.target_server.launch import LaunchFailed, ServerProcess, launch
 
 DEFAULT_ENGINE = "transformers"
 FALLBACK_ENGINE = "synthetic"
@@ -65,7 +65,7 @@ class ServerFailed(RuntimeError):
 
 @dataclass
 class BundledServer:
-    """A running ``python -m target_server`` subprocess, killed at exit whatever happens."""
+    """A running ``python -m llmload.target_server`` subprocess, killed at exit whatever happens."""
 
     engine: str
     process: ServerProcess

@@ -6,7 +6,7 @@ the gate tests and ``python -m bench gate`` all measure the same thing::
     llmload ci-gate                    # run + gate against the committed baseline
     llmload ci-gate --write-baseline   # run + rewrite reports/baselines/ci-synthetic.json
 
-(``python -m reports ci-gate`` is the same.)  It composes three packages — the
+(``python -m llmload.reports ci-gate`` is the same.)  It composes three packages — the
 bundled server (``target_server.launch``), the load generator and the gate
 (``reports.cli``) — so it lives at the top, beside ``llmload.run``.
 """
@@ -21,12 +21,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import reports
-from reports.build import read_summary
-from reports.cli import add_gate_options
-from reports.cli import main as reports_main
-from reports.terminal import render_terminal
-from target_server.launch import LaunchFailed, launch
+from llmload import reports
+from llmload.reports.build import read_summary
+from llmload.reports.cli import add_gate_options
+from llmload.reports.cli import main as reports_main
+from llmload.reports.terminal import render_terminal
+from llmload.target_server.launch import LaunchFailed, launch
 
 #: shipped with the package (package data), so an installed wheel gates as a checkout does
 BASELINE = Path(reports.__file__).resolve().parent / "baselines" / "ci-synthetic.json"
@@ -61,8 +61,8 @@ LOAD_ARGS = (
 def load_command(
     out: Path, target: str, report: bool = True, extra: Sequence[str] = ()
 ) -> list[str]:
-    """``python -m loadtests run`` for one CI-length run against ``target`` (``extra`` wins)."""
-    cmd = [sys.executable, "-m", "loadtests", "run", "--target", target, *LOAD_ARGS]
+    """``llmload run`` for one CI-length run against ``target`` (``extra`` wins)."""
+    cmd = [sys.executable, "-m", "llmload.loadtests", "run", "--target", target, *LOAD_ARGS]
     cmd += ["--out", str(out), *extra]
     return cmd if report else [*cmd, "--no-report"]
 
@@ -85,9 +85,7 @@ def run_load(
 ) -> Path:
     """Run one CI-length load test into ``out``; ``RuntimeError`` (with its output) on failure."""
     cmd = load_command(out, target, report, extra)
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout_s, check=False
-    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0 or not (out / "requests.jsonl").exists():
         tail = (proc.stdout + proc.stderr)[-3000:]
         raise RuntimeError(f"load test failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")

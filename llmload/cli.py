@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(cmd.entry()([*cmd.prefix, *args[1:]]))
 
 
-# --- the commands (mirroring `python -m loadtests|target_server|reports|dashboards|exporter`)
+# --- the commands (mirroring `python -m llmload.<package>`)
 register("run", "run a load test against --target", "llmload.run:main", ("run",))
 register(
     "loadtest",
@@ -103,11 +103,13 @@ register(
     ("loadtest",),
 )
 register("worker", "a load-generator worker for a --master run", "llmload.run:main", ("worker",))
-register("serve", "the bundled OpenAI-compatible target server", "target_server.__main__:main")
+register(
+    "serve", "the bundled OpenAI-compatible target server", "llmload.target_server.__main__:main"
+)
 register(
     "report",
     "build | compare | baseline | gate: read run directories, write reports, gate CI",
-    "reports.cli:main",
+    "llmload.reports.cli:main",
 )
 register(
     "ci-gate",
@@ -115,13 +117,19 @@ register(
     "llmload.ci:main",
 )
 register(
-    "dashboards", "build | check | push: Grafana dashboards as code", "dashboards.__main__:main"
+    "dashboards",
+    "build | check | push: Grafana dashboards as code",
+    "llmload.dashboards.__main__:main",
 )
-register("exporter", "prometheus-config: scrape config for the exporter", "exporter.__main__:main")
+register(
+    "exporter",
+    "prometheus-config: scrape config for the exporter",
+    "llmload.exporter.__main__:main",
+)
 register(
     "capacity",
     "search for the highest load the target sustains within its SLOs (--rate or --users)",
-    "llmload.capacity:main",
+    "llmload.capacity.command:main",
 )
 
 

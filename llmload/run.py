@@ -8,9 +8,9 @@ layers); this is the one place that knows all of them:
   (``dashboards.annotations``) and the web UI's llmload tabs (``llmload.webui``),
   as the options ask;
 * ``report``    — ``reports.build_run`` + ``reports.render_terminal`` at the end;
-* ``run``       — ``loadtests.runner.run`` with those two;
+* ``run``       — ``loadtests.run.runner.run`` with those two;
 * ``loadtest``  — ``run``, starting the bundled server first when no target is given;
-* ``main``      — ``python -m loadtests {run,loadtest,worker}`` (and ``llmload`` for those).
+* ``main``      — ``python -m llmload.loadtests {run,loadtest,worker}`` (and ``llmload`` for those).
 
 Importing it gevent-patches the process first (locust's world: the patch must
 come before ``ssl`` and sockets are imported), so import it only where load runs.
@@ -32,17 +32,20 @@ from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
 
-import reports  # noqa: E402
-from dashboards.annotations import GrafanaAnnotations  # noqa: E402
-from exporter import LiveMetrics  # noqa: E402
-from llmload import bundled, speedcheck  # noqa: E402
+from llmload import (  # noqa: E402
+    bundled,
+    reports,  # noqa: E402
+    speedcheck,
+)
+from llmload.dashboards.annotations import GrafanaAnnotations  # noqa: E402
+from llmload.exporter import LiveMetrics  # noqa: E402
+from llmload.loadtests.options import OutputOptions, RunOptions  # noqa: E402
+from llmload.loadtests.run import cli, runner  # noqa: E402
+from llmload.loadtests.run.distributed import worker_main  # noqa: E402
+from llmload.loadtests.run.sinks import RecordSink  # noqa: E402
 from llmload.webui import LiveTab  # noqa: E402
-from loadtests import cli, runner  # noqa: E402
-from loadtests.distributed import worker_main  # noqa: E402
-from loadtests.plan import OutputOptions, RunOptions  # noqa: E402
-from loadtests.sinks import RecordSink  # noqa: E402
 
-log = logging.getLogger("loadtests")
+log = logging.getLogger("llmload.loadtests")
 
 
 def sinks(opts: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
@@ -78,11 +81,11 @@ def report(out_dir: Path, slo: str | None) -> str:
 
 
 def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = None) -> int:
-    """``python -m loadtests run``: the run, wired to its sinks and report; the exit code."""
+    """``llmload run``: the run, wired to its sinks and report; the exit code."""
     return runner.run(opts, argv, extra_info, sinks=sinks, report=report)
 
 
-#: what runs once the target is there: ``run``, or another plan (``llmload.capacity``)
+#: what runs once the target is there: ``run``, or another plan (``llmload.capacity.command``)
 RunFn = Callable[[RunOptions, list[str], dict[str, Any] | None], int]
 
 
@@ -132,7 +135,7 @@ def _speed_check(opts: RunOptions, url: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m loadtests {run,loadtest,worker}``; returns the exit code."""
+    """``python -m llmload.loadtests {run,loadtest,worker}``; returns the exit code."""
     try:
         inv = cli.parse(argv)
     except (ValueError, OSError) as exc:

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from loadtests.plan import RunOptions
+from llmload.loadtests.options import RunOptions
 
 PROBE_TOKENS = 32
 MAX_PROBE_STREAMS = 64
@@ -31,9 +31,12 @@ WARN_SHARE = 1.0
 def _stream(client: httpx.Client, tokens: int, seed: int) -> int:
     body = {
         "messages": [{"role": "user", "content": "Engine speed probe: say anything."}],
-        "max_tokens": tokens, "ignore_eos": True, "seed": seed, "stream": True,
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "seed": seed,
+        "stream": True,
         "stream_options": {"include_usage": True},
-    }  # fmt: skip
+    }
     used = 0
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
@@ -66,8 +69,8 @@ def mean_max_tokens(opts: RunOptions) -> float | None:
         return float(opts.max_tokens)
     if opts.dataset:
         return float(opts.output_len) if opts.output_len else None
-    from loadtests.scenarios.items import BUILTIN
-    from loadtests.scenarios.workload import parse_mix
+    from llmload.loadtests.workload.items import BUILTIN
+    from llmload.loadtests.workload.sampler import parse_mix
 
     try:
         weights = parse_mix(opts.scenario)

@@ -24,26 +24,41 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from loadtests.record import RequestRecord
-from loadtests.sinks import HarnessHealth, NullSink
-from loadtests.slo import parse_slo
-from reports.fmt import fmt_ms, fmt_rate
-from reports.summary import phase_with_scenarios
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.run.sinks import HarnessHealth, NullSink
+from llmload.loadtests.slo import parse_slo
+from llmload.reports.fmt import fmt_ms, fmt_rate
+from llmload.reports.summary import phase_with_scenarios
 
 LATENCY_TAB, HEALTH_TAB = "llmload", "llmload-health"
 _LATENCY = [
-    ("phase", "Phase"), ("mode", "Mode"), ("scenario", "Scenario"), ("requests", "Requests"),
+    ("phase", "Phase"),
+    ("mode", "Mode"),
+    ("scenario", "Scenario"),
+    ("requests", "Requests"),
     ("errors", "Errors"),
-    *((f"{m}{p}", f"{m.upper()} p{p} ms") for m, ps in (
-        ("ttft", (50, 90, 95, 99)), ("ttst", (50, 95)), ("itl", (50, 95, 99)),
-        ("tpot", (50, 95)), ("e2e", (50, 95)),
-    ) for p in ps),
-    ("tokens", "Output tok/s"), ("goodput", "Goodput req/s"),
-]  # fmt: skip
+    *(
+        (f"{m}{p}", f"{m.upper()} p{p} ms")
+        for m, ps in (
+            ("ttft", (50, 90, 95, 99)),
+            ("ttst", (50, 95)),
+            ("itl", (50, 95, 99)),
+            ("tpot", (50, 95)),
+            ("e2e", (50, 95)),
+        )
+        for p in ps
+    ),
+    ("tokens", "Output tok/s"),
+    ("goodput", "Goodput req/s"),
+]
 _HEALTH = [("kind", "What"), ("name", "Which"), ("value", "Value")]
 _COLUMNS = {
-    "ttft": "ttft_ms", "ttst": "ttst_ms", "itl": "itl_ms", "tpot": "tpot_ms", "e2e": "e2e_ms",
-}  # fmt: skip
+    "ttft": "ttft_ms",
+    "ttst": "ttst_ms",
+    "itl": "itl_ms",
+    "tpot": "tpot_ms",
+    "e2e": "e2e_ms",
+}
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""``python -m loadtests``: gevent-patch first (locust's world), then the CLI.
+"""``python -m llmload.loadtests``: gevent-patch first (locust's world), then the CLI.
 
 A thin entry point: the command runs through the composition point ``llmload.run``.
 """

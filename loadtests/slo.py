@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from loadtests.durations import parse_duration
+from llmload.loadtests.durations import parse_duration
 
 #: defaults (milliseconds): first token within 600 ms (the seeds' target), 50 ms per
 #: output token after it, whole answer within 5 s.

@@ -10,20 +10,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from reports.schema import Summary
+    from llmload.reports.schema import Summary
 
 __all__ = ["build_run", "render_terminal"]
 
 
 def build_run(run_dir: Path | str, slo: str | None = None) -> Summary:
     """Write summary.json, summary.md and report.html into ``run_dir``; return the summary."""
-    from reports.build import build_run as _build
+    from llmload.reports.build import build_run as _build
 
     return _build(run_dir, slo)
 
 
 def render_terminal(summary: Summary) -> str:
     """The compact end-of-run text for a summary (pure)."""
-    from reports.terminal import render_terminal as _render
+    from llmload.reports.terminal import render_terminal as _render
 
     return _render(summary)

@@ -1,4 +1,4 @@
-"""``python -m reports``: a thin entry point.
+"""``python -m llmload.reports``: a thin entry point.
 
 ``ci-gate`` runs a load test, so it lives above ``reports`` (``llmload.ci``);
 every other command is ``reports.cli``.
@@ -11,6 +11,6 @@ if __name__ == "__main__":
         from llmload.ci import main as ci_main
 
         sys.exit(ci_main(sys.argv[2:]))
-    from reports.cli import main
+    from llmload.reports.cli import main
 
     sys.exit(main())

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.record import RequestRecord
-from loadtests.redact import redact_value
-from reports.capacity_curve import capacity_doc
-from reports.loader import Run
-from reports.stats import percentile
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.redact import redact_value
+from llmload.reports.capacity.curve import capacity_doc
+from llmload.reports.loader import Run
+from llmload.reports.stats import percentile
 
 SCHEMA = 1
 KIND = "llmload-baseline"
@@ -113,6 +113,6 @@ def read_baseline(path: Path) -> dict[str, Any]:
         or not isinstance(doc.get("metrics"), dict)
     ):
         raise BaselineError(
-            f"{path} is not an llmload baseline (make one with `python -m reports baseline`)"
+            f"{path} is not an llmload baseline (make one with `llmload report baseline`)"
         )
     return doc

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reports.html import render_html
-from reports.loader import load_run
-from reports.markdown import render_markdown
-from reports.schema import Summary
-from reports.summary import build_summary
-from reports.vllm_bench import phase_results
+from llmload.reports.html import render_html
+from llmload.reports.loader import load_run
+from llmload.reports.markdown import render_markdown
+from llmload.reports.schema import Summary
+from llmload.reports.summary import build_summary
+from llmload.reports.vllm_bench import phase_results
 
 
 def build_run(run_dir: Path | str, slo: str | None = None) -> Summary:

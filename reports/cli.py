@@ -1,4 +1,4 @@
-"""``python -m reports`` / ``llmload report {build,compare,baseline,gate}``: read runs, gate CI."""
+"""``llmload report {build,compare,baseline,gate}``: read runs, gate CI."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from loadtests.slo import DEFAULT_SLO
+from llmload.loadtests.slo import DEFAULT_SLO
 
 EXIT_BAD_INPUT = 2
 
@@ -19,8 +19,8 @@ def _percent(text: str) -> float:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from reports.build import build_run
-    from reports.terminal import render_terminal
+    from llmload.reports.build import build_run
+    from llmload.reports.terminal import render_terminal
 
     summary = build_run(args.run_dir, args.slo)
     print(render_terminal(summary))
@@ -29,9 +29,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from reports.compare import render_compare_html, render_compare_markdown
-    from reports.loader import load_run
-    from reports.summary import build_summary
+    from llmload.reports.compare import render_compare_html, render_compare_markdown
+    from llmload.reports.loader import load_run
+    from llmload.reports.summary import build_summary
 
     run_a, run_b = load_run(args.run_a), load_run(args.run_b)
     a, b = build_summary(run_a, args.slo), build_summary(run_b, args.slo)
@@ -46,8 +46,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from reports.baseline import write_baseline
-    from reports.loader import load_run
+    from llmload.reports.baseline import write_baseline
+    from llmload.reports.loader import load_run
 
     run = load_run(args.run_dir)
     doc = write_baseline(run, args.out)
@@ -59,12 +59,12 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from reports import github
-    from reports.baseline import read_baseline
-    from reports.capacity_gate import evaluate_capacity
-    from reports.gate import GateConfig, evaluate
-    from reports.gate_report import render_junit, render_markdown, render_text
-    from reports.loader import load_run
+    from llmload.reports import github
+    from llmload.reports.baseline import read_baseline
+    from llmload.reports.capacity.gate import evaluate_capacity
+    from llmload.reports.gate import GateConfig, evaluate
+    from llmload.reports.gate_report import render_junit, render_markdown, render_text
+    from llmload.reports.loader import load_run
 
     if not 0 < args.percentile < 100:
         raise ValueError(f"--percentile must be between 0 and 100, got {args.percentile:g}")
@@ -99,7 +99,6 @@ def cmd_gate(args: argparse.Namespace) -> int:
     junit = args.junit or args.run_dir / "junit.xml"
     junit.write_text(render_junit(result), encoding="utf-8")
     return result.exit_code
-
 
 
 def add_gate_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -203,8 +202,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
-    from reports.baseline import BaselineError
-    from reports.loader import RunError
+    from llmload.reports.baseline import BaselineError
+    from llmload.reports.loader import RunError
 
     try:
         return int(args.func(args))

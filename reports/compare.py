@@ -5,12 +5,12 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from reports import timeseries as ts
-from reports.charts import Axes, Series, render
-from reports.fmt import fmt_ms, fmt_rate, table
-from reports.html import CSS
-from reports.loader import Run
-from reports.schema import PhaseStats, Summary
+from llmload.reports import timeseries as ts
+from llmload.reports.charts import Axes, Series, render
+from llmload.reports.fmt import fmt_ms, fmt_rate, table
+from llmload.reports.html import CSS
+from llmload.reports.loader import Run
+from llmload.reports.schema import PhaseStats, Summary
 
 #: (label, (distribution, statistic) or (PhaseStats field,), "ms"|"rate"|"pct"|"int",
 #: lower is better; None: neutral)

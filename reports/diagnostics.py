@@ -58,8 +58,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from loadtests.record import RequestRecord
-from reports import saturation
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports import saturation
 
 BURST_GAP_S = 0.002
 BURST_SHARE = 0.8
@@ -106,7 +106,7 @@ NO_SPLIT_NOTE = (
 CONNECTION_HINT = (
     "Let clients keep their connections: enable HTTP keep-alive on the server or the proxy "
     "in front of it (nginx: `keepalive_timeout` for clients; `keepalive` in the upstream "
-    "block with `proxy_http_version 1.1` and `proxy_set_header Connection \"\"`). Browsers "
+    'block with `proxy_http_version 1.1` and `proxy_set_header Connection ""`). Browsers '
     "and SDKs reuse connections whenever the server lets them, so this set-up is latency "
     "users pay only because of the server's configuration."
 )

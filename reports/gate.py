@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from loadtests.record import RequestRecord
-from reports.baseline import metric_values
-from reports.loader import Run
-from reports.trust import STARVED_SHARE, harness_delay_ms, starved
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports.baseline import metric_values
+from llmload.reports.loader import Run
+from llmload.reports.trust import STARVED_SHARE, harness_delay_ms, starved
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
@@ -265,9 +265,7 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
     return GateResult(cfg, checks, run.name, str(baseline.get("source_run", "")))
 
 
-def harness_doubt(
-    run: Run, mode: str, share: float = STARVED_SHARE
-) -> tuple[str, float] | None:
+def harness_doubt(run: Run, mode: str, share: float = STARVED_SHARE) -> tuple[str, float] | None:
     """Was the load generator starved in ``mode``'s phases: (why, its loop lag p99 in ms)."""
     for ph in run.meta.get("phases") or []:
         if not isinstance(ph, dict) or ph.get("mode") != mode or ph.get("name") == "warmup":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
-from reports.gate import FAIL, INCONCLUSIVE, PASS, GateResult
+from llmload.reports.gate import FAIL, INCONCLUSIVE, PASS, GateResult
 
 ICON = {PASS: "✅", FAIL: "❌", INCONCLUSIVE: "⚠️"}
 HEADLINE = {

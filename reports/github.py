@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TextIO
 
-from reports.gate import FAIL, INCONCLUSIVE, Check, GateResult
+from llmload.reports.gate import FAIL, INCONCLUSIVE, Check, GateResult
 
 TITLE = "llmload gate"
 

@@ -8,13 +8,13 @@ import time
 from html import escape
 from typing import Any
 
-from reports import timeseries as ts
-from reports.capacity_view import capacity_html
-from reports.charts import Axes, render
-from reports.fmt import fmt_ms, fmt_rate
-from reports.loader import Run
-from reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
-from reports.schema import MetricStats, Summary
+from llmload.reports import timeseries as ts
+from llmload.reports.capacity.view import capacity_html
+from llmload.reports.charts import Axes, render
+from llmload.reports.fmt import fmt_ms, fmt_rate
+from llmload.reports.loader import Run
+from llmload.reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
+from llmload.reports.schema import MetricStats, Summary
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
@@ -95,14 +95,29 @@ def _harness(summary: Summary) -> str:
             if not p.get("samples"):
                 continue
             rows.append(
-                [name, proc, str(p["samples"]), f"{p['cpu_p50']:.0f}%", f"{p['cpu_max']:.0f}%",
-                 f"{p['lag_p99_ms']:.1f}", f"{p['lag_max_ms']:.1f}",
-                 f"{p['saturated_share']:.0%}"]  # fmt: skip
+                [
+                    name,
+                    proc,
+                    str(p["samples"]),
+                    f"{p['cpu_p50']:.0f}%",
+                    f"{p['cpu_max']:.0f}%",
+                    f"{p['lag_p99_ms']:.1f}",
+                    f"{p['lag_max_ms']:.1f}",
+                    f"{p['saturated_share']:.0%}",
+                ]
             )
     if not rows:
         return ""
-    header = ["phase", "process", "samples", "CPU p50", "CPU max", "loop lag p99 (ms)",
-              "loop lag max (ms)", "above the line"]  # fmt: skip
+    header = [
+        "phase",
+        "process",
+        "samples",
+        "CPU p50",
+        "CPU max",
+        "loop lag p99 (ms)",
+        "loop lag max (ms)",
+        "above the line",
+    ]
     line = next(g.harness["line"] for g in summary.phases.values() if g.harness)
     return (
         '<div id="harness-table">'

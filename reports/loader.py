@@ -8,8 +8,8 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from loadtests.record import RequestRecord
-from loadtests.redact import redact_url
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.redact import redact_url
 
 
 class RunError(Exception):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reports.capacity_view import capacity_markdown
-from reports.fmt import fmt_ms, table
-from reports.rows import (
+from llmload.reports.capacity.view import capacity_markdown
+from llmload.reports.fmt import fmt_ms, table
+from llmload.reports.rows import (
     INTENDED,
     PHASE_HEADER,
     PHASE_NOTE,
@@ -14,7 +14,7 @@ from reports.rows import (
     open_loop_phases,
     phase_rows,
 )
-from reports.schema import Summary
+from llmload.reports.schema import Summary
 
 TRUST_ICON = {"green": "🟢", "amber": "🟠", "red": "🔴", "n/a": "⚪"}
 
@@ -36,9 +36,7 @@ def trust_markdown(summary: Summary) -> str:
 def render_markdown(summary: Summary) -> str:
     """``summary.md``: the comparison table first, then per phase and per scenario detail."""
     run = summary.run
-    out = [
-        f"# llmload run `{summary.run_id}`" + (f" — {summary.label}" if summary.label else "")
-    ]
+    out = [f"# llmload run `{summary.run_id}`" + (f" — {summary.label}" if summary.label else "")]
     facts = [
         ("target", run.get("target")),
         ("model", run.get("model")),
@@ -91,7 +89,7 @@ def _extras(summary: Summary) -> list[str]:
             "## From the intended send time (open loop)\n\n"
             "Latency counted from when the schedule meant to send each request, so a load "
             "generator that fell behind cannot hide server slowness (coordinated omission). "
-            "Gate on it with `python -m reports gate --from-intended`."
+            "Gate on it with `python -m llmload.reports gate --from-intended`."
         )
     for name, g in open_loop:
         rows = [
@@ -117,8 +115,11 @@ def _extras(summary: Summary) -> list[str]:
             line += (
                 f"; the plan asked up to {bundled['planned_tokens_per_s']:,.0f} tokens/s "
                 f"({bundled['planned_share']:.0%} of it"
-                + (": more than it can serve, so latencies include its queue)"
-                   if bundled["planned_share"] > 1 else ")")
+                + (
+                    ": more than it can serve, so latencies include its queue)"
+                    if bundled["planned_share"] > 1
+                    else ")"
+                )
             )
         quality.append(line)
     fit = summary.run.get("context_fit") or {}

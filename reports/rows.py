@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.fmt import fmt_ms, fmt_pct, fmt_rate
-from reports.schema import MetricStats, PhaseStats, Summary
-from reports.trust import harness_text
+from llmload.reports.fmt import fmt_ms, fmt_pct, fmt_rate
+from llmload.reports.schema import MetricStats, PhaseStats, Summary
+from llmload.reports.trust import harness_text
 
 DIAGNOSTIC_HINTS = {
     "proxy_buffering": (

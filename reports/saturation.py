@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from loadtests.record import RequestRecord
+from llmload.loadtests.measure.record import RequestRecord
 
 MIN_REQUESTS = 15
 GROWTH = 2.0

@@ -11,7 +11,7 @@ every renderer (``reports.markdown``, ``html``, ``terminal``, ``compare``,
 by other modules stay documented mappings inside it: ``PhaseStats.harness``
 (``reports.trust.phase_health``), ``PhaseStats.diagnostics``
 (``reports.diagnostics.Diagnostic.to_dict``), ``Summary.capacity``
-(``reports.capacity_curve.capacity_summary``), ``Summary.trust``
+(``reports.capacity.curve.capacity_summary``), ``Summary.trust``
 (``reports.trust.assess``) and ``Summary.run`` (run.json, redacted).
 
 A new block for a phase goes in ``PhaseStats.extra`` (kept in insertion order,
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadtests.percentile import percentile
+from llmload.loadtests.percentile import percentile
 
 SCHEMA = 1
 #: the percentiles every distribution in summary.json reports
@@ -336,7 +336,7 @@ class Summary:
     comparison: Comparison | None
     #: every phase's diagnostics, one per code (``Diagnostic.to_dict()`` each)
     diagnostics: list[dict[str, Any]]
-    #: ``reports.capacity_curve.capacity_summary`` (None: not a capacity run)
+    #: ``reports.capacity.curve.capacity_summary`` (None: not a capacity run)
     capacity: dict[str, Any] | None
     #: run.json without its private keys, redacted
     run: dict[str, Any]

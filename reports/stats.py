@@ -11,9 +11,9 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from loadtests.percentile import PERCENTILE_METHOD as PERCENTILE_METHOD
-from loadtests.percentile import percentile as percentile
-from reports.schema import PERCENTILES as PERCENTILES
+from llmload.loadtests.percentile import PERCENTILE_METHOD as PERCENTILE_METHOD
+from llmload.loadtests.percentile import percentile as percentile
+from llmload.reports.schema import PERCENTILES as PERCENTILES
 
 
 def ecdf_points(values: Sequence[float], max_points: int = 200) -> list[tuple[float, float]]:

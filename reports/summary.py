@@ -9,16 +9,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from loadtests.record import ERROR_CLASSES, RequestRecord
-from loadtests.redact import redact_value
-from loadtests.slo import format_slo, parse_slo
-from reports import diagnostics
-from reports.capacity_curve import capacity_summary
-from reports.loader import Run, is_warmup
-from reports.schema import Comparison, ComparisonRow, InputStats, MetricStats, PhaseStats, Summary
-from reports.stats import PERCENTILE_METHOD
-from reports.timeseries import per_token_gaps
-from reports.trust import assess, phase_health
+from llmload.loadtests.measure.record import ERROR_CLASSES, RequestRecord
+from llmload.loadtests.redact import redact_value
+from llmload.loadtests.slo import format_slo, parse_slo
+from llmload.reports import diagnostics
+from llmload.reports.capacity.curve import capacity_summary
+from llmload.reports.loader import Run, is_warmup
+from llmload.reports.schema import (
+    Comparison,
+    ComparisonRow,
+    InputStats,
+    MetricStats,
+    PhaseStats,
+    Summary,
+)
+from llmload.reports.stats import PERCENTILE_METHOD
+from llmload.reports.timeseries import per_token_gaps
+from llmload.reports.trust import assess, phase_health
 
 MS = 1000.0
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reports.capacity_view import capacity_terminal
-from reports.fmt import fmt_ms, fmt_rate
-from reports.rows import comparison_rows, diag_hint, harness_lines, open_loop_phases
-from reports.schema import Summary
+from llmload.reports.capacity.view import capacity_terminal
+from llmload.reports.fmt import fmt_ms, fmt_rate
+from llmload.reports.rows import comparison_rows, diag_hint, harness_lines, open_loop_phases
+from llmload.reports.schema import Summary
 
 
 def render_terminal(summary: Summary) -> str:

@@ -6,9 +6,9 @@ from bisect import bisect_right
 from collections import Counter
 from typing import Any
 
-from loadtests.record import RequestRecord
-from reports.charts import Band, Series
-from reports.stats import bin_width, downsample, ecdf_points, histogram
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports.charts import Band, Series
+from llmload.reports.stats import bin_width, downsample, ecdf_points, histogram
 
 MAX_SCATTER = 1500
 MAX_CDF_SERIES = 12

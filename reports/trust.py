@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from loadtests.healthlog import NOT_LOAD, STARVED_SHARE, is_starved
-from reports.schema import Summary
+from llmload.loadtests.run.healthlog import NOT_LOAD, STARVED_SHARE, is_starved
+from llmload.reports.schema import Summary
 
 GREEN, AMBER, RED, NA = "green", "amber", "red", "n/a"
 _RANK = {NA: 0, GREEN: 1, AMBER: 2, RED: 3}
@@ -120,9 +120,11 @@ def _harness_item(summary: Summary) -> TrustItem:
         small.append(f"{why}; its delay is small against TTFT p50 {ttft:.0f} ms")
     if small:
         return TrustItem("harness health", AMBER, "; ".join(small) + _bundled_note(summary))
-    touched = {n: h for n, h in healths.items() if any(
-        p["saturated_share"] > 0 for p in _load_procs(h).values()
-    )}
+    touched = {
+        n: h
+        for n, h in healths.items()
+        if any(p["saturated_share"] > 0 for p in _load_procs(h).values())
+    }
     if touched:
         name, h = next(iter(touched.items()))
         return TrustItem("harness health", AMBER, f"{name}: briefly busy — {harness_text(h)}")
@@ -131,8 +133,9 @@ def _harness_item(summary: Summary) -> TrustItem:
 
 
 def _tokens_item(summary: Summary) -> TrustItem:
-    found = [(n, g.token_count_mismatch) for n, g in summary.phases.items()
-             if g.token_count_mismatch]  # fmt: skip
+    found = [
+        (n, g.token_count_mismatch) for n, g in summary.phases.items() if g.token_count_mismatch
+    ]
     if not found:
         if any(g.multi_token_events for g in summary.phases.values()):
             why = "not compared: without --tokenizer the client counts events, not tokens"
@@ -162,8 +165,11 @@ def _gap_item(summary: Summary) -> TrustItem:
         levels.append(RED if p95 > red else AMBER if p95 > green else GREEN)
         texts.append(f"{name}: p50 {gap.p50 or 0.0:.1f} ms, p95 {p95:.1f} ms per request")
     level = worst(levels)
-    note = {GREEN: "", AMBER: " (network, proxy or a busy client)", RED: " — more than the "
-            "network explains: check the harness health and any proxy"}.get(level, "")  # fmt: skip
+    note = {
+        GREEN: "",
+        AMBER: " (network, proxy or a busy client)",
+        RED: " — more than the network explains: check the harness health and any proxy",
+    }.get(level, "")
     if level in (AMBER, RED):
         note += _bundled_note(summary)
     return TrustItem("client − server TTFT", level, "; ".join(texts) + note)
@@ -180,16 +186,24 @@ def _bundled_note(summary: Summary) -> str:
 
 
 def _delay_item(summary: Summary) -> TrustItem:
-    found = [(n, g.dist("schedule_delay_ms")) for n, g in summary.phases.items()
-             if g.dist("schedule_delay_ms").n]  # fmt: skip
+    found = [
+        (n, g.dist("schedule_delay_ms"))
+        for n, g in summary.phases.items()
+        if g.dist("schedule_delay_ms").n
+    ]
     if not found:
         return TrustItem("schedule delay", NA, "closed loop (no intended send times)")
     name, d = max(found, key=lambda kv: kv[1].p95 or 0.0)
     p95 = d.p95 or 0.0
     level = RED if p95 > DELAY_RED_MS else AMBER if p95 > DELAY_AMBER_MS else GREEN
-    return TrustItem("schedule delay", level, f"p95 {p95:.1f} ms ({name}); open-loop rate kept"
-                     if level == GREEN else f"p95 {p95:.1f} ms ({name}): sends fell behind the "
-                     "schedule (latency from the intended time counts it)")  # fmt: skip
+    return TrustItem(
+        "schedule delay",
+        level,
+        f"p95 {p95:.1f} ms ({name}); open-loop rate kept"
+        if level == GREEN
+        else f"p95 {p95:.1f} ms ({name}): sends fell behind the "
+        "schedule (latency from the intended time counts it)",
+    )
 
 
 def _lost_item(summary: Summary) -> TrustItem:
@@ -208,7 +222,5 @@ def _lost_item(summary: Summary) -> TrustItem:
 
 def assess(summary: Summary) -> dict[str, Any]:
     """The trust box: ``{"level", "items": [{"check", "level", "reason"}]}``."""
-    items = [
-        f(summary) for f in (_harness_item, _tokens_item, _gap_item, _delay_item, _lost_item)
-    ]
+    items = [f(summary) for f in (_harness_item, _tokens_item, _gap_item, _delay_item, _lost_item)]
     return {"level": worst([i.level for i in items]), "items": [asdict(i) for i in items]}

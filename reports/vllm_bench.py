@@ -28,9 +28,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from loadtests.record import RequestRecord
-from reports.schema import Summary, finite_sorted
-from reports.stats import percentile
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports.schema import Summary, finite_sorted
+from llmload.reports.stats import percentile
 
 #: vLLM's default ``--metric-percentiles`` is 99; the others are there for free
 PERCENTILES = (50, 90, 95, 99)

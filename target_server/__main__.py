@@ -1,4 +1,4 @@
-"""``python -m target_server``: parse settings, build the engine and app, serve with uvicorn.
+"""``llmload serve``: parse settings, build the engine and app, serve with uvicorn.
 
 Once the socket accepts connections, one line goes to stderr::
 
@@ -22,13 +22,13 @@ from collections.abc import Callable, Sequence
 
 import uvicorn
 
-from target_server import gcpolicy
-from target_server.app import build_app
-from target_server.engine import build_engine
-from target_server.serving import bind, url_of, uvicorn_config
-from target_server.settings import Settings, parse_settings
+from llmload.target_server import gcpolicy
+from llmload.target_server.app import build_app
+from llmload.target_server.engine import build_engine
+from llmload.target_server.serving import bind, url_of, uvicorn_config
+from llmload.target_server.settings import Settings, parse_settings
 
-log = logging.getLogger("target_server")
+log = logging.getLogger("llmload.target_server")
 
 
 async def serve(
@@ -191,8 +191,11 @@ def _workers(settings: Settings) -> int:
             if code in (-signal.SIGTERM, -signal.SIGINT):
                 code = 0  # uvicorn re-raises the signal it was stopped with: a clean stop
         else:  # a worker ended on its own: the server is not whole any more, stop the rest
-            print(f"target_server: error: worker {pid} exited ({code}); stopping",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"target_server: error: worker {pid} exited ({code}); stopping",
+                file=sys.stderr,
+                flush=True,
+            )
             code = code or 1
             forward(signal.SIGTERM, None)
         worst = max(worst, code if code >= 0 else 1)  # killed by anything else: 1

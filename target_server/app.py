@@ -20,21 +20,27 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
-from target_server.engine import (
+from llmload.target_server.engine import (
     Engine,
     EngineInputError,
     GenerationRequest,
     PreparedRequest,
     engine_fault,
 )
-from target_server.errors import ApiError
-from target_server.generation import RAW_SEND, DropInjectedDisconnectLogs, GenerationCall
-from target_server.schemas import CHAT, COMPLETIONS, decode_json, parse_request, validation_error
-from target_server.settings import MAX_BODY_BYTES, Settings
-from target_server.state import RequestContext, ServerState
-from target_server.write_deadline import ARRIVED, CHUNK_WRITER
+from llmload.target_server.errors import ApiError
+from llmload.target_server.generation import RAW_SEND, DropInjectedDisconnectLogs, GenerationCall
+from llmload.target_server.schemas import (
+    CHAT,
+    COMPLETIONS,
+    decode_json,
+    parse_request,
+    validation_error,
+)
+from llmload.target_server.settings import MAX_BODY_BYTES, Settings
+from llmload.target_server.state import RequestContext, ServerState
+from llmload.target_server.write_deadline import ARRIVED, CHUNK_WRITER
 
-log = logging.getLogger("target_server")
+log = logging.getLogger("llmload.target_server")
 
 
 def _too_large() -> ApiError:
@@ -101,8 +107,12 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
                 f"the prompt has {prepared.prompt_tokens} tokens; "
                 f"the context holds {state.engine.max_context}"
             )
-            raise ApiError(400, msg, param="messages" if endpoint == CHAT else "prompt",
-                           code="context_length_exceeded")  # fmt: skip
+            raise ApiError(
+                400,
+                msg,
+                param="messages" if endpoint == CHAT else "prompt",
+                code="context_length_exceeded",
+            )
         gen = parsed.generation
         if gen.max_tokens > room:
             if not parsed.max_tokens_defaulted or gen.min_tokens > room:
@@ -233,8 +243,13 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> Any:
         _check_key(request, settings.api_key)
-        card = {"id": state.model_name, "object": "model", "created": int(time.time()),
-                "owned_by": "llmload", "max_model_len": engine.max_context}  # fmt: skip
+        card = {
+            "id": state.model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "llmload",
+            "max_model_len": engine.max_context,
+        }
         return {"object": "list", "data": [card]}
 
     @app.get("/health")
@@ -250,7 +265,7 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     if settings.ui == "gradio":
-        from target_server.ui import mount
+        from llmload.target_server.ui import mount
 
         mount(app, engine, settings)
     return app

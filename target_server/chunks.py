@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from target_server.schemas import CHAT
+from llmload.target_server.schemas import CHAT
 
 DONE = b"data: [DONE]\n\n"
 _TOKEN_CACHE: dict[str, bytes] = {}
@@ -83,9 +83,16 @@ class ChunkEncoder:
         empty = b'"delta":{}' if self.chat else b'"text":""'
         extra = b',"x_llmload":' + _dumps(timings) if timings is not None else b""
         return (
-            self.head + b'"logprobs":null,"finish_reason":' + json_string(reason) + b","
-            + empty + b"}]" + self.usage_null + extra + b"}\n\n"
-        )  # fmt: skip
+            self.head
+            + b'"logprobs":null,"finish_reason":'
+            + json_string(reason)
+            + b","
+            + empty
+            + b"}]"
+            + self.usage_null
+            + extra
+            + b"}\n\n"
+        )
 
     def usage(self, prompt_tokens: int, output_tokens: int, timings: dict[str, Any]) -> bytes:
         """The usage chunk (``choices: []``), last before ``[DONE]``."""

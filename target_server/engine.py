@@ -160,8 +160,8 @@ def register(name: str) -> Callable[[Callable[[Any], Engine]], Callable[[Any], E
 
 #: engines living in their own package, imported only when chosen (torch is slow to import)
 LAZY_ENGINE_MODULES: dict[str, str] = {
-    "synthetic": "target_server.synthetic",
-    "transformers": "target_server.model",
+    "synthetic": "llmload.target_server.synthetic",
+    "transformers": "llmload.target_server.model",
 }
 
 

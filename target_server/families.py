@@ -36,7 +36,7 @@ from prometheus_client.utils import floatToGoString
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
 def series_name(name: str, labels: Iterable[tuple[str, str]]) -> str:
@@ -126,8 +126,9 @@ class LabelledHistogram(Collector):
         names = self._names.get(values)
         if names is None:
             pairs = list(zip(self.labelnames, values, strict=True))
-            buckets = [f"{series_name(self.name + '_bucket', [*pairs, ('le', le)])} "
-                       for le in self._le]  # fmt: skip
+            buckets = [
+                f"{series_name(self.name + '_bucket', [*pairs, ('le', le)])} " for le in self._le
+            ]
             count = f"{series_name(self.name + '_count', pairs)} "
             sum_ = f"{series_name(self.name + '_sum', pairs)} "
             names = self._names.setdefault(values, (buckets, count, sum_))

@@ -31,15 +31,15 @@ from typing import Any
 
 from starlette.responses import Response
 
-from target_server.admission import Rejected
-from target_server.chunks import DONE, ChunkEncoder, error_event, json_string
-from target_server.engine import PreparedRequest, TokenPiece
-from target_server.errors import ApiError
-from target_server.schemas import ParsedRequest
-from target_server.state import RequestContext, ServerState
-from target_server.write_deadline import CHUNK_WRITER, ChunkWriter
+from llmload.target_server.admission import Rejected
+from llmload.target_server.chunks import DONE, ChunkEncoder, error_event, json_string
+from llmload.target_server.engine import PreparedRequest, TokenPiece
+from llmload.target_server.errors import ApiError
+from llmload.target_server.schemas import ParsedRequest
+from llmload.target_server.state import RequestContext, ServerState
+from llmload.target_server.write_deadline import CHUNK_WRITER, ChunkWriter
 
-log = logging.getLogger("target_server")
+log = logging.getLogger("llmload.target_server")
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -107,8 +107,19 @@ class _Ticker:
     itself; ``run()`` again carries on after it.
     """
 
-    __slots__ = ("table", "write", "call_at", "prefix", "suffix", "tally", "waiter", "piece",
-                 "exact", "reason", "on_tick")  # fmt: skip
+    __slots__ = (
+        "table",
+        "write",
+        "call_at",
+        "prefix",
+        "suffix",
+        "tally",
+        "waiter",
+        "piece",
+        "exact",
+        "reason",
+        "on_tick",
+    )
 
     def __init__(
         self,

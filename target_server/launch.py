@@ -1,4 +1,4 @@
-"""Start ``python -m target_server`` as a subprocess and wait until it is healthy.
+"""Start ``python -m llmload.target_server`` as a subprocess and wait until it is healthy.
 
 One launcher for everything that runs the bundled server out of process: the
 load generator's ``loadtest`` command, the benchmarks and the tests.  The
@@ -35,7 +35,7 @@ class LaunchFailed(RuntimeError):
 
 @dataclass
 class ServerProcess:
-    """A running ``python -m target_server``: ``url``, ``proc``, recent stderr ``log``."""
+    """A running ``python -m llmload.target_server``: ``url``, ``proc``, recent stderr ``log``."""
 
     url: str
     proc: subprocess.Popen[str]
@@ -91,11 +91,11 @@ def launch(
     new_session: bool = False,
     preexec_fn: Callable[[], Any] | None = None,
     on_start: Callable[[subprocess.Popen[str]], None] | None = None,
-    module: str = "target_server",
+    module: str = "llmload.target_server",
     loopback: bool = True,
     health: bool = True,
 ) -> ServerProcess:
-    """``python -m target_server --host 127.0.0.1 --port 0 *args``, healthy when returned.
+    """``python -m llmload.target_server --host 127.0.0.1 --port 0 *args``, healthy when returned.
 
     ``env`` is added to the inherited environment (a ``None`` value removes the
     variable).  ``on_start`` sees the process as soon as it exists (to register

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from target_server.buckets import LATENCY_BUCKETS
-from target_server.families import HistogramChild, LabelledHistogram, LabelledValue
+from llmload.target_server.buckets import LATENCY_BUCKETS
+from llmload.target_server.families import HistogramChild, LabelledHistogram, LabelledValue
 
 #: ``status`` label values of ``llmserve_requests_total``
 STATUSES = {
@@ -39,9 +39,30 @@ STATUSES = {
 
 #: per-request decode speed, tokens/s
 TPS_BUCKETS = (
-    1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 75.0, 100.0, 125.0,
-    150.0, 200.0, 300.0, 500.0, 750.0, 1000.0, 2000.0, 5000.0, 10000.0,
-)  # fmt: skip
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    25.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    75.0,
+    100.0,
+    125.0,
+    150.0,
+    200.0,
+    300.0,
+    500.0,
+    750.0,
+    1000.0,
+    2000.0,
+    5000.0,
+    10000.0,
+)
 
 
 class _LiveGauges(Collector):
@@ -64,43 +85,66 @@ class ServerMetrics:
         self.ttft = LabelledHistogram(
             "llmserve_time_to_first_token_seconds",
             "Arrival to first content event written (non-stream: first token generated).",
-            lbl, LATENCY_BUCKETS, registry=reg,
-        )  # fmt: skip
+            lbl,
+            LATENCY_BUCKETS,
+            registry=reg,
+        )
         self.itl = LabelledHistogram(
             "llmserve_inter_token_latency_seconds",
             "Gap between consecutive content events (non-stream: tokens generated).",
-            lbl, LATENCY_BUCKETS, registry=reg,
-        )  # fmt: skip
+            lbl,
+            LATENCY_BUCKETS,
+            registry=reg,
+        )
         self.e2e = LabelledHistogram(
             "llmserve_e2e_request_latency_seconds",
             "Arrival to last byte of successful requests.",
-            lbl, LATENCY_BUCKETS, registry=reg,
-        )  # fmt: skip
+            lbl,
+            LATENCY_BUCKETS,
+            registry=reg,
+        )
         self.queue = LabelledHistogram(
             "llmserve_queue_time_seconds",
             "Arrival to admission (a generation slot).",
-            lbl, LATENCY_BUCKETS, registry=reg,
-        )  # fmt: skip
+            lbl,
+            LATENCY_BUCKETS,
+            registry=reg,
+        )
         self.decode = LabelledHistogram(
             "llmserve_decode_tokens_per_second",
             "Per request (output tokens - 1) / (last token - first token).",
-            lbl, TPS_BUCKETS, registry=reg,
-        )  # fmt: skip
-        self.prompt_tokens = LabelledValue(
-            "llmserve_prompt_tokens", "Prompt tokens of admitted requests.", ("endpoint",),
+            lbl,
+            TPS_BUCKETS,
             registry=reg,
-        )  # fmt: skip
+        )
+        self.prompt_tokens = LabelledValue(
+            "llmserve_prompt_tokens",
+            "Prompt tokens of admitted requests.",
+            ("endpoint",),
+            registry=reg,
+        )
         self.output_tokens = LabelledValue(
-            "llmserve_output_tokens", "Output tokens generated (and sent, when streaming).",
-            ("endpoint",), registry=reg,
-        )  # fmt: skip
+            "llmserve_output_tokens",
+            "Output tokens generated (and sent, when streaming).",
+            ("endpoint",),
+            registry=reg,
+        )
         self.requests = LabelledValue(
             "llmserve_requests",
             "Requests by final status (see README: ok, cancelled, bad_request, rejected, ...).",
-            ("endpoint", "stream", "status"), registry=reg,
-        )  # fmt: skip
-        self._families = (self.ttft, self.itl, self.e2e, self.queue, self.decode,
-                          self.prompt_tokens, self.output_tokens, self.requests)  # fmt: skip
+            ("endpoint", "stream", "status"),
+            registry=reg,
+        )
+        self._families = (
+            self.ttft,
+            self.itl,
+            self.e2e,
+            self.queue,
+            self.decode,
+            self.prompt_tokens,
+            self.output_tokens,
+            self.requests,
+        )
         live = _LiveGauges(gauges)
         reg.register(live)
         self._gauges = CollectorRegistry(auto_describe=False)

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from target_server.engine import GenerationRequest
-from target_server.errors import ApiError
+from llmload.target_server.engine import GenerationRequest
+from llmload.target_server.errors import ApiError
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -219,7 +219,9 @@ def parse_request(
         raise validation_error(exc) from None
     if req.model is not None and req.model != served_model:
         raise ApiError(
-            404, f"the model {_short(req.model)} does not exist", param="model",
+            404,
+            f"the model {_short(req.model)} does not exist",
+            param="model",
             code="model_not_found",
         )
     if req.n not in (None, 1):

@@ -1,6 +1,6 @@
 """Serving the app: the socket, uvicorn's configuration, and the one in-thread starter.
 
-``python -m target_server`` (``__main__``) serves with ``bind`` + ``uvicorn_config``;
+``python -m llmload.target_server`` (``__main__``) serves with ``bind`` + ``uvicorn_config``;
 benchmarks and tests that want the server inside their own process (to read its
 registry, count its tasks, or inject an engine) use ``start_server_thread`` —
 the same configuration, on a daemon thread with its own event loop.  Out of
@@ -19,12 +19,12 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from target_server.app import build_app
-from target_server.engine import Engine, build_engine
-from target_server.launch import wait_healthy
-from target_server.settings import Settings
-from target_server.state import ServerState
-from target_server.write_deadline import http_protocol
+from llmload.target_server.app import build_app
+from llmload.target_server.engine import Engine, build_engine
+from llmload.target_server.launch import wait_healthy
+from llmload.target_server.settings import Settings
+from llmload.target_server.state import ServerState
+from llmload.target_server.write_deadline import http_protocol
 
 
 def bind(host: str, port: int, reuse_port: bool = False, listen: bool = True) -> socket.socket:
@@ -153,9 +153,13 @@ def start_server_thread(
     app = build_app(engine, settings)
     sock = bind("127.0.0.1", 0)
     config = uvicorn_config(
-        app, settings, log_config=uvicorn.config.LOGGING_CONFIG, log_level="warning",
-        timeout_graceful_shutdown=2, lifespan="on",
-    )  # fmt: skip
+        app,
+        settings,
+        log_config=uvicorn.config.LOGGING_CONFIG,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        lifespan="on",
+    )
     server = uvicorn.Server(config)
     factory = config.get_loop_factory()  # "auto": uvloop when installed, as under server.run()
     loop = factory() if factory is not None else asyncio.new_event_loop()

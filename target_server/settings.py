@@ -132,7 +132,7 @@ def _converter(f: Any) -> Any:
 
 
 def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
-    """The ``python -m target_server`` parser; defaults come from ``env`` (os.environ)."""
+    """The ``python -m llmload.target_server`` parser; defaults come from ``env`` (os.environ)."""
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(
         prog="llmload serve",

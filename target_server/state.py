@@ -6,22 +6,36 @@ import json
 import logging
 from time import perf_counter
 
-from target_server.admission import Admission
-from target_server.engine import Engine
-from target_server.metrics import ServerMetrics
-from target_server.settings import Settings
+from llmload.target_server.admission import Admission
+from llmload.target_server.engine import Engine
+from llmload.target_server.metrics import ServerMetrics
+from llmload.target_server.settings import Settings
 
-log = logging.getLogger("target_server.requests")
+log = logging.getLogger("llmload.target_server.requests")
 
 
 class RequestContext:
     """What happened to one request (mutable while it runs, finished once)."""
 
     __slots__ = (
-        "request_id", "endpoint", "stream", "arrival", "admitted", "first", "last", "end",
-        "prompt_tokens", "output_tokens", "status", "http_status", "finish_reason", "fault",
-        "finished", "admitted_ok", "itl_max",
-    )  # fmt: skip
+        "request_id",
+        "endpoint",
+        "stream",
+        "arrival",
+        "admitted",
+        "first",
+        "last",
+        "end",
+        "prompt_tokens",
+        "output_tokens",
+        "status",
+        "http_status",
+        "finish_reason",
+        "fault",
+        "finished",
+        "admitted_ok",
+        "itl_max",
+    )
 
     def __init__(self, request_id: str, endpoint: str, arrival: float):
         self.request_id = request_id

@@ -25,15 +25,15 @@ from collections.abc import AsyncIterator, Iterator
 from time import perf_counter
 from typing import Any
 
-from target_server.busy import CpuMeter
-from target_server.engine import (
+from llmload.target_server.busy import CpuMeter
+from llmload.target_server.engine import (
     EngineFault,
     GenerationRequest,
     PreparedRequest,
     TokenPiece,
     register,
 )
-from target_server.pacer import Pacer
+from llmload.target_server.pacer import Pacer
 
 VOCAB = tuple(
     " " + w

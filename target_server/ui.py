@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from target_server.engine import Engine, EngineInputError, GenerationRequest
+from llmload.target_server.engine import Engine, EngineInputError, GenerationRequest
 
 UI_PATH = "/ui"
 API_NAME = "chat"

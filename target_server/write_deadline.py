@@ -30,7 +30,7 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from target_server.errors import ApiError
+from llmload.target_server.errors import ApiError
 
 #: scope key: when the request's headers were parsed (``perf_counter``), the server's
 #: clock for the request — before the app's task first runs, which under a burst of

@@ -4,7 +4,7 @@
 ``.settings``, ``.state``, ``.metric(name, **labels)``): the real app under
 uvicorn in a background thread on 127.0.0.1:0, healthy when returned, stopped
 at teardown.  ``start_server_proc(*args, env=None)`` -> ``ServerProcess``
-(``.url``, ``.proc``): ``python -m target_server --port 0 *args`` as a
+(``.url``, ``.proc``): ``python -m llmload.target_server --port 0 *args`` as a
 subprocess, terminated at teardown.  Other areas register their fixture
 modules in ``pytest_plugins``.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from target_server.serving import ThreadedServer, start_server_thread
+from llmload.target_server.serving import ThreadedServer, start_server_thread
 from tests.fixtures.server_proc import ServerProcess, start_server_process
 
 pytest_plugins: list[str] = [

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from target_server.engine import Engine, register
+from llmload.target_server.engine import Engine, register
 
 if TYPE_CHECKING:  # torch and transformers load with the engine, not with the package
-    from target_server.model.base import ModelEngine
+    from llmload.target_server.model.base import ModelEngine
 
 
 @register("transformers")
@@ -23,15 +23,15 @@ def build(settings: Any) -> Engine:
     """The engine for ``settings.batching``."""
     engine: ModelEngine
     if settings.batching == "none":
-        from target_server.model.threaded import ThreadedEngine
+        from llmload.target_server.model.threaded import ThreadedEngine
 
         engine = ThreadedEngine(settings)
     elif settings.engine_process == "on":
-        from target_server.model.engineproc import ProcessEngine
+        from llmload.target_server.model.engineproc import ProcessEngine
 
         engine = ProcessEngine(settings)
     else:
-        from target_server.model.batched import BatchedEngine
+        from llmload.target_server.model.batched import BatchedEngine
 
         engine = BatchedEngine(settings)
     return engine  # type: ignore[return-value]

@@ -16,23 +16,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from target_server.busy import BusyMeter
-from target_server.engine import (
+from llmload.target_server.busy import BusyMeter
+from llmload.target_server.engine import (
     EngineFault,
     EngineInputError,
     GenerationRequest,
     PreparedRequest,
     TokenPiece,
 )
-from target_server.model import embedded, genconfig
-from target_server.model.textstream import TextStream
+from llmload.target_server.model import embedded, genconfig
+from llmload.target_server.model.textstream import TextStream
 
 if TYPE_CHECKING:  # torch comes with the first request's plan or the model, not the import
     from transformers import GenerationConfig
 
-    from target_server.model.loader import LoadedModel
+    from llmload.target_server.model.loader import LoadedModel
 
-log = logging.getLogger("target_server.model")
+log = logging.getLogger("llmload.target_server.model")
 
 WARMUP_PROMPT = "Warm-up: 你好, world. def f(x): return x"
 #: continuous batching: batch size when --max-concurrency is 0 (unlimited at the server)
@@ -131,7 +131,7 @@ class ModelEngine:
 
     async def _load(self) -> LoadedModel:
         """The model this engine runs (loaded off the event loop)."""
-        from target_server.model.loader import load
+        from llmload.target_server.model.loader import load
 
         return await asyncio.to_thread(load, self.settings)
 
@@ -163,7 +163,7 @@ class ModelEngine:
 
     def prepare_ids(self, request: GenerationRequest, ids: list[int]) -> PreparedRequest:
         """``prepare`` for a prompt that is already token ids (benchmarks)."""
-        from target_server.model.sampling import Sampler, penalty_processors, seed_for
+        from llmload.target_server.model.sampling import Sampler, penalty_processors, seed_for
 
         lm = self._loaded()
         param = "messages" if request.messages is not None else "prompt"
@@ -175,9 +175,7 @@ class ModelEngine:
                 param=param,
                 code="context_length_exceeded",
             )
-        gc, penalties, stops = genconfig.resolve(
-            lm.generation_config, self.server_fields, request
-        )
+        gc, penalties, stops = genconfig.resolve(lm.generation_config, self.server_fields, request)
         self._check(gc)
         eos = gc.eos_token_id
         eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or lm.eos_ids))

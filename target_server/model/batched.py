@@ -38,18 +38,18 @@ from typing import Any, cast
 import torch
 from transformers.generation.logits_process import LogitsProcessorList
 
-from target_server.busy import BusyMeter
-from target_server.engine import EngineFault, PreparedRequest, TokenPiece
-from target_server.model.base import (
+from llmload.target_server.busy import BusyMeter
+from llmload.target_server.engine import EngineFault, PreparedRequest, TokenPiece
+from llmload.target_server.model.base import (
     ContinuousEngine,
     PieceMaker,
     Plan,
     Waiter,
     next_piece,
 )
-from target_server.model.kvbatch import Prefill, SlotBatch, swap_remove_order
-from target_server.model.loader import LoadedModel
-from target_server.model.sampling import Sampler, choose_rows, penalty_processors
+from llmload.target_server.model.kvbatch import Prefill, SlotBatch, swap_remove_order
+from llmload.target_server.model.loader import LoadedModel
+from llmload.target_server.model.sampling import Sampler, choose_rows, penalty_processors
 
 log = logging.getLogger(__name__)
 

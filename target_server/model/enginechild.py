@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from target_server.busy import PublishedMeter
-from target_server.model.base import DEFAULT_MAX_BATCH
-from target_server.model.batched import DecodeLoop, Row
-from target_server.model.enginewire import (
+from llmload.target_server.busy import PublishedMeter
+from llmload.target_server.model.base import DEFAULT_MAX_BATCH
+from llmload.target_server.model.batched import DecodeLoop, Row
+from llmload.target_server.model.enginewire import (
     ADD,
     BATCH,
     CANCEL,
@@ -29,8 +29,8 @@ from target_server.model.enginewire import (
     STOP,
     TAKEN,
 )
-from target_server.model.kvbatch import check_full_attention
-from target_server.model.loader import LoadedModel, load
+from llmload.target_server.model.kvbatch import check_full_attention
+from llmload.target_server.model.loader import LoadedModel, load
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +102,6 @@ class PipeLoop(DecodeLoop):
                 self.conn.send(msg)
             except (OSError, ValueError):
                 self.stopping = True
-
-
 
 
 def serve(settings: Any, conn: Any, shared: Any) -> None:

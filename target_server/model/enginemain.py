@@ -20,6 +20,6 @@ def child_main(settings: Any, conn: Any, shared: Any) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s[engine]: %(message)s",
     )
-    from target_server.model.enginechild import serve
+    from llmload.target_server.model.enginechild import serve
 
     serve(settings, conn, shared)

@@ -40,16 +40,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from target_server.busy import SharedMeter
-from target_server.engine import EngineFault, PreparedRequest, TokenPiece
-from target_server.model.base import (
+from llmload.target_server.busy import SharedMeter
+from llmload.target_server.engine import EngineFault, PreparedRequest, TokenPiece
+from llmload.target_server.model.base import (
     ContinuousEngine,
     Waiter,
     next_piece,
 )
-from target_server.model.embedded import embedded_model_dir
-from target_server.model.enginemain import child_main
-from target_server.model.enginewire import (
+from llmload.target_server.model.embedded import embedded_model_dir
+from llmload.target_server.model.enginemain import child_main
+from llmload.target_server.model.enginewire import (
     ADD,
     BATCH,
     BUSY_SINCE,
@@ -64,7 +64,7 @@ from target_server.model.enginewire import (
 )
 
 if TYPE_CHECKING:
-    from target_server.model.loader import LoadedModel
+    from llmload.target_server.model.loader import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +141,12 @@ class ProcessEngine(ContinuousEngine):
         self.pid = self._proc.pid
         tokenizer = await asyncio.to_thread(_tokenizer, path)
         info = await asyncio.to_thread(self._first_message)
-        from target_server.model.loader import LoadedModel
+        from llmload.target_server.model.loader import LoadedModel
 
         return LoadedModel(model=None, tokenizer=tokenizer, **info)
 
     def _first_message(self) -> dict[str, Any]:
-        from target_server.model.loader import ModelLoadError
+        from llmload.target_server.model.loader import ModelLoadError
 
         try:
             kind, body = self._conn.recv()

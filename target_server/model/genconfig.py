@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from target_server.engine import EngineInputError, GenerationRequest
+from llmload.target_server.engine import EngineInputError, GenerationRequest
 
 if TYPE_CHECKING:  # transformers on first use: the engine process starts before it loads
     from transformers import GenerationConfig

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from target_server.model.embedded import embedded_model_dir
+from llmload.target_server.model.embedded import embedded_model_dir
 
 log = logging.getLogger(__name__)
 

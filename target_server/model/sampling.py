@@ -28,7 +28,7 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
-from target_server.engine import EngineInputError
+from llmload.target_server.engine import EngineInputError
 
 
 class OpenAIPenalties(LogitsProcessor):

@@ -24,9 +24,9 @@ from transformers.generation.logits_process import LogitsProcessorList
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from target_server.engine import PreparedRequest, TokenPiece
-from target_server.model.base import ModelEngine, PieceMaker, Plan, next_piece
-from target_server.model.sampling import OpenAIPenalties, Sampler, SamplingProcessor
+from llmload.target_server.engine import PreparedRequest, TokenPiece
+from llmload.target_server.model.base import ModelEngine, PieceMaker, Plan, next_piece
+from llmload.target_server.model.sampling import OpenAIPenalties, Sampler, SamplingProcessor
 
 
 class _Cancelled(StoppingCriteria):

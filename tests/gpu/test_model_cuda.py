@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from target_server.engine import GenerationRequest
-from target_server.model import build
-from target_server.settings import Settings
+from llmload.target_server.engine import GenerationRequest
+from llmload.target_server.model import build
+from llmload.target_server.settings import Settings
 
 pytestmark = [
     pytest.mark.gpu,

@@ -24,13 +24,39 @@ def test_search_lands_on_the_hand_computed_capacity(start_server_proc, tmp_path:
     out = tmp_path / "cap"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--users", "2",
-            "--slo", "tpot_p50=85ms", "--confidence", "0.9", "--step-requests", "40",
-            "--min-step", "1s", "--warmup", "2s", "--budget", "120s",
-            "--max-tokens", "6", "--ignore-eos", "--seed", "3", "--out", str(out),
+            sys.executable,
+            "-m",
+            "llmload",
+            "capacity",
+            "--target",
+            server.url,
+            "--users",
+            "2",
+            "--slo",
+            "tpot_p50=85ms",
+            "--confidence",
+            "0.9",
+            "--step-requests",
+            "40",
+            "--min-step",
+            "1s",
+            "--warmup",
+            "2s",
+            "--budget",
+            "120s",
+            "--max-tokens",
+            "6",
+            "--ignore-eos",
+            "--seed",
+            "3",
+            "--out",
+            str(out),
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((out / "run.json").read_text(encoding="utf-8"))
     cap = info["capacity"]
@@ -66,8 +92,11 @@ def test_search_lands_on_the_hand_computed_capacity(start_server_proc, tmp_path:
 def test_bad_slo_is_one_line(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "llmload", "capacity", "--slo", "ttft_p95=fast"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "ttft_p95=fast" in proc.stderr
 
@@ -83,13 +112,41 @@ def test_open_loop_search_finds_the_rate_where_concurrency_runs_away(
     out = tmp_path / "cap-open"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--rate", "8",
-            "--arrival", "constant", "--slo", "tpot_p50=85ms", "--confidence", "0.9",
-            "--step-requests", "40", "--min-step", "2s", "--warmup", "2s", "--budget", "120s",
-            "--max-tokens", "6", "--ignore-eos", "--seed", "3", "--out", str(out),
+            sys.executable,
+            "-m",
+            "llmload",
+            "capacity",
+            "--target",
+            server.url,
+            "--rate",
+            "8",
+            "--arrival",
+            "constant",
+            "--slo",
+            "tpot_p50=85ms",
+            "--confidence",
+            "0.9",
+            "--step-requests",
+            "40",
+            "--min-step",
+            "2s",
+            "--warmup",
+            "2s",
+            "--budget",
+            "120s",
+            "--max-tokens",
+            "6",
+            "--ignore-eos",
+            "--seed",
+            "3",
+            "--out",
+            str(out),
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cap = json.loads((out / "run.json").read_text(encoding="utf-8"))["capacity"]
     ans = cap["answer"]

@@ -52,9 +52,13 @@ print(json.dumps({"missing": missing, "parsers": parsers}))
 
 def test_every_flag_of_every_command_has_help() -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=180,
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
         check=False,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(n >= 1 for n in got["parsers"].values()), got["parsers"]  # each was reached

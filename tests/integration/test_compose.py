@@ -56,10 +56,18 @@ def render_template(text: str, env: dict[str, str]) -> str:
 
 def test_compose_file_passes_the_compose_spec_schema() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec",
-         str(COMPOSE / "docker-compose.yml")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(COMPOSE / "docker-compose.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -68,8 +76,15 @@ def test_compose_wiring() -> None:
     for var in re.findall(r"\$\{([^}]*)\}", text):  # every variable has a default or is required
         assert re.fullmatch(r"\w+:[-?].*", var), f"${{{var}}} has neither :- nor :?"
     services = _compose()["services"]
-    assert set(services) >= {"target", "proxy", "prometheus", "grafana", "locust-master",
-                             "locust-worker", "target-external"}  # fmt: skip
+    assert set(services) >= {
+        "target",
+        "proxy",
+        "prometheus",
+        "grafana",
+        "locust-master",
+        "locust-worker",
+        "target-external",
+    }
     for name, svc in services.items():
         image = svc["image"]
         assert re.search(r":(v?\d+\.\d+\.\d+[\w.-]*|\$\{LLMLOAD_IMAGE_TAG:-local\})$", image), (
@@ -142,7 +157,7 @@ def test_dockerfile_bakes_the_embedded_model() -> None:
     assert re.search(r"^FROM python:3\.11\.\d+-slim-\w+$", text, re.M)
     assert "torch==2.13.0" in text
     assert "embedded_model_dir" in text
-    from target_server.model.embedded import embedded_model_dir  # the builder it calls
+    from llmload.target_server.model.embedded import embedded_model_dir  # the builder it calls
 
     assert callable(embedded_model_dir)
     for src in re.findall(r"^COPY (\S+) ", text, re.M):
@@ -163,16 +178,21 @@ def _prefix(tmp: Path, upstream: str, port: int, extra: str = "") -> Path:
     (tmp / "tmp").mkdir(parents=True, exist_ok=True)
     conf = render_template(
         TEMPLATE.read_text(),
-        {"LLMLOAD_UPSTREAM": upstream, "LLMLOAD_LISTEN": f"127.0.0.1:{port}",
-         "LLMLOAD_UPSTREAM_SCHEME": "http"},
-    )  # fmt: skip
+        {
+            "LLMLOAD_UPSTREAM": upstream,
+            "LLMLOAD_LISTEN": f"127.0.0.1:{port}",
+            "LLMLOAD_UPSTREAM_SCHEME": "http",
+        },
+    )
     assert "${" not in conf
     if extra:
         conf = conf.replace("proxy_buffering off;", f"proxy_buffering off;\n        {extra}")
     (tmp / "llmload.conf").write_text(conf)
     user = "user root;\n" if os.geteuid() == 0 else ""
-    temp = "".join(f"    {k}_temp_path {tmp}/tmp/{k};\n" for k in
-                   ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))  # fmt: skip
+    temp = "".join(
+        f"    {k}_temp_path {tmp}/tmp/{k};\n"
+        for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
     (tmp / "nginx.conf").write_text(
         f"{user}worker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log warn;\n"
         f"events {{ worker_connections 256; }}\nhttp {{\n    access_log off;\n{temp}{HOSTILE}"
@@ -191,10 +211,20 @@ def nginx_binary() -> str:
 def test_nginx_accepts_the_config(nginx_binary: str, tmp_path: Path) -> None:
     prefix = _prefix(tmp_path, "127.0.0.1:9", _free_port())
     done = subprocess.run(
-        [nginx_binary, "-t", "-e", str(prefix / "error.log"), "-p", str(prefix),
-         "-c", str(prefix / "nginx.conf")],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        [
+            nginx_binary,
+            "-t",
+            "-e",
+            str(prefix / "error.log"),
+            "-p",
+            str(prefix),
+            "-c",
+            str(prefix / "nginx.conf"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     assert "test is successful" in done.stderr
     directives = dict(
@@ -216,13 +246,27 @@ def compose_nginx(nginx_binary: str, tmp_path: Path) -> Iterator[Callable[[str],
         for attempt in range(3):
             port = _free_port()
             # the server sends X-Accel-Buffering: no; ignore it so the test checks our config
-            prefix = _prefix(tmp_path / f"nginx{attempt}", upstream, port,
-                             extra="proxy_ignore_headers X-Accel-Buffering;")  # fmt: skip
+            prefix = _prefix(
+                tmp_path / f"nginx{attempt}",
+                upstream,
+                port,
+                extra="proxy_ignore_headers X-Accel-Buffering;",
+            )
             proc = subprocess.Popen(
-                [nginx_binary, "-e", str(prefix / "error.log"), "-p", str(prefix),
-                 "-c", str(prefix / "nginx.conf"), "-g", "daemon off;"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    nginx_binary,
+                    "-e",
+                    str(prefix / "error.log"),
+                    "-p",
+                    str(prefix),
+                    "-c",
+                    str(prefix / "nginx.conf"),
+                    "-g",
+                    "daemon off;",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             procs.append(proc)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and proc.poll() is None:
@@ -286,8 +330,13 @@ def _stub_docker(tmp_path: Path, info_rc: int) -> dict[str, str]:
 
 
 def _make(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), *args], env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_make_up_without_a_docker_engine_says_so(tmp_path: Path) -> None:

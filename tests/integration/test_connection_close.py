@@ -4,7 +4,7 @@ Old proxies, simple servers and some gateways answer ``Connection: close`` with
 no length and no chunked framing: the body ends when the connection does, and
 every request opens a new connection.  The harness must read such a stream as
 it arrives (FACTS.md: ``requests`` buffers it to the end), and send each
-request in one write (``loadtests.connect``) — checked here on the server side:
+request in one write (``loadtests.transport.connect``) — checked here on the server side:
 its first read of every connection holds the whole request.
 """
 
@@ -26,11 +26,11 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.adapters import get_adapter
-from loadtests.adapters.base import Prompt
-from loadtests.http import Target, clock, perform
-from loadtests.timing import RecordMeta, StreamTimer
-from reports.diagnostics import detect
+from llmload.loadtests.measure.adapters import get_adapter
+from llmload.loadtests.measure.adapters.base import Prompt
+from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
+from llmload.loadtests.transport.target import Target, clock, perform
+from llmload.reports.diagnostics import detect
 from tests.fixtures.drive import drive
 
 FIRST_S, GAP_S, TOKENS = 0.05, 0.03, 5
@@ -66,22 +66,26 @@ class CloseServer:
             data = first
             head, _, body = data.partition(b"\r\n\r\n")
             length = next(
-                int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
                 if line.lower().startswith(b"content-length")
-            )  # fmt: skip
+            )
             while len(body) < length:
                 body += conn.recv(65536)
             n = json.loads(body).get("max_tokens", TOKENS)
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                         b"connection: close\r\n\r\n")  # fmt: skip
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+            )
             time.sleep(FIRST_S)
             for i in range(n):
                 if i:
                     time.sleep(GAP_S)
                 chunk = {"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}
                 conn.sendall(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
-                   "usage": {"prompt_tokens": 3, "completion_tokens": n}}  # fmt: skip
+            end = {
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": n},
+            }
             conn.sendall(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
 
     def close(self) -> None:
@@ -136,7 +140,7 @@ def test_records_say_when_a_request_paid_for_a_new_connection(
     adapter = get_adapter("openai-chat")
     prompt = Prompt("s", "p", prompt="hi", max_tokens=3)
     connects = []
-    with target.client() as client:
+    with target.httpx_client() as client:
         for _ in range(3):
             call = adapter.build(prompt, mode="stream", model=model, options={})
             timer = StreamTimer(adapter, clock())
@@ -153,20 +157,43 @@ def test_over_tls_the_request_still_leaves_in_one_send(tmp_path: Path, http_clie
         pytest.skip("openssl CLI not installed (it makes the test's self-signed certificate)")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
     server = CloseServer(tls=ctx)
     try:
-        target = Target(server.url, {}, request_timeout=30, stall_timeout=30, ca_bundle=str(cert),
-                        http_client=http_client)  # fmt: skip
+        target = Target(
+            server.url,
+            {},
+            request_timeout=30,
+            stall_timeout=30,
+            ca_bundle=str(cert),
+            http_client=http_client,
+        )
         adapter = get_adapter("openai-chat")
         prompt = Prompt("s", "p", prompt="hi", max_tokens=3)
-        with target.session() as client:
+        with target.user_client() as client:
             for _ in range(2):
                 call = adapter.build(prompt, mode="stream", model="m", options={})
                 timer = StreamTimer(adapter, clock())

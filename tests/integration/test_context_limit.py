@@ -26,9 +26,9 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from loadtests.adapters.base import Prompt
-from loadtests.fit import ContextFit
-from loadtests.scenarios import BUILTIN, builtin_items
+from llmload.loadtests.measure.adapters.base import Prompt
+from llmload.loadtests.workload import BUILTIN, builtin_items
+from llmload.loadtests.workload.fit import ContextFit
 from tests.fixtures.drive import ROOT, drive
 
 #: below the Chinese long_summary prompts (~1,300-1,500 tokens), above everything else
@@ -48,8 +48,10 @@ def _vllm_app(tokenizer: Any) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> Any:
-        return {"object": "list", "data": [{"id": MODEL, "object": "model",
-                                            "max_model_len": LIMIT}]}  # fmt: skip
+        return {
+            "object": "list",
+            "data": [{"id": MODEL, "object": "model", "max_model_len": LIMIT}],
+        }
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
@@ -67,14 +69,20 @@ def _vllm_app(tokenizer: Any) -> FastAPI:
         n = min(n, 4)
         usage = {"prompt_tokens": prompt, "completion_tokens": n}
         if not body.get("stream"):
-            choice = {"index": 0, "message": {"role": "assistant", "content": "x" * n},
-                      "finish_reason": "length"}  # fmt: skip
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": "x" * n},
+                "finish_reason": "length",
+            }
             return {"object": "chat.completion", "choices": [choice], "usage": usage}
 
         async def events() -> AsyncIterator[bytes]:
             for i in range(n):
-                delta = {"index": 0, "delta": {"content": "x"},
-                         "finish_reason": "length" if i == n - 1 else None}  # fmt: skip
+                delta = {
+                    "index": 0,
+                    "delta": {"content": "x"},
+                    "finish_reason": "length" if i == n - 1 else None,
+                }
                 yield f"data: {json.dumps({'choices': [delta]})}\n\n".encode()
             yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
             yield b"data: [DONE]\n\n"
@@ -121,9 +129,31 @@ def test_the_estimate_never_undercounts_the_embedded_tokenizer(embedded_tokenize
 
 
 def _run(out: Path, url: str, *extra: str) -> tuple[dict[str, Any], str]:
-    cmd = [sys.executable, "-m", "loadtests", "run", "--out", str(out), "--target", url,
-           "--modes", "sync,stream", "--users", "4", "--pacing", "0s", "--duration", "2s",
-           "--scenario", "mix", "--seed", "3", "--status-interval", "60", *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmload.loadtests",
+        "run",
+        "--out",
+        str(out),
+        "--target",
+        url,
+        "--modes",
+        "sync,stream",
+        "--users",
+        "4",
+        "--pacing",
+        "0s",
+        "--duration",
+        "2s",
+        "--scenario",
+        "mix",
+        "--seed",
+        "3",
+        "--status-interval",
+        "60",
+        *extra,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "summary.json").read_text()), proc.stderr
@@ -160,9 +190,27 @@ def test_a_run_where_no_prompt_fits_fails_and_says_why(
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"prompt": "长" * 2000, "max_tokens": 64}) + "\n")
     users = ("--users", "4") if where == "local" else ("--users", "4", "--workers", "2")
-    cmd = [sys.executable, "-m", "loadtests", "run", "--out", str(tmp_path / "run"),
-           "--target", url, "--modes", "stream", *users, "--pacing", "0s", "--num-prompts", "5",
-           "--dataset", str(data), "--status-interval", "60"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmload.loadtests",
+        "run",
+        "--out",
+        str(tmp_path / "run"),
+        "--target",
+        url,
+        "--modes",
+        "stream",
+        *users,
+        "--pacing",
+        "0s",
+        "--num-prompts",
+        "5",
+        "--dataset",
+        str(data),
+        "--status-interval",
+        "60",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "no prompt fits the target's context length (1100 tokens)" in proc.stderr

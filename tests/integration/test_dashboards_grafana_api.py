@@ -19,10 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from dashboards import build as builder
-from dashboards.annotations import GrafanaAnnotations
-from dashboards.llm_load import PHASE_TAG, UID
-from loadtests.sinks import RecordSink
+from llmload.dashboards import build as builder
+from llmload.dashboards.annotations import GrafanaAnnotations
+from llmload.dashboards.llm_load import PHASE_TAG, UID
+from llmload.loadtests.run.sinks import RecordSink
 from tests.fixtures.grafana import STANDIN_TOKEN as TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,9 +31,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def _push(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("GRAFANA_")}
     return subprocess.run(
-        [sys.executable, "-m", "dashboards", "push", "--grafana-url", url],
-        cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "llmload.dashboards", "push", "--grafana-url", url],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_push_with_a_token_posts_every_dashboard(grafana_standin) -> None:
@@ -106,7 +110,7 @@ def _closed_port() -> int:
 
 def test_unreachable_grafana_warns_once_and_the_run_goes_on(caplog) -> None:
     sink = GrafanaAnnotations(f"http://127.0.0.1:{_closed_port()}", token=TOKEN)
-    caplog.set_level(logging.WARNING, logger="dashboards.annotations")
+    caplog.set_level(logging.WARNING, logger="llmload.dashboards.annotations")
     t = time.perf_counter()
     for event in ("start", "end", "start", "end"):
         sink.on_phase("stream", "stream", event, time.time())
@@ -120,7 +124,7 @@ def test_unreachable_grafana_warns_once_and_the_run_goes_on(caplog) -> None:
 def test_grafana_errors_warn_once(grafana_standin, caplog) -> None:
     srv = grafana_standin(status=500)
     sink = GrafanaAnnotations(srv.url, token=TOKEN)
-    caplog.set_level(logging.WARNING, logger="dashboards.annotations")
+    caplog.set_level(logging.WARNING, logger="llmload.dashboards.annotations")
     sink.on_phase("sync", "sync", "start", time.time())
     sink.on_phase("sync", "sync", "end", time.time())
     assert len(srv.requests) == 1 and sink.disabled

@@ -1,6 +1,6 @@
 """Every PromQL expression in the dashboards, run against a real Prometheus holding a real run.
 
-The bundled synthetic server and a real 20-user ``python -m loadtests run``
+The bundled synthetic server and a real 20-user ``python -m llmload.loadtests run``
 (sync then stream, exporter on ``--metrics-port``, ``--grafana-url`` pointed at the
 Grafana stand-in) are scraped every second by the Debian ``prometheus`` binary,
 which also loads ``compose/prometheus/rules``.  Grafana's template variables are
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import llm_load, validate
-from target_server.serving import ThreadedServer, start_server_thread
+from llmload.dashboards import llm_load, validate
+from llmload.target_server.serving import ThreadedServer, start_server_thread
 from tests.fixtures.grafana import STANDIN_TOKEN, GrafanaStandIn
 from tests.fixtures.loadtests import harness_slack
 from tests.fixtures.prometheus import Prometheus
@@ -93,13 +93,41 @@ def scraped_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScrapedRun
         env["GRAFANA_TOKEN"] = STANDIN_TOKEN
         start = time.time()
         done = subprocess.run(
-            [sys.executable, "-m", "loadtests", "run", "--target", server.url,
-             "--users", str(USERS), "--spawn-rate", str(USERS), "--pacing", PACING,
-             "--duration", "6s", "--modes", "sync,stream", "--max-tokens", "8",
-             "--metrics-port", str(port), "--grafana-url", grafana.url,
-             "--out", str(tmp / "run"), "--no-report", "--seed", "1"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "llmload.loadtests",
+                "run",
+                "--target",
+                server.url,
+                "--users",
+                str(USERS),
+                "--spawn-rate",
+                str(USERS),
+                "--pacing",
+                PACING,
+                "--duration",
+                "6s",
+                "--modes",
+                "sync,stream",
+                "--max-tokens",
+                "8",
+                "--metrics-port",
+                str(port),
+                "--grafana-url",
+                grafana.url,
+                "--out",
+                str(tmp / "run"),
+                "--no-report",
+                "--seed",
+                "1",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         end = time.time()
         yield ScrapedRun(prom, server, grafana, start, end, done.stdout + done.stderr, tmp / "run")

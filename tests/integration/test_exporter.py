@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter import LiveMetrics
-from loadtests.record import RequestRecord
-from loadtests.sinks import HarnessHealth
+from llmload.exporter import LiveMetrics
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.run.sinks import HarnessHealth
 from tests.fixtures.prometheus import Pushgateway, promtool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,10 +25,19 @@ EP = "/v1/chat/completions"
 
 def rec(n: int, status: str = "ok") -> RequestRecord:
     return RequestRecord(
-        request_id=f"r{n}", phase="main", scenario="chat", mode="stream", endpoint=EP,
-        started_at=1.7e9 + n, status=status, ttft_s=0.05 + n / 1000, e2e_s=0.5,
-        tpot_s=0.01, itl_s=[0.01, 0.012], output_tokens=3,
-    )  # fmt: skip
+        request_id=f"r{n}",
+        phase="main",
+        scenario="chat",
+        mode="stream",
+        endpoint=EP,
+        started_at=1.7e9 + n,
+        status=status,
+        ttft_s=0.05 + n / 1000,
+        e2e_s=0.5,
+        tpot_s=0.01,
+        itl_s=[0.01, 0.012],
+        output_tokens=3,
+    )
 
 
 def feed(m: LiveMetrics, n: int, status: str = "ok") -> None:
@@ -152,9 +161,9 @@ GEVENT_CHILD = textwrap.dedent(
     from gevent import monkey; monkey.patch_all()
     import json, sys, time
     import gevent, httpx
-    from exporter import LiveMetrics
-    from loadtests.health import HealthSampler
-    from loadtests.record import RequestRecord
+    from llmload.exporter import LiveMetrics
+    from llmload.loadtests.run.health import HealthSampler
+    from llmload.loadtests.measure.record import RequestRecord
 
     m = LiveMetrics(grace_s=20.0)
     port = m.start()
@@ -207,8 +216,11 @@ GEVENT_CHILD = textwrap.dedent(
 def test_serves_and_samples_under_gevent_monkey_patching() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", GEVENT_CHILD],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         port = json.loads(proc.stdout.readline())["port"]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter import LiveMetrics
-from exporter.buckets import LATENCY_BUCKETS
-from exporter.promconfig import ScrapeJob, render
-from loadtests.record import RequestRecord
+from llmload.exporter import LiveMetrics
+from llmload.exporter.buckets import LATENCY_BUCKETS
+from llmload.exporter.promconfig import ScrapeJob, render
+from llmload.loadtests.measure.record import RequestRecord
 from tests.fixtures.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,10 +57,18 @@ def test_prometheus_sees_exact_totals_and_the_records_p95_bucket(prometheus_fact
             mode = "stream" if n % 3 else "sync"
             status = rng.choice(statuses)
             r = RequestRecord(
-                request_id=str(n), phase="main", scenario="chat", mode=mode, endpoint=EP,
-                started_at=time.time(), status=status, ttft_s=rng.lognormvariate(-1.6, 0.5),
-                e2e_s=1.0, itl_s=[0.01], output_tokens=5,
-            )  # fmt: skip
+                request_id=str(n),
+                phase="main",
+                scenario="chat",
+                mode=mode,
+                endpoint=EP,
+                started_at=time.time(),
+                status=status,
+                ttft_s=rng.lognormvariate(-1.6, 0.5),
+                e2e_s=1.0,
+                itl_s=[0.01],
+                output_tokens=5,
+            )
             if n > 1:
                 m.on_request_start(mode, "chat", EP)
             m.on_record(r)

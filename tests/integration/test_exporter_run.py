@@ -1,6 +1,6 @@
 """A real run through the exporter, scraped every second by a real Prometheus.
 
-``python -m loadtests run --metrics-port P`` (20 users, bundled synthetic server
+``python -m llmload.loadtests run --metrics-port P`` (20 users, bundled synthetic server
 in-process) and a ``--workers 2`` run; Prometheus scrapes the exporter and the
 server; the test then compares what Prometheus holds with ``requests.jsonl``.
 """
@@ -21,9 +21,9 @@ import httpx
 import numpy as np
 import pytest
 
-from loadtests.record import RequestRecord
-from reports.stats import percentile
-from target_server.buckets import FINE_RANGE_S
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports.stats import percentile
+from llmload.target_server.buckets import FINE_RANGE_S
 from tests.fixtures.prometheus import Prometheus, promtool
 from tests.integration.test_exporter_prometheus import bucket_of
 
@@ -41,15 +41,34 @@ def hostport(url: str) -> str:
 
 
 class Run:
-    """``python -m loadtests run`` in a subprocess; keeps the last /metrics text it served."""
+    """``llmload run`` in a subprocess; keeps the last /metrics text it served."""
 
     def __init__(self, target: str, out: Path, port: int, *extra: str) -> None:
         self.out, self.url = out, f"http://127.0.0.1:{port}/metrics"
         cmd = [
-            sys.executable, "-m", "loadtests", "run", "--target", target, "--users", "20",
-            "--spawn-rate", "20", "--pacing", "0.4s", "--modes", "stream", "--max-tokens", "24",
-            "--metrics-port", str(port), "--out", str(out), "--no-report", *extra,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "llmload.loadtests",
+            "run",
+            "--target",
+            target,
+            "--users",
+            "20",
+            "--spawn-rate",
+            "20",
+            "--pacing",
+            "0.4s",
+            "--modes",
+            "stream",
+            "--max-tokens",
+            "24",
+            "--metrics-port",
+            str(port),
+            "--out",
+            str(out),
+            "--no-report",
+            *extra,
+        ]
         self.last_metrics = ""
         self.began = time.time()
         self.proc = subprocess.Popen(
@@ -161,19 +180,30 @@ def test_runs_seen_by_prometheus_match_the_records(
     for metric, exact, qs in (
         ("llmload_time_to_first_token_seconds", [r.ttft_s for r in measured_ok], (0.5, 0.9, 0.95)),
         ("llmload_e2e_request_latency_seconds", [r.e2e_s for r in measured_ok], (0.5, 0.9, 0.95)),
-        ("llmload_inter_token_latency_seconds", [g for r in measured_ok for g in r.itl_s],
-         (0.5, 0.95, 0.99)),
-    ):  # fmt: skip
+        (
+            "llmload_inter_token_latency_seconds",
+            [g for r in measured_ok for g in r.itl_s],
+            (0.5, 0.95, 0.99),
+        ),
+    ):
         assert_quantiles_match(prom, metric, "llmload", exact, run, qs)  # type: ignore[arg-type]
     served = [r for r in records if r.server_ttft_s is not None]  # warm-up too: the server saw it
     assert len(served) > 50
-    assert_quantiles_match(prom, "llmserve_time_to_first_token_seconds", "target",
-                           [r.server_ttft_s for r in served], run, (0.5, 0.9, 0.95))  # type: ignore[misc]
+    assert_quantiles_match(
+        prom,
+        "llmserve_time_to_first_token_seconds",
+        "target",
+        [r.server_ttft_s for r in served],
+        run,
+        (0.5, 0.9, 0.95),
+    )  # type: ignore[misc]
     info = prom.query_range("llmload_run_info", run.began, run.ended + 1, step=0.5)
     assert [s["metric"]["target_host"] for s in info] == [hostport(server.url)]
     assert info[0]["metric"]["run"] == "local" and info[0]["metric"]["label"] == "run"
-    per_run = ("sum by (run) (llmload_requests_total"
-               " * on (job, instance) group_left (run) llmload_run_info)")  # fmt: skip
+    per_run = (
+        "sum by (run) (llmload_requests_total"
+        " * on (job, instance) group_left (run) llmload_run_info)"
+    )
     assert final(prom, per_run, run) == len(records)  # the join docs/exporter.md shows
 
     client = mean_ttft(prom, "llmload_time_to_first_token_seconds", window, run.ended + 0.5)
@@ -211,11 +241,30 @@ def test_pushgateway_gets_the_final_state_of_a_run(
 ) -> None:
     server = start_server(ttft_ms=20, itl_ms=5)
     cmd = [
-        sys.executable, "-m", "loadtests", "run", "--target", server.url, "--users", "5",
-        "--spawn-rate", "5", "--pacing", "0.2s", "--duration", "2s", "--modes", "stream",
-        "--max-tokens", "8", "--pushgateway", pushgateway.url, "--out", str(tmp_path / "run"),
+        sys.executable,
+        "-m",
+        "llmload.loadtests",
+        "run",
+        "--target",
+        server.url,
+        "--users",
+        "5",
+        "--spawn-rate",
+        "5",
+        "--pacing",
+        "0.2s",
+        "--duration",
+        "2s",
+        "--modes",
+        "stream",
+        "--max-tokens",
+        "8",
+        "--pushgateway",
+        pushgateway.url,
+        "--out",
+        str(tmp_path / "run"),
         "--no-report",
-    ]  # fmt: skip
+    ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=80)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     n = len((tmp_path / "run/requests.jsonl").read_text().splitlines())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmload.ci import SERVER_ARGS, run_load, synthetic_server
-from reports.cli import main
+from llmload.reports.cli import main
 from tests.fixtures.server_proc import ServerProcess
 
 #: shorter than `make ci-gate` (10 s) to keep the suite quick; still ~100 streamed requests,
@@ -90,7 +90,7 @@ def test_tiny_run_is_inconclusive(
 
 def test_committed_baseline_is_a_ci_gate_baseline() -> None:
     from llmload.ci import BASELINE
-    from reports.baseline import read_baseline
+    from llmload.reports.baseline import read_baseline
 
     doc = read_baseline(BASELINE)
     ttft = doc["metrics"]["ttft"]["stream"]

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from loadtests import tokencount
-from reports.diagnostics import detect
-from reports.summary import phase_stats
+from llmload.loadtests.workload import tokencount
+from llmload.reports.diagnostics import detect
+from llmload.reports.summary import phase_stats
 from tests.fixtures.drive import ROOT, drive, drive_together, loadtest
 from tests.fixtures.nginx import NginxProxy
 from tests.fixtures.tokenizer import train_tokenizer
@@ -187,8 +187,22 @@ def test_default_concurrency_limit_queues_users(gradio_url: str) -> None:
 
 
 def test_loadtests_run_report_shows_gradio_queueing(gradio_url: str, tmp_path: Path) -> None:
-    args = ("--target", gradio_url, "--protocol", "gradio", "--modes", "stream",
-            "--users", "3", "--spawn-rate", "20", "--pacing", "0s", "--duration", "2s")  # fmt: skip
+    args = (
+        "--target",
+        gradio_url,
+        "--protocol",
+        "gradio",
+        "--modes",
+        "stream",
+        "--users",
+        "3",
+        "--spawn-rate",
+        "20",
+        "--pacing",
+        "0s",
+        "--duration",
+        "2s",
+    )
     free = loadtest(tmp_path / "free", *args, "--api-name", "chat")["phases"]["stream"]
     queued = loadtest(tmp_path / "queued", *args, "--api-name", "chat_queued")["phases"]["stream"]
     assert free["errors"] == {} and queued["errors"] == {}
@@ -216,8 +230,9 @@ def test_gradio_behind_buffering_nginx_is_flagged(
 def predict_stream_url() -> Iterator[str]:
     """A Gradio 6 app as the seeds write it: ``ChatInterface(fn=predict_stream)``, no api_name."""
     demo = gr.ChatInterface(predict_stream, concurrency_limit=None)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=_free_port(),
-                quiet=True)  # fmt: skip
+    demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=_free_port(), quiet=True
+    )
     try:
         yield demo.local_url.rstrip("/")
     finally:
@@ -233,9 +248,21 @@ def test_without_api_name_the_chat_endpoint_is_read_from_the_app(
     predict_stream_url: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "run"
-    summary = loadtest(out, "--target", predict_stream_url, "--protocol", "gradio",
-                       "--modes", "stream,sync", "--users", "2", "--pacing", "0s",
-                       "--duration", "2s")  # fmt: skip
+    summary = loadtest(
+        out,
+        "--target",
+        predict_stream_url,
+        "--protocol",
+        "gradio",
+        "--modes",
+        "stream,sync",
+        "--users",
+        "2",
+        "--pacing",
+        "0s",
+        "--duration",
+        "2s",
+    )
     for name in ("stream", "sync"):
         phase = summary["phases"][name]
         assert phase["count"] > 0 and phase["errors"] == {}, phase["errors"]
@@ -248,9 +275,22 @@ def test_a_wrong_api_name_stops_at_start_up_listing_the_endpoints(
     predict_stream_url: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "loadtests", "run", "--out", str(out), "--target",
-           predict_stream_url, "--protocol", "gradio", "--api-name", "chat",
-           "--duration", "2s"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmload.loadtests",
+        "run",
+        "--out",
+        str(out),
+        "--target",
+        predict_stream_url,
+        "--protocol",
+        "gradio",
+        "--api-name",
+        "chat",
+        "--duration",
+        "2s",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "no API endpoint /chat; its endpoints: /predict_stream" in proc.stderr
@@ -259,7 +299,7 @@ def test_a_wrong_api_name_stops_at_start_up_listing_the_endpoints(
 
 
 def test_both_call_forms_reach_the_same_fn(predict_stream_url: str) -> None:
-    from loadtests.adapters.gradio import GradioEndpoint
+    from llmload.loadtests.measure.adapters.gradio import GradioEndpoint
 
     endpoint = GradioEndpoint("predict_stream", ("message",), ("message",))
     for v2 in (False, True):

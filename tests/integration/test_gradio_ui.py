@@ -1,4 +1,4 @@
-"""``python -m target_server --ui gradio``: the bundled chat UI, load-tested via Gradio's API."""
+"""``llmload serve --ui gradio``: the bundled chat UI, load-tested via Gradio's API."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from target_server.synthetic import VOCAB
+from llmload.target_server.synthetic import VOCAB
 from tests.fixtures.drive import drive, drive_together, loadtest
 from tests.fixtures.server_proc import start_server_process
 
@@ -22,10 +22,16 @@ TTFT_MS, ITL_MS, MAX_TOKENS = 80, 10, 24
 @pytest.fixture(scope="module")
 def ui_server() -> Iterator[str]:
     proc = start_server_process(
-        "--ui", "gradio", "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS),
-        "--max-output-tokens", str(MAX_TOKENS),
+        "--ui",
+        "gradio",
+        "--ttft-ms",
+        str(TTFT_MS),
+        "--itl-ms",
+        str(ITL_MS),
+        "--max-output-tokens",
+        str(MAX_TOKENS),
         env={"GRADIO_ANALYTICS_ENABLED": "False"},
-    )  # fmt: skip
+    )
     with proc:
         yield proc.url
 
@@ -53,9 +59,21 @@ def test_ui_streams_from_the_engine_with_its_timing(ui_server: str) -> None:
 def test_loadtests_run_against_the_ui(ui_server: str, tmp_path: Path) -> None:
     summary = loadtest(
         tmp_path / "run",
-        "--target", ui_server + "/ui", "--protocol", "gradio", "--modes", "stream",
-        "--users", "3", "--spawn-rate", "10", "--pacing", "0.3s", "--duration", "3s",
-    )  # fmt: skip
+        "--target",
+        ui_server + "/ui",
+        "--protocol",
+        "gradio",
+        "--modes",
+        "stream",
+        "--users",
+        "3",
+        "--spawn-rate",
+        "10",
+        "--pacing",
+        "0.3s",
+        "--duration",
+        "3s",
+    )
     phase = summary["phases"]["stream"]
     assert phase["count"] >= 6 and phase["ok"] == phase["count"], phase["errors"]
     assert phase["ttft_ms"]["p50"] >= TTFT_MS
@@ -67,8 +85,9 @@ def test_max_concurrency_becomes_the_chat_concurrency_limit(
     start_server: Callable[..., Any],
 ) -> None:
     # --max-concurrency 1: Gradio's own one-at-a-time queue, as in the seeds' default app
-    server = start_server(ui="gradio", max_concurrency=1, ttft_ms=TTFT_MS, itl_ms=2,
-                          max_output_tokens=4)  # fmt: skip
+    server = start_server(
+        ui="gradio", max_concurrency=1, ttft_ms=TTFT_MS, itl_ms=2, max_output_tokens=4
+    )
     records = drive_together(3, server.url + "/ui", "gradio")
     assert all(r.ok for r in records), [r.error for r in records]
     ttfts = sorted(r.ttft_s or 0.0 for r in records)

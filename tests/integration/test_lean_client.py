@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from bench.harness import _reference
-from loadtests.adapters import get_adapter
-from loadtests.adapters.base import Prompt
-from loadtests.http import Target, clock, perform
-from loadtests.lean import LeanClient
-from loadtests.record import Mode, RequestRecord
-from loadtests.timing import RecordMeta, StreamTimer
+from llmload.loadtests.measure.adapters import get_adapter
+from llmload.loadtests.measure.adapters.base import Prompt
+from llmload.loadtests.measure.record import Mode, RequestRecord
+from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
+from llmload.loadtests.transport.http1 import Http1Client
+from llmload.loadtests.transport.target import Target, clock, perform
 
 CLIENTS = ("lean", "httpx")
 
@@ -34,8 +34,12 @@ def run(
     target: Target, client: Any, mode: Mode = "stream", tokens: int = 4, model: str = "m"
 ) -> RequestRecord:
     adapter = get_adapter("openai-chat")
-    call = adapter.build(Prompt("s", "p", prompt="hi", max_tokens=tokens), mode=mode,
-                         model=model, options={"ignore_eos": True})  # fmt: skip
+    call = adapter.build(
+        Prompt("s", "p", prompt="hi", max_tokens=tokens),
+        mode=mode,
+        model=model,
+        options={"ignore_eos": True},
+    )
     timer = StreamTimer(adapter, clock())
     status, error = perform(client, target, call, timer)
     meta = RecordMeta("r", "p", "s", mode, adapter.endpoint, time.time())
@@ -47,11 +51,12 @@ def test_same_records_from_both_paths_against_the_bundled_server(
     start_server: Callable[..., Any], http_client: str
 ) -> None:
     server = start_server(ttft_ms=20, itl_ms=2)
-    target = Target(server.url, {"X-Team": "a"}, request_timeout=30, stall_timeout=10,
-                    http_client=http_client)  # fmt: skip
+    target = Target(
+        server.url, {"X-Team": "a"}, request_timeout=30, stall_timeout=10, http_client=http_client
+    )
     model = target.detect_model() or ""
-    with target.session() as client:
-        assert isinstance(client, LeanClient) == (http_client == "lean")
+    with target.user_client() as client:
+        assert isinstance(client, Http1Client) == (http_client == "lean")
         recs = [run(target, client, mode, model=model) for mode in ("stream", "sync", "stream")]
     for rec in recs:
         assert rec.ok, rec.error
@@ -66,9 +71,10 @@ def test_same_records_from_both_paths_against_the_bundled_server(
 def test_reference_server_both_paths_interleaved() -> None:
     proc, url = _reference(5, ttft_ms=10)
     try:
-        targets = {c: Target(url, {}, request_timeout=30, stall_timeout=10, http_client=c)
-                   for c in CLIENTS}  # fmt: skip
-        sessions = {c: t.session() for c, t in targets.items()}
+        targets = {
+            c: Target(url, {}, request_timeout=30, stall_timeout=10, http_client=c) for c in CLIENTS
+        }
+        sessions = {c: t.user_client() for c, t in targets.items()}
         for _ in range(2):
             for c in CLIENTS:
                 rec = run(targets[c], sessions[c], tokens=3)
@@ -165,13 +171,19 @@ CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encod
 
 
 def lean_target(url: str, **kw: Any) -> Target:
-    return Target(url, {}, request_timeout=kw.pop("request_timeout", 10),
-                  stall_timeout=kw.pop("stall_timeout", 10), **kw)  # fmt: skip
+    return Target(
+        url,
+        {},
+        request_timeout=kw.pop("request_timeout", 10),
+        stall_timeout=kw.pop("stall_timeout", 10),
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("http_client", CLIENTS)
 def test_error_classes(scripted: Callable[..., Scripted], http_client: str) -> None:
     """Each failure ends as one record with its class, the same on both paths."""
+
     def first_token(c: socket.socket, then_wait: float = 0.0) -> bool:
         c.sendall(CHUNKED + b"\r\n" + chunk(sse(TOKEN, done=False)))
         time.sleep(then_wait)
@@ -184,22 +196,26 @@ def test_error_classes(scripted: Callable[..., Scripted], http_client: str) -> N
             return first_token
         if n == 2:  # 5xx with an OpenAI error body
             body = json.dumps({"error": {"message": "overloaded", "type": "server_error"}})
-            return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(body), body.encode()))  # fmt: skip
+            return (
+                b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body.encode())
+            )
         if n == 3:  # transformers serve: finish chunk, clean end, no [DONE]; gzip'd
             data = gzip.compress(sse(TOKEN, FINISH, done=False))
             return CHUNKED + b"content-encoding: gzip\r\n\r\n" + chunk(data) + b"0\r\n\r\n"
         if n == 4:  # a reset before any byte of the answer
+
             def reset(c: socket.socket) -> bool:
                 linger = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # on, 0 s: close sends RST
                 c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
                 return False
+
             return reset
         return CHUNKED + b"\r\n" + chunk(sse(TOKEN, FINISH)) + b"0\r\n\r\n"
 
     server = scripted(script)
     target = lean_target(server.url, stall_timeout=0.5, http_client=http_client)
-    with target.session() as client:
+    with target.user_client() as client:
         got = [run(target, client) for _ in range(6)]
     statuses = [r.status for r in got]
     assert statuses == ["stall", "disconnect", "http_5xx", "ok", "disconnect", "ok"], [
@@ -222,7 +238,7 @@ def test_lean_keeps_alive_sends_cookies_and_auth(scripted: Callable[..., Scripte
     server = scripted(script)
     url = server.url.replace("http://", "http://user:pa%40ss@") + "/llm/v1?key=abc"
     target = Target(url, {"X-Team": "a"}, request_timeout=10, stall_timeout=10)
-    with target.session() as client:
+    with target.user_client() as client:
         assert [run(target, client).status for _ in range(3)] == ["ok"] * 3
     assert server.connections == 1
     first, second = server.requests[0].decode(), server.requests[1].decode()
@@ -244,7 +260,7 @@ def test_an_unreadable_coding_moves_the_target_to_httpx(
 
     server = scripted(script)
     target = lean_target(server.url)
-    with target.session() as client:
+    with target.user_client() as client:
         first, second = run(target, client), run(target, client)
     assert first.status == "protocol" and "lean HTTP client" in (first.error or "")
     assert second.ok, second.error
@@ -257,17 +273,17 @@ from gevent import monkey
 monkey.patch_all()
 import json, sys, time
 import gevent
-from loadtests.adapters import get_adapter
-from loadtests.adapters.base import Prompt
-from loadtests.http import Target, clock, perform
-from loadtests.timing import RecordMeta, StreamTimer
+from llmload.loadtests.measure.adapters import get_adapter
+from llmload.loadtests.measure.adapters.base import Prompt
+from llmload.loadtests.transport.target import Target, clock, perform
+from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 
 target = Target(sys.argv[1], {}, request_timeout=3, stall_timeout=0.5)
 adapter = get_adapter("openai-chat")
 out = []
 
 def user():
-    with target.session() as client:
+    with target.user_client() as client:
         for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 4):
             call = adapter.build(Prompt("s", "p", prompt="hi", max_tokens=2), mode="stream",
                                  model="m", options={})
@@ -313,8 +329,13 @@ def test_limits_under_gevent(scripted: Callable[..., Scripted]) -> None:
 
     server = scripted(lambda n, _h: [stalled, ok, trickle, ok][n])
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", GEVENT_CHILD, server.url], cwd=root,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", GEVENT_CHILD, server.url],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     statuses = [s for s, _ in got["records"]]
@@ -357,8 +378,13 @@ def test_misbehaving_server_under_gevent(scripted: Callable[..., Scripted]) -> N
     ]
     server = scripted(lambda n, _h: script[n])
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", GEVENT_CHILD, server.url, str(len(script))],
-                         cwd=root, capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", GEVENT_CHILD, server.url, str(len(script))],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Traceback" not in out.stderr, out.stderr[-2000:]  # nothing escaped into the hub
     got = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 """A read's time is when its data reached the host, not when the client got round to it.
 
 Under gevent the lean client's plain-TCP reads carry the kernel's receive stamp
-(``loadtests.leanio``): a user whose greenlet waits for the hub — other users
+(``loadtests.transport.sockio``): a user whose greenlet waits for the hub — other users
 holding the CPU, the load generator's own tail at 1,000 streams — still records
 the first token when it arrived.  Here the hub is held for real (an unpatched
 ``sleep``) while data arrives; on the old code the read's time was the end of
@@ -27,7 +27,7 @@ import json, socket, sys
 
 import gevent
 
-from loadtests.leanio import Conn, clock
+from llmload.loadtests.transport.sockio import Conn, clock
 
 hold = monkey.get_original("time", "sleep")
 HOLD = float(sys.argv[2])
@@ -53,8 +53,8 @@ def conn_level():
 
 def exchange_level():
     from bench.harness import _reference
-    from loadtests.http import Target
-    from loadtests.lean import LeanClient
+    from llmload.loadtests.transport.target import Target
+    from llmload.loadtests.transport.http1 import Http1Client
     from tests.integration.test_lean_client import run
 
     # first token 100 ms after t0, the next 600 ms later: the late read takes only the
@@ -62,8 +62,8 @@ def exchange_level():
     proc, url = _reference(600, 100)
     try:
         target = Target(url, {}, request_timeout=30, stall_timeout=10, http_client="lean")
-        client = target.session()
-        assert isinstance(client, LeanClient)
+        client = target.user_client()
+        assert isinstance(client, Http1Client)
         out = []
         for _ in range(3):
             # the hub is held from 30 ms after t0 until well after the first token
@@ -84,8 +84,11 @@ print(json.dumps({"conn": conn_level, "exchange": exchange_level}[sys.argv[1]]()
 def _child(which: str) -> Any:
     out = subprocess.run(
         [sys.executable, "-c", CHILD, which, str(HOLD_S)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

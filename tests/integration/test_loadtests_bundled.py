@@ -1,4 +1,4 @@
-"""``python -m loadtests loadtest`` with the bundled server: it never outlives the run."""
+"""``python -m llmload.loadtests loadtest`` with the bundled server: it never outlives the run."""
 
 from __future__ import annotations
 
@@ -16,10 +16,20 @@ from tests.fixtures.loadtests import ROOT, loadtests_cmd
 
 @pytest.mark.timeout(90)
 def test_second_ctrl_c_leaves_no_bundled_server(tmp_path: Path) -> None:
-    cmd = loadtests_cmd("loadtest", "--engine", "synthetic", "--users", "2", "--duration",
-                        "60s", "--out", str(tmp_path / "run"))  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    cmd = loadtests_cmd(
+        "loadtest",
+        "--engine",
+        "synthetic",
+        "--users",
+        "2",
+        "--duration",
+        "60s",
+        "--out",
+        str(tmp_path / "run"),
+    )
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     server: psutil.Process | None = None
     try:
         assert proc.stderr is not None

@@ -1,6 +1,6 @@
 """A worker SIGKILLed mid-phase: its unfinished requests become ``lost`` records, none vanish.
 
-A real master (``--master``) and two real worker processes (``python -m loadtests
+A real master (``--master``) and two real worker processes (``python -m llmload.loadtests
 worker``), so the master learns of the death the way a remote one would: locust
 declares the worker missing when its heartbeats stop.  The bundled server's
 ``llmserve_requests_total`` is the referee: the run must hold at least as many
@@ -43,11 +43,29 @@ def test_a_killed_worker_loses_no_record(start_server_proc, tmp_path: Path) -> N
     port, out = free_port(), tmp_path / "lost"
     master = subprocess.Popen(
         loadtests_cmd(
-            "run", "--out", str(out), "--no-report", "--target", server.url,
-            "--master", "--expect-workers", "2", "--master-port", str(port),
-            "--users", "8", "--pacing", "0s", "--num-prompts", "100000", "--modes", "stream",
-            "--max-tokens", "48", "--ignore-eos",
-        ),  # fmt: skip
+            "run",
+            "--out",
+            str(out),
+            "--no-report",
+            "--target",
+            server.url,
+            "--master",
+            "--expect-workers",
+            "2",
+            "--master-port",
+            str(port),
+            "--users",
+            "8",
+            "--pacing",
+            "0s",
+            "--num-prompts",
+            "100000",
+            "--modes",
+            "stream",
+            "--max-tokens",
+            "48",
+            "--ignore-eos",
+        ),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""``python -m loadtests run`` against the real bundled synthetic server (subprocesses, loopback).
+"""``llmload run`` against the real bundled synthetic server (subprocesses, loopback).
 
 Timing bounds are generous: the machine is small and shared.
 """

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from target_server.engine import EngineFault, GenerationRequest
-from target_server.model import build
-from target_server.settings import Settings
+from llmload.target_server.engine import EngineFault, GenerationRequest
+from llmload.target_server.model import build
+from llmload.target_server.settings import Settings
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "Tell me about the rain. 写一首诗。"}]

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from target_server.engine import build_engine
-from target_server.serving import start_server_thread
-from target_server.settings import Settings
+from llmload.target_server.engine import build_engine
+from llmload.target_server.serving import start_server_thread
+from llmload.target_server.settings import Settings
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "How do I measure inter-token latency?"}]
@@ -112,7 +112,7 @@ def test_bnb_4bit_without_cuda_is_a_clear_startup_error(embedded_model: Path) ->
         [
             sys.executable,
             "-m",
-            "target_server",
+            "llmload.target_server",
             "--port",
             "0",
             "--engine",
@@ -121,7 +121,7 @@ def test_bnb_4bit_without_cuda_is_a_clear_startup_error(embedded_model: Path) ->
             "bnb-4bit",
             "--device",
             "cpu",
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from target_server.serving import ThreadedServer, start_server_thread
-from target_server.settings import Settings
+from llmload.target_server.serving import ThreadedServer, start_server_thread
+from llmload.target_server.settings import Settings
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "Write a short poem about autumn rain. 写一首诗。"}]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reports.diagnostics import detect
+from llmload.reports.diagnostics import detect
 from tests.fixtures.drive import drive_together, loadtest
 from tests.fixtures.nginx import NginxProxy
 
@@ -49,8 +49,21 @@ def test_loadtests_run_summary_carries_the_diagnostic(
     start_server: Callable[..., Any], nginx_proxy: Callable[..., NginxProxy], tmp_path: Path
 ) -> None:
     server = start_server(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
-    args = ("--modes", "stream", "--users", "3", "--spawn-rate", "10", "--pacing", "0.2s",
-            "--duration", "2s", "--max-tokens", str(TOKENS), "--ignore-eos")  # fmt: skip
+    args = (
+        "--modes",
+        "stream",
+        "--users",
+        "3",
+        "--spawn-rate",
+        "10",
+        "--pacing",
+        "0.2s",
+        "--duration",
+        "2s",
+        "--max-tokens",
+        str(TOKENS),
+        "--ignore-eos",
+    )
     on = nginx_proxy(server.url, buffering=True)
     summary = loadtest(tmp_path / "on", "--target", on.url, *args)
     codes = [d["code"] for d in summary["phases"]["stream"]["diagnostics"]]

@@ -23,19 +23,33 @@ def test_run_through_a_path_prefix_measures_the_real_ttft(
     assert httpx.get(proxy.url + "/v1/models").status_code == 404
     assert httpx.get(proxy.url + "/llm/v1/models").status_code == 200
 
-    run = run_cli(tmp_path / "run", "--target", f"{proxy.url}/llm/v1", "--users", "3",
-                  "--spawn-rate", "10", "--pacing", "0.3s", "--duration", "2s",
-                  "--max-tokens", str(TOKENS), "--ignore-eos")  # fmt: skip
+    run = run_cli(
+        tmp_path / "run",
+        "--target",
+        f"{proxy.url}/llm/v1",
+        "--users",
+        "3",
+        "--spawn-rate",
+        "10",
+        "--pacing",
+        "0.3s",
+        "--duration",
+        "2s",
+        "--max-tokens",
+        str(TOKENS),
+        "--ignore-eos",
+    )
     assert run.rc == 0, run.stderr[-2000:]
     records = run.records
     assert {r["mode"] for r in records} == {"sync", "stream"}
     assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
     assert all(r["output_tokens"] == TOKENS for r in records)
     # every request went through the prefix to the server, once
-    total = server.metric("llmserve_requests_total", endpoint="/v1/chat/completions",
-                          stream="true", status="ok") + server.metric(
+    total = server.metric(
+        "llmserve_requests_total", endpoint="/v1/chat/completions", stream="true", status="ok"
+    ) + server.metric(
         "llmserve_requests_total", endpoint="/v1/chat/completions", stream="false", status="ok"
-    )  # fmt: skip
+    )
     assert total == len(records) > 10
     for r in records:
         if r["mode"] != "stream":

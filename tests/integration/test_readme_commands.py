@@ -76,8 +76,12 @@ def all_help() -> dict[str, tuple[int, str]]:
     paths |= {("loadtest",), ("run",)}
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(sorted(paths))],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {k: (code, text) for k, (code, text) in json.loads(proc.stdout.splitlines()[-1]).items()}
 
@@ -99,9 +103,13 @@ def check_make(words: list[str]) -> None:
     targets = [w for w in words[1:] if "=" not in w and not w.startswith("-")]
     assigns = [w for w in words[1:] if "=" in w]
     proc = subprocess.run(
-        ["make", "-n", *targets, *assigns], cwd=ROOT, capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+        ["make", "-n", *targets, *assigns],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, f"`{shlex.join(words)}`: {proc.stderr[-1500:]}"
     for a in assigns:
         name, _, value = a.partition("=")

@@ -1,7 +1,7 @@
 """The harness under target faults: every issued request is exactly one record of the right class.
 
-Real processes only: ``python -m loadtests run`` (report included) against
-``python -m target_server`` with its fault knobs, a target SIGKILLed mid-run
+Real processes only: ``python -m llmload.loadtests run`` (report included) against
+``python -m llmload.target_server`` with its fault knobs, a target SIGKILLed mid-run
 and restarted on the same port, and a real nginx answering 502 (upstream dead)
 and 504 (upstream slower than ``proxy_read_timeout``).
 """
@@ -25,8 +25,20 @@ from bench.faults import (
 )
 from bench.server_abuse import wait_until
 
-FAULTS = ("--fail-rate", "0.15", "--disconnect-rate", "0.15", "--stall-rate", "0.15",
-          "--malformed-rate", "0.15", "--stall-s", "3", "--seed", "11")  # fmt: skip
+FAULTS = (
+    "--fail-rate",
+    "0.15",
+    "--disconnect-rate",
+    "0.15",
+    "--stall-rate",
+    "0.15",
+    "--malformed-rate",
+    "0.15",
+    "--stall-s",
+    "3",
+    "--seed",
+    "11",
+)
 
 
 def assert_complete_run(run: RunResult) -> None:
@@ -49,13 +61,16 @@ def test_synthetic_faults_each_get_their_class(start_server_proc, tmp_path: Path
         tmp_path / "faults",
         *("--target", server.url, "--users", "10", "--spawn-rate", "50", "--pacing", "0.2s"),
         *("--duration", "2s", "--max-tokens", "16", "--ignore-eos", "--modes", "sync,stream"),
-        "--stall-timeout", "1s", metrics_port=free_port(),
-    )  # fmt: skip
+        "--stall-timeout",
+        "1s",
+        metrics_port=free_port(),
+    )
     assert_complete_run(run)
     # the live client metrics (exporter) counted the same, class by class
     assert run.exporter_counts() == Counter((r["mode"], r["status"]) for r in run.records)
-    by_mode = {m: Counter(r["status"] for r in run.records if r["mode"] == m)
-               for m in ("sync", "stream")}  # fmt: skip
+    by_mode = {
+        m: Counter(r["status"] for r in run.records if r["mode"] == m) for m in ("sync", "stream")
+    }
     assert {"ok", "http_5xx", "disconnect", "stall", "protocol"} <= set(by_mode["stream"])
     assert {"ok", "http_5xx", "disconnect", "protocol"} <= set(by_mode["sync"]), by_mode
 
@@ -95,7 +110,7 @@ def test_target_killed_mid_run_and_restarted(tmp_path: Path) -> None:
             "--ignore-eos",
             "--modes",
             "stream",
-        ),  # fmt: skip
+        ),
         users=users,
     )
     run = got.run
@@ -155,8 +170,16 @@ def test_nginx_504_when_the_upstream_is_slow(
     assert nginx_upstream_errors(proxy)["timed_out"] == len(run.records), proxy.error_log()
     # the server saw each of them and counted it once, as abandoned by its client
     wait_until(lambda: server.state.admission.running == 0, timeout=5)
-    assert server.metric("llmserve_requests_total", endpoint="/v1/chat/completions",
-                         stream="false", status="cancelled") == len(sync)  # fmt: skip
-    assert server.metric("llmserve_requests_total", endpoint="/v1/chat/completions",
-                         stream="true", status="cancelled") == len(stream)  # fmt: skip
+    assert server.metric(
+        "llmserve_requests_total",
+        endpoint="/v1/chat/completions",
+        stream="false",
+        status="cancelled",
+    ) == len(sync)
+    assert server.metric(
+        "llmserve_requests_total",
+        endpoint="/v1/chat/completions",
+        stream="true",
+        status="cancelled",
+    ) == len(stream)
     assert server.state.admission.running == 0 and server.engine.running() == 0

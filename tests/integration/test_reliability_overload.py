@@ -11,7 +11,7 @@ import psutil
 
 from bench.faults import gauge, server_statuses
 from bench.server_abuse import overload
-from loadtests.percentile import percentile_of
+from llmload.loadtests.percentile import percentile_of
 
 CONCURRENCY, QUEUE = 4, 4
 TTFT_MS, ITL_MS, TOKENS = 50, 10, 16

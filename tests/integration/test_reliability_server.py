@@ -31,7 +31,7 @@ from bench.server_abuse import (
     stream_body,
     wait_until,
 )
-from target_server.settings import MAX_BODY_BYTES
+from llmload.target_server.settings import MAX_BODY_BYTES
 
 
 def test_random_bodies_get_an_answer_never_a_5xx(start_server: Callable[..., Any]) -> None:
@@ -68,8 +68,9 @@ def test_bodies_the_decoder_raises_on_are_400_invalid_json_counted_once(
     kinds: set[str] = set()
     with httpx.Client(base_url=server.url, timeout=30) as http:
 
-        @settings(max_examples=120, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         @given(request=hostile_bodies())
         def check(request: tuple[str, bytes, str]) -> None:
             path, body, kind = request
@@ -84,8 +85,10 @@ def test_bodies_the_decoder_raises_on_are_400_invalid_json_counted_once(
         check()
         assert http.get("/health").status_code == 200
     assert len(kinds) >= 6, kinds  # the strategy reached (nearly) every class
-    bad = sum(server.metric("llmserve_requests_total", endpoint=ep, stream="false",
-                            status="bad_request") for ep in (CHAT, COMPLETIONS))  # fmt: skip
+    bad = sum(
+        server.metric("llmserve_requests_total", endpoint=ep, stream="false", status="bad_request")
+        for ep in (CHAT, COMPLETIONS)
+    )
     assert bad == server.total_requests()
 
 
@@ -106,8 +109,10 @@ def test_oversized_bodies_are_refused_and_the_server_lives(
         assert json.loads(body)["error"]["code"] == "request_too_large"
     r = httpx.post(server.url + CHAT, json={"messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200
-    too_large = [server.metric("llmserve_requests_total", endpoint=ep, stream="false",
-                               status="too_large") for ep in (CHAT, COMPLETIONS)]  # fmt: skip
+    too_large = [
+        server.metric("llmserve_requests_total", endpoint=ep, stream="false", status="too_large")
+        for ep in (CHAT, COMPLETIONS)
+    ]
     assert too_large == [1, 1]
 
 
@@ -135,8 +140,14 @@ def test_clients_that_never_read_are_bounded_and_timed_out(
     tokens, n, deaf = 400_000, 3, 2
     # the readers must start reading between the request timeout (1 s) and the write deadline
     # (6 s without progress): a window wide enough for a loaded 2-core machine
-    server = start_server(ttft_ms=0, itl_ms=0, request_timeout=1.0, send_timeout=6.0,
-                          max_output_tokens=tokens, max_context=2 * tokens)  # fmt: skip
+    server = start_server(
+        ttft_ms=0,
+        itl_ms=0,
+        request_timeout=1.0,
+        send_timeout=6.0,
+        max_output_tokens=tokens,
+        max_context=2 * tokens,
+    )
     uvicorn_state = server.server.server_state
     # n clients read once the request has timed out; `deaf` clients never read at all
     streams = open_streams(server.url, n + deaf, tokens, rcvbuf=4096)
@@ -148,15 +159,17 @@ def test_clients_that_never_read_are_bounded_and_timed_out(
         assert wait_until(
             lambda: server.state.admission.running + timeouts(server) == n + deaf, timeout=2
         ), (server.state.admission.running, timeouts(server))
-        assert server.metric("llmserve_requests_total", endpoint=CHAT, stream="true",
-                             status="ok") == 0  # fmt: skip
+        assert (
+            server.metric("llmserve_requests_total", endpoint=CHAT, stream="true", status="ok") == 0
+        )
         # the request timeout frees every slot and stops every generation while they still hang
         assert wait_until(lambda: server.metric("llmserve_requests_running") == 0, timeout=8)
         assert wait_until(lambda: server.engine.running() == 0, timeout=2)
         # ... and counts them at once, though their error events still wait on the clients
         assert wait_until(lambda: timeouts(server) == n + deaf, timeout=2), timeouts(server)
-        assert server.metric("llmserve_requests_total", endpoint=CHAT, stream="true",
-                             status="ok") == 0  # fmt: skip
+        assert (
+            server.metric("llmserve_requests_total", endpoint=CHAT, stream="true", status="ok") == 0
+        )
         # the readers read side by side (one after another, the last would start too late)
         with ThreadPoolExecutor(n) as pool:
             raws = list(pool.map(lambda s: s[1] + read_to_eof(s[0], already=s[1]), readers))
@@ -219,7 +232,7 @@ def test_hundred_clients_leave_mid_stream_at_once(start_server: Callable[..., An
                 "llmserve_requests_total", endpoint=CHAT, stream="true", status="cancelled"
             )
             == n
-        ),  # fmt: skip
+        ),
         timeout=5,
     )
     # and it still serves

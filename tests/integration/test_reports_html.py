@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import reports
+from llmload import reports
 from tests.fixtures.reports import make_records, write_run
 
 CHROMIUM_FLAGS = [

@@ -16,10 +16,10 @@ import httpx
 import psutil
 import pytest
 
-from loadtests.plan import RunOptions
-from target_server import app as server_app
-from target_server.launch import launch, wait_healthy
-from target_server.settings import Settings
+from llmload.loadtests.options import RunOptions
+from llmload.target_server import app as server_app
+from llmload.target_server.launch import launch, wait_healthy
+from llmload.target_server.settings import Settings
 from tests.fixtures.server_proc import ROOT
 
 KEY = "sk-exposure-test-4b1d9e0c"
@@ -28,7 +28,7 @@ BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
 def listen(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
-    """``python -m target_server --port 0 ARGS``, no --host given; ``(process, url)``."""
+    """``python -m llmload.target_server --port 0 ARGS``, no --host given; ``(process, url)``."""
     server = launch(
         ["--port", "0", "--log-level", "warning", *args],
         env={"LLMLOAD_HOST": None, **(env or {})},
@@ -115,8 +115,18 @@ def test_every_wrong_key_is_a_401_through_compare_digest(
 
     monkeypatch.setattr(hmac, "compare_digest", spy)
     server = start_server(api_key=KEY, ttft_ms=0, itl_ms=0)
-    wrong = [None, "", KEY, f"Bearer {KEY[:-1]}", f"Bearer {KEY}x", f"Bearer {KEY[:-1]}X",
-             f"Basic {KEY}", f"Bearer  {KEY.upper()}", "Bearer", f"Token {KEY}"]  # fmt: skip
+    wrong = [
+        None,
+        "",
+        KEY,
+        f"Bearer {KEY[:-1]}",
+        f"Bearer {KEY}x",
+        f"Bearer {KEY[:-1]}X",
+        f"Basic {KEY}",
+        f"Bearer  {KEY.upper()}",
+        "Bearer",
+        f"Token {KEY}",
+    ]
     with httpx.Client(base_url=server.url, timeout=10) as http:
         for value in wrong:
             headers = {} if value is None else {"Authorization": value}
@@ -133,5 +143,6 @@ def test_every_wrong_key_is_a_401_through_compare_digest(
     bearer = [v for v in wrong if v and v.lower().startswith("bearer ")]
     assert len(compared) >= 2 * len(bearer) + 1
     assert all(b == KEY.encode() for _a, b in compared)
-    assert server.metric("llmserve_requests_total", endpoint=CHAT, stream="false",
-                         status="unauthorized") == len(wrong)  # fmt: skip
+    assert server.metric(
+        "llmserve_requests_total", endpoint=CHAT, stream="false", status="unauthorized"
+    ) == len(wrong)

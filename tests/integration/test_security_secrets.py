@@ -3,7 +3,7 @@
 Distinctive canaries go in every way a user hands llmload a credential — the
 server's ``--api-key``, ``--api-key-env``, a ``--header``, a secret query
 parameter and ``user:pass@`` in a URL, ``GRAFANA_TOKEN`` — through full
-``python -m loadtests run`` runs (debug logging on), ``python -m reports build``
+``python -m llmload.loadtests run`` runs (debug logging on), ``python -m llmload.reports build``
 and the server's own log; then every file written and every captured stream
 is searched for each canary.  The Grafana side is the loopback stand-in
 (no Grafana can run here).
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.faults import RunResult, free_port, run_loadtests
-from target_server.launch import wait_healthy
+from llmload.target_server.launch import wait_healthy
 from tests.fixtures.grafana import STANDIN_TOKEN
 from tests.fixtures.server_proc import ROOT
 
@@ -56,14 +56,43 @@ def test_planted_secrets_appear_nowhere(
     port = free_port()
     with log_path.open("w", encoding="utf-8") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "target_server", "--port", str(port), "--api-key", KEY,
-             "--log-level", "debug", "--ttft-ms", "10", "--itl-ms", "5"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "llmload.target_server",
+                "--port",
+                str(port),
+                "--api-key",
+                KEY,
+                "--log-level",
+                "debug",
+                "--ttft-ms",
+                "10",
+                "--itl-ms",
+                "5",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     grafana = grafana_standin()
-    common = ("--users", "2", "--spawn-rate", "50", "--pacing", "0.3s", "--duration", "1s",
-              "--max-tokens", "8", "--modes", "stream", "--log-level", "debug")  # fmt: skip
+    common = (
+        "--users",
+        "2",
+        "--spawn-rate",
+        "50",
+        "--pacing",
+        "0.3s",
+        "--duration",
+        "1s",
+        "--max-tokens",
+        "8",
+        "--modes",
+        "stream",
+        "--log-level",
+        "debug",
+    )
     try:
         wait_healthy(url, 60, alive=lambda: server.poll() is None)
         good = run_loadtests(
@@ -119,9 +148,12 @@ def test_planted_secrets_appear_nowhere(
         assert len(run.stderr.strip().splitlines()) == 1 and not run.out.exists()
 
     built = subprocess.run(
-        [sys.executable, "-m", "reports", "build", str(good.out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "llmload.reports", "build", str(good.out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert built.returncode == 0, built.stderr
     assert (good.out / "report.html").exists() and (refused.out / "summary.md").exists()
 

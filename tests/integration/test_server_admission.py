@@ -43,8 +43,9 @@ def test_429_beyond_queue_and_fifo_admission(start_server):
     assert rejected.json()["error"]["type"] == "rate_limit_error"
     # the queued request waited about one full generation of the first
     assert b.json()["x_llmload"]["queue_s"] >= 0.8 * (0.005 + 4 * 0.020)
-    assert srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false",
-                      status="rejected") == 1  # fmt: skip
+    assert (
+        srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false", status="rejected") == 1
+    )
     assert srv.metric("llmserve_queue_time_seconds_count", endpoint=CHAT, stream="false") == 2
 
 
@@ -63,8 +64,14 @@ def test_disconnect_cancels_generation_and_frees_the_slot(start_server):
         assert wait_until(lambda: srv.state.admission.running == 0, 1.0)
         assert srv.metric("llmserve_requests_running") == 0
         assert wait_until(lambda: srv.engine.running() == 0, 1.0)  # the engine stopped too
-        assert wait_until(lambda: srv.metric("llmserve_requests_total", endpoint=CHAT,
-                                             stream="true", status="cancelled") == 1)  # fmt: skip
+        assert wait_until(
+            lambda: (
+                srv.metric(
+                    "llmserve_requests_total", endpoint=CHAT, stream="true", status="cancelled"
+                )
+                == 1
+            )
+        )
         # the single slot is free again: a new request is admitted at once
         ok = client.post(CHAT, json={**LONG, "max_tokens": 2})
         assert ok.status_code == 200
@@ -85,8 +92,10 @@ def test_request_timeout(start_server):
     assert json.loads(lines[-1][6:])["error"]["type"] == "timeout_error"
     assert 2 <= len(lines) <= 6
     for stream in ("true", "false"):
-        assert srv.metric("llmserve_requests_total", endpoint=CHAT, stream=stream,
-                          status="timeout") == 1  # fmt: skip
+        assert (
+            srv.metric("llmserve_requests_total", endpoint=CHAT, stream=stream, status="timeout")
+            == 1
+        )
     assert srv.state.admission.running == 0
 
 
@@ -103,8 +112,12 @@ def test_disconnect_rate_drops_the_connection(start_server):
     srv = start_server(ttft_ms=1, itl_ms=1, disconnect_rate=1.0)
     for stream in (True, False):
         with pytest.raises(httpx.RemoteProtocolError):
-            with httpx.stream("POST", srv.url + CHAT, json={**LONG, "max_tokens": 20,
-                              "stream": stream}, timeout=10) as r:  # fmt: skip
+            with httpx.stream(
+                "POST",
+                srv.url + CHAT,
+                json={**LONG, "max_tokens": 20, "stream": stream},
+                timeout=10,
+            ) as r:
                 r.read()  # the body ends before its end: the connection was dropped
     for stream in ("true", "false"):
         labels = {"endpoint": CHAT, "stream": stream, "status": "disconnect"}
@@ -125,8 +138,10 @@ def test_malformed_and_stall_faults(start_server):
     stalled = start_server(ttft_ms=1, itl_ms=1, stall_rate=1.0, stall_s=0.3)
     r = httpx.post(stalled.url + CHAT, json={**LONG, "max_tokens": 10}, timeout=10)
     assert r.status_code == 200 and r.json()["x_llmload"]["e2e_s"] >= 0.3
-    assert stalled.metric("llmserve_requests_total", endpoint=CHAT, stream="false",
-                          status="stall") == 1  # fmt: skip
+    assert (
+        stalled.metric("llmserve_requests_total", endpoint=CHAT, stream="false", status="stall")
+        == 1
+    )
 
 
 def test_queued_requests_time_out_or_leave_without_holding_the_queue(start_server):
@@ -148,7 +163,10 @@ def test_queued_requests_time_out_or_leave_without_holding_the_queue(start_serve
     assert holder.status_code == queued.status_code == 504
     assert queued.json()["error"]["type"] == "timeout_error"
     assert wait_until(lambda: srv.state.admission.running == srv.state.admission.waiting == 0)
-    assert srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false",
-                      status="timeout") == 2  # fmt: skip
-    assert srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false",
-                      status="cancelled") == 1  # fmt: skip
+    assert (
+        srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false", status="timeout") == 2
+    )
+    assert (
+        srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false", status="cancelled")
+        == 1
+    )

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from target_server.engine import (
+from llmload.target_server.engine import (
     EngineInputError,
     GenerationRequest,
     PreparedRequest,
@@ -140,8 +140,9 @@ def test_disconnect_acloses_the_engine_iterator(start_server):
     engine = ready_engine()
     srv = start_server(engine=engine)
     with httpx.Client() as client:
-        with client.stream("POST", srv.url + CHAT, json={**BODY, "max_tokens": 50,
-                                                         "stream": True}) as r:  # fmt: skip
+        with client.stream(
+            "POST", srv.url + CHAT, json={**BODY, "max_tokens": 50, "stream": True}
+        ) as r:
             lines = r.iter_lines()
             next(line for line in lines if '"content":" t' in line)
             assert engine.active == 1

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from target_server.settings import MAX_BODY_BYTES
+from llmload.target_server.settings import MAX_BODY_BYTES
 
 CHAT = "/v1/chat/completions"
 COMP = "/v1/completions"
@@ -48,11 +48,14 @@ def server(start_server):
         (COMP, b'{"prompt": "x", "max_tokens": 0}', "max_tokens"),
         (COMP, b'{"prompt": "x", "max_tokens": -3}', "max_tokens"),
         (COMP, b'{"prompt": "x", "max_tokens": 33}', "max_tokens"),
-        (CHAT, b'{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0}',
-         "max_completion_tokens"),
+        (
+            CHAT,
+            b'{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0}',
+            "max_completion_tokens",
+        ),
         (COMP, b'{"prompt": "x", "max_tokens": 4, "min_tokens": 5}', "min_tokens"),
     ],
-)  # fmt: skip
+)
 def test_bad_request_400(server, path, content, param):
     r = httpx.post(server.url + path, content=content, headers={"content-type": "application/json"})
     err = assert_error(r, 400, "invalid_request_error", param)
@@ -119,8 +122,10 @@ def test_api_key_401_constant_time_compare(start_server):
     assert httpx.post(srv.url + CHAT, json=body, headers=ok).status_code == 200
     assert httpx.get(srv.url + "/v1/models", headers=ok).status_code == 200
     assert httpx.get(srv.url + "/health").status_code == 200  # probes need no key
-    assert srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false",
-                      status="unauthorized") == 2  # fmt: skip
+    assert (
+        srv.metric("llmserve_requests_total", endpoint=CHAT, stream="false", status="unauthorized")
+        == 2
+    )
 
 
 def test_wrong_method_and_path_use_openai_shape(server):
@@ -132,10 +137,13 @@ def test_bad_requests_are_counted(server):
     httpx.post(server.url + CHAT, content=b"{", headers={"content-type": "application/json"})
     httpx.post(server.url + CHAT, json={"model": "nope", "messages": MSG, "stream": True})
     labels = {"endpoint": CHAT}
-    assert server.metric("llmserve_requests_total", **labels, stream="false",
-                         status="bad_request") == 1  # fmt: skip
-    assert server.metric("llmserve_requests_total", **labels, stream="true",
-                         status="not_found") == 1  # fmt: skip
+    assert (
+        server.metric("llmserve_requests_total", **labels, stream="false", status="bad_request")
+        == 1
+    )
+    assert (
+        server.metric("llmserve_requests_total", **labels, stream="true", status="not_found") == 1
+    )
 
 
 def test_client_gone_while_sending_the_body_is_cancelled(server):
@@ -152,13 +160,14 @@ def test_client_gone_while_sending_the_body_is_cancelled(server):
 
 
 def test_a_validator_that_raises_is_a_counted_500_with_an_error_object(server, monkeypatch):
-    import target_server.app
+    import llmload.target_server.app
 
     def broken(*args, **kwargs):
         raise RuntimeError("a validator bug")
 
-    monkeypatch.setattr(target_server.app, "parse_request", broken)
+    monkeypatch.setattr(llmload.target_server.app, "parse_request", broken)
     err = assert_error(httpx.post(server.url + COMP, json={"prompt": "x"}), 500, "server_error")
     assert err["code"] == "internal_error" and "a validator bug" not in err["message"]
-    assert server.metric("llmserve_requests_total", endpoint=COMP, stream="false",
-                         status="error") == 1  # fmt: skip
+    assert (
+        server.metric("llmserve_requests_total", endpoint=COMP, stream="false", status="error") == 1
+    )

@@ -27,7 +27,9 @@ KINDS: dict[str, tuple[str, str, dict[str, Any] | bytes]] = {
     "chat stream": ("POST", "/v1/chat/completions", STREAM),
     "chat": ("POST", "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 5}),
     "completions stream": (
-        "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 5, "stream": True}
+        "POST",
+        "/v1/completions",
+        {"prompt": "hi", "max_tokens": 5, "stream": True},
     ),
     "undecodable body": ("POST", "/v1/chat/completions", b"{not json"),
     "invalid field": ("POST", "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": -1}),
@@ -127,8 +129,8 @@ def test_a_model_request_leaves_no_reference_cycle(embedded_model, batching):
     """The transformers engines too: ``GenerationConfig.from_dict`` formatted each
     request's config as indented JSON for a log line nobody reads, and json's
     pure-Python encoder left its closures in a cycle, per request."""
-    from target_server.serving import start_server_thread
-    from target_server.settings import Settings
+    from llmload.target_server.serving import start_server_thread
+    from llmload.target_server.settings import Settings
 
     settings = Settings(
         engine="transformers", batching=batching, engine_process="off", max_context=256

@@ -33,8 +33,12 @@ def test_metrics_count_what_was_sent(start_server):
     n_tokens = {CHAT: [3, 7, 4], COMP: [5, 2]}
     with httpx.Client(base_url=srv.url, timeout=10) as client:
         for n in n_tokens[CHAT]:
-            body = {"messages": [{"role": "user", "content": "abcdefgh"}], "max_tokens": n,
-                    "ignore_eos": True, "stream": True}  # fmt: skip
+            body = {
+                "messages": [{"role": "user", "content": "abcdefgh"}],
+                "max_tokens": n,
+                "ignore_eos": True,
+                "stream": True,
+            }
             with client.stream("POST", CHAT, json=body) as r:
                 events = [ln for ln in r.iter_lines() if '"delta":{"content":"' in ln]
             assert len(events) == n
@@ -78,25 +82,28 @@ def test_promtool_check_metrics_is_silent(start_server):
     if promtool is None:
         pytest.skip("promtool not installed (make system-deps installs it)")
     srv = start_server(ttft_ms=1, itl_ms=1)
-    httpx.post(srv.url + CHAT, json={"messages": [{"role": "user", "content": "x"}],
-                                     "max_tokens": 3, "stream": True})  # fmt: skip
+    httpx.post(
+        srv.url + CHAT,
+        json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "stream": True},
+    )
     httpx.post(srv.url + COMP, json={"prompt": "x", "max_tokens": 2})
     httpx.post(srv.url + COMP, json={"prompt": "x", "model": "nope"})
     text = httpx.get(srv.url + "/metrics").text
     assert "llmserve_inter_token_latency_seconds_bucket" in text
-    res = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
-                         text=True, timeout=30)  # fmt: skip
+    res = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.strip() == "" and res.stderr.strip() == ""
 
 
 def test_one_structured_log_line_per_request_without_prompt_text(start_server, caplog):
-    caplog.set_level(logging.INFO, logger="target_server.requests")
+    caplog.set_level(logging.INFO, logger="llmload.target_server.requests")
     srv = start_server(ttft_ms=1, itl_ms=1)
     secret = "my-private-prompt-text"
     httpx.post(srv.url + COMP, json={"prompt": secret, "max_tokens": 3, "ignore_eos": True})
     httpx.post(srv.url + COMP, json={"prompt": secret, "max_tokens": -1})
-    lines = [r.getMessage() for r in caplog.records if r.name == "target_server.requests"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "llmload.target_server.requests"]
     assert len(lines) == 2
     ok, bad = (json.loads(line) for line in lines)
     assert (ok["status"], ok["http_status"], ok["output_tokens"]) == ("ok", 200, 3)

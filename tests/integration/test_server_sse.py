@@ -9,8 +9,8 @@ import httpx
 import openai
 import pytest
 
-from target_server.pacer import DEFAULT_TICK_S
-from target_server.synthetic import VOCAB
+from llmload.target_server.pacer import DEFAULT_TICK_S
+from llmload.target_server.synthetic import VOCAB
 
 CHAT_BODY = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 5}
 COMPLETION_BODY = {"prompt": "hello there", "max_tokens": 5}
@@ -126,15 +126,21 @@ def test_openai_sdk_stream_and_not(start_server):
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
     assert [m.id for m in client.models.list()] == ["tiny-test"]
     full = client.chat.completions.create(
-        model="tiny-test", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+        model="tiny-test",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
         extra_body={"ignore_eos": True},
-    )  # fmt: skip
+    )
     assert full.choices[0].finish_reason == "length"
     assert full.usage is not None and full.usage.completion_tokens == 4
     stream = client.chat.completions.create(
-        model="tiny-test", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
-        stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
-    )  # fmt: skip
+        model="tiny-test",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(text.split()) == 4
@@ -158,7 +164,7 @@ def test_a_reader_that_pauses_still_gets_every_event_in_order(start_server, monk
     import socket
 
     from bench.server_abuse import dechunk, open_streams, read_to_eof
-    from target_server.write_deadline import ChunkWriter
+    from llmload.target_server.write_deadline import ChunkWriter
 
     refused = []
     init, write = ChunkWriter.__init__, ChunkWriter.write
@@ -193,5 +199,11 @@ def test_a_reader_that_pauses_still_gets_every_event_in_order(start_server, monk
     assert len(texts) == tokens and refused  # every event, and the tick did hand some back
     off = VOCAB.index(texts[0])  # the synthetic engine cycles through its vocabulary: in order
     assert texts == [VOCAB[(off + i) % len(VOCAB)] for i in range(tokens)]
-    assert srv.metric("llmserve_inter_token_latency_seconds_count", endpoint="/v1/chat/completions",
-                      stream="true") == tokens - 1  # fmt: skip
+    assert (
+        srv.metric(
+            "llmserve_inter_token_latency_seconds_count",
+            endpoint="/v1/chat/completions",
+            stream="true",
+        )
+        == tokens - 1
+    )

@@ -1,4 +1,4 @@
-"""``python -m target_server --workers N``: N processes on one port, spread by the kernel."""
+"""``llmload serve --workers N``: N processes on one port, spread by the kernel."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from target_server.launch import launch
+from llmload.target_server.launch import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
@@ -50,9 +50,12 @@ def test_workers_must_be_positive() -> None:
     import sys
 
     r = subprocess.run(
-        [sys.executable, "-m", "target_server", "--workers", "0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "llmload.target_server", "--workers", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "workers must be >= 1" in r.stderr
 
 
@@ -75,9 +78,23 @@ def test_a_worker_that_cannot_start_fails_the_server() -> None:
     # a checkpoint that is not there: each worker's engine fails after it listens (as a
     # single server does), the parent stops the rest and exits 1
     r = subprocess.run(
-        [sys.executable, "-m", "target_server", "--workers", "2", "--port", "0",
-         "--engine", "transformers", "--model", "/nonexistent/ckpt"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "llmload.target_server",
+            "--workers",
+            "2",
+            "--port",
+            "0",
+            "--engine",
+            "transformers",
+            "--model",
+            "/nonexistent/ckpt",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1, r.stderr[-2000:]
     assert "engine failed" in r.stderr

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from target_server.launch import LISTENING, wait_healthy
+from llmload.target_server.launch import LISTENING, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the repository's folders that install as llmload's subpackages (links in llmload/)
+SUBPACKAGES = ("target_server", "loadtests", "exporter", "reports", "dashboards")
 #: what the wheel is built from (pyproject's packages plus its readme)
-SOURCES = ("pyproject.toml", "README.md", "target_server", "loadtests", "exporter", "reports",
-           "dashboards", "llmload")  # fmt: skip
+SOURCES = ("pyproject.toml", "README.md", *SUBPACKAGES, "llmload")
 
 
 def sh(*cmd: str | Path, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -33,9 +34,13 @@ def sh(*cmd: str | Path, cwd: Path, timeout: float = 300) -> subprocess.Complete
     ``python -c`` puts its working directory first on sys.path (the checkout's packages
     must not stand in for the wheel's, nor /tmp/gradio for gradio)."""
     return subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        [str(c) for c in cmd],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         check=False,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,19 +53,43 @@ def slim(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in SOURCES:
         path = ROOT / name
         if path.is_dir():
-            shutil.copytree(path, src / name, ignore=ignore)
+            # as a clone has them: llmload/loadtests is a link to ../loadtests
+            shutil.copytree(path, src / name, ignore=ignore, symlinks=True)
         else:
             shutil.copy2(path, src / name)
     # the dev venv's setuptools builds it (no isolated build env to download)
-    built = sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-               "-w", tmp / "dist", src, cwd=tmp)  # fmt: skip
+    built = sh(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        tmp / "dist",
+        src,
+        cwd=tmp,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (tmp / "dist").glob("llmload-*.whl")
     venv.create(tmp / "venv", with_pip=False)
     py = tmp / "venv" / "bin" / "python"
     # this pip installs into the new venv (--python): no pip of its own needed there
-    done = sh(sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-compile",
-              "--prefer-binary", wheel, cwd=tmp, timeout=600)  # fmt: skip
+    done = sh(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        py,
+        "install",
+        "-q",
+        "--no-compile",
+        "--prefer-binary",
+        wheel,
+        cwd=tmp,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return tmp / "venv" / "bin"
 
@@ -70,6 +99,26 @@ def test_the_core_venv_is_well_under_400_mb(slim: Path) -> None:
     size = sum(f.stat().st_size for f in files)
     print(f"slim venv: {size / 2**20:.0f} MiB (no pip, no .pyc)")
     assert size < 300 * 2**20  # the bound the issue sets is 400 MB, with room for pip
+
+
+SITE = r"""
+import importlib.metadata as md, json, site, os
+ours = sorted(name for name, dists in md.packages_distributions().items() if "llmload" in dists)
+listed = sorted(os.listdir(site.getsitepackages()[0]))
+print(json.dumps({"ours": ours, "listed": listed}))
+"""
+
+
+def test_site_packages_gains_only_the_llmload_namespace(slim: Path, tmp_path: Path) -> None:
+    proc = sh(slim / "python", "-c", SITE, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    # the one top-level name the distribution installs; its folders are subpackages of it
+    assert got["ours"] == ["llmload"]
+    assert not set(SUBPACKAGES) & set(got["listed"]), got["listed"]
+    probe = "import llmload.loadtests.run.runner as r, llmload.reports as p; print(r.__file__)"
+    where = sh(slim / "python", "-c", probe, cwd=tmp_path)
+    assert where.returncode == 0 and "site-packages/llmload/loadtests/run/" in where.stdout
 
 
 def test_no_torch_transformers_or_gradio(slim: Path, tmp_path: Path) -> None:
@@ -91,9 +140,9 @@ IMPORT_ALL = r"""
 from gevent import monkey; monkey.patch_all()
 import importlib, pkgutil, sys
 failed = []
-for pkg in ("llmload", "loadtests", "reports", "exporter", "dashboards", "target_server"):
+for pkg in ("llmload",):
     for info in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + "."):
-        if info.name.startswith("target_server.model") or info.name.endswith("__main__"):
+        if info.name.startswith("llmload.target_server.model") or info.name.endswith("__main__"):
             continue  # the transformers engine: the [server] extra
         try:
             importlib.import_module(info.name)
@@ -111,10 +160,25 @@ def test_every_core_module_imports_without_the_extras(slim: Path, tmp_path: Path
 
 def test_run_against_the_synthetic_server_from_the_slim_venv(slim: Path, tmp_path: Path) -> None:
     server = subprocess.Popen(
-        [slim / "llmload", "serve", "--engine", "synthetic", "--port", "0", "--ttft-ms", "20",
-         "--itl-ms", "5", "--log-level", "warning"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            slim / "llmload",
+            "serve",
+            "--engine",
+            "synthetic",
+            "--port",
+            "0",
+            "--ttft-ms",
+            "20",
+            "--itl-ms",
+            "5",
+            "--log-level",
+            "warning",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stderr is not None
         url = ""
@@ -126,12 +190,35 @@ def test_run_against_the_synthetic_server_from_the_slim_venv(slim: Path, tmp_pat
         assert url, "the slim venv's server never listened"
         wait_healthy(url, 30, alive=lambda: server.poll() is None)
         out = tmp_path / "run"
-        run = sh(slim / "llmload", "run", "--target", url, "--users", "2", "--spawn-rate", "10",
-                 "--pacing", "0.2s", "--duration", "2s", "--modes", "sync,stream",
-                 # the random dataset's prompts come from the embedded tokenizer: no torch
-                 "--dataset", "random", "--input-len", "32", "--output-len", "8",
-                 "--out", out, "--status-interval", "60",
-                 cwd=tmp_path, timeout=120)  # fmt: skip
+        run = sh(
+            slim / "llmload",
+            "run",
+            "--target",
+            url,
+            "--users",
+            "2",
+            "--spawn-rate",
+            "10",
+            "--pacing",
+            "0.2s",
+            "--duration",
+            "2s",
+            "--modes",
+            "sync,stream",
+            # the random dataset's prompts come from the embedded tokenizer: no torch
+            "--dataset",
+            "random",
+            "--input-len",
+            "32",
+            "--output-len",
+            "8",
+            "--out",
+            out,
+            "--status-interval",
+            "60",
+            cwd=tmp_path,
+            timeout=120,
+        )
     finally:
         server.terminate()
         server.wait(15)
@@ -146,7 +233,16 @@ def test_run_against_the_synthetic_server_from_the_slim_venv(slim: Path, tmp_pat
     base = tmp_path / "base.json"
     made = sh(slim / "llmload", "report", "baseline", out, "--out", base, cwd=tmp_path)
     assert made.returncode == 0, made.stderr[-2000:]
-    gate = sh(slim / "llmload", "report", "gate", out, "--baseline", base, "--min-samples", "5",
-              cwd=tmp_path)  # fmt: skip
+    gate = sh(
+        slim / "llmload",
+        "report",
+        "gate",
+        out,
+        "--baseline",
+        base,
+        "--min-samples",
+        "5",
+        cwd=tmp_path,
+    )
     assert gate.returncode in (0, 2), gate.stdout + gate.stderr  # same data: never a regression
     assert "llmload gate" in gate.stdout

@@ -67,8 +67,12 @@ def _tgi_app() -> FastAPI:
                 if last:
                     eos = {"id": 2, "text": "</s>", "logprob": -0.1, "special": True}
                     details = {"finish_reason": "length", "generated_tokens": n, "seed": None}
-                    final = {"index": n + 1, "token": eos, "details": details,
-                             "generated_text": "".join(WORDS[:n])}  # fmt: skip
+                    final = {
+                        "index": n + 1,
+                        "token": eos,
+                        "details": details,
+                        "generated_text": "".join(WORDS[:n]),
+                    }
                     yield f"data:{json.dumps(final)}\n\n".encode()
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -142,10 +146,23 @@ def test_validation_error_and_mid_stream_error(tgi_url: str) -> None:
 def test_loadtests_run_with_tgi_protocol(tgi_url: str, tmp_path: Path) -> None:
     summary = loadtest(
         tmp_path / "run",
-        "--target", tgi_url, "--protocol", "tgi", "--modes", "sync,stream",
-        "--users", "2", "--spawn-rate", "10", "--pacing", "0.2s", "--duration", "1.5s",
-        "--max-tokens", "8",
-    )  # fmt: skip
+        "--target",
+        tgi_url,
+        "--protocol",
+        "tgi",
+        "--modes",
+        "sync,stream",
+        "--users",
+        "2",
+        "--spawn-rate",
+        "10",
+        "--pacing",
+        "0.2s",
+        "--duration",
+        "1.5s",
+        "--max-tokens",
+        "8",
+    )
     for name in ("sync", "stream"):
         phase = summary["phases"][name]
         assert phase["count"] >= 2 and phase["ok"] == phase["count"], phase["errors"]

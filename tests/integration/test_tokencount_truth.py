@@ -13,13 +13,26 @@ from typing import Any
 
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from target_server.synthetic import VOCAB
+from llmload.target_server.synthetic import VOCAB
 from tests.fixtures.drive import loadtest
 from tests.fixtures.tokenizer import train_tokenizer
 
 TOKENS = 12
-ARGS = ("--modes", "stream", "--users", "2", "--spawn-rate", "10", "--pacing", "0.1s",
-        "--duration", "1.5s", "--max-tokens", str(TOKENS), "--ignore-eos")  # fmt: skip
+ARGS = (
+    "--modes",
+    "stream",
+    "--users",
+    "2",
+    "--spawn-rate",
+    "10",
+    "--pacing",
+    "0.1s",
+    "--duration",
+    "1.5s",
+    "--max-tokens",
+    str(TOKENS),
+    "--ignore-eos",
+)
 
 
 def _engine_tokenizer(directory: Path) -> Path:
@@ -43,9 +56,7 @@ def test_matching_tokenizer_agrees_with_usage_and_a_wrong_one_is_flagged(
     )
     phase = right["phases"]["stream"]
     assert phase["ok"] >= 4 and phase["ok"] == phase["count"]
-    assert phase["token_count_mismatch"] == {
-        "compared": phase["ok"], "mismatched": 0, "rate": 0.0
-    }  # fmt: skip
+    assert phase["token_count_mismatch"] == {"compared": phase["ok"], "mismatched": 0, "rate": 0.0}
     assert phase["output_tokens"]["p50"] == TOKENS
     # one token per event: ITL per token equals ITL per event
     assert phase["itl_per_token_ms"]["p50"] == phase["itl_ms"]["p50"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from target_server.launch import ServerProcess, wait_healthy
+from llmload.target_server.launch import ServerProcess, wait_healthy
 from tests.fixtures.drive import drive, loadtest
 
 MAX_TOKENS = 8
@@ -55,8 +55,19 @@ def tserve(embedded_model: Path) -> Iterator[tuple[str, str]]:
         pytest.skip(reason)
     port = _free_port()
     code = "import sys; from transformers.cli.transformers import main; sys.exit(main())"
-    cmd = [sys.executable, "-c", code, "serve", str(embedded_model), "--device", "cpu",
-           "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        code,
+        "serve",
+        str(embedded_model),
+        "--device",
+        "cpu",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=embedded_model
     )
@@ -100,10 +111,27 @@ def test_a_run_in_both_modes_is_all_ok_and_names_the_missing_done(
 ) -> None:
     url, model = tserve
     summary = loadtest(
-        tmp_path / "run", "--target", url, "--model", model, "--modes", "sync,stream",
-        "--users", "2", "--pacing", "0s", "--duration", "2s", "--max-tokens", str(MAX_TOKENS),
-        "--scenario", "short_qa", "--seed", "1", timeout=180.0,
-    )  # fmt: skip
+        tmp_path / "run",
+        "--target",
+        url,
+        "--model",
+        model,
+        "--modes",
+        "sync,stream",
+        "--users",
+        "2",
+        "--pacing",
+        "0s",
+        "--duration",
+        "2s",
+        "--max-tokens",
+        str(MAX_TOKENS),
+        "--scenario",
+        "short_qa",
+        "--seed",
+        "1",
+        timeout=180.0,
+    )
     phases = summary["phases"]
     for name in ("sync", "stream"):
         assert phases[name]["count"] > 0 and phases[name]["errors"] == {}, phases[name]

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from loadtests.adapters import get_adapter
-from loadtests.adapters.base import ADAPTERS, Prompt
-from loadtests.adapters.openai_chat import OpenAIChat
-from loadtests.adapters.openai_completions import OpenAICompletions, render_messages
+from llmload.loadtests.measure.adapters import get_adapter
+from llmload.loadtests.measure.adapters.base import ADAPTERS, Prompt
+from llmload.loadtests.measure.adapters.openai_chat import OpenAIChat
+from llmload.loadtests.measure.adapters.openai_completions import OpenAICompletions, render_messages
 
 MSGS = [{"role": "user", "content": "用Python写一个快速排序"}]
 

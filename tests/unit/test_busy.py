@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from target_server.busy import CpuMeter
+from llmload.target_server.busy import CpuMeter
 
 
 class Clock:

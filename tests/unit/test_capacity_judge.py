@@ -1,4 +1,4 @@
-"""Judging a capacity step (reports.capacity): SLO parsing, the binomial verdict, the answer."""
+"""Judging a capacity step (reports.capacity.judge): SLOs, the binomial verdict, the answer."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from reports.capacity import (
+from llmload.reports.capacity.curve import answer_text, knee
+from llmload.reports.capacity.judge import (
     Criterion,
     binomial_tail,
     explained_by_client,
@@ -14,7 +15,6 @@ from reports.capacity import (
     parse_capacity_slo,
     samples_needed,
 )
-from reports.capacity_curve import answer_text, knee
 from tests.fixtures.reports import make_records
 
 
@@ -76,10 +76,25 @@ def test_open_loop_counts_from_the_intended_send_time() -> None:
 
 
 def test_answer_text_and_knee() -> None:
-    cap = {"unit": "req/s", "criteria": [{"quantile": 0.95, "bounds_ms": {"ttft": 600.0}}],
-           "answer": {"lo": 7.0, "hi": 8.0, "estimate": 7.5, "reason": "converged"}}  # fmt: skip
-    curve = [{"load": 8.0, "criteria": [{"verdict": "fail", "ratio": 1.52, "observed_ms": 910.0,
-              "text": "p95 TTFT ≤ 600 ms", "share_within": 0.8}]}]  # fmt: skip
+    cap = {
+        "unit": "req/s",
+        "criteria": [{"quantile": 0.95, "bounds_ms": {"ttft": 600.0}}],
+        "answer": {"lo": 7.0, "hi": 8.0, "estimate": 7.5, "reason": "converged"},
+    }
+    curve = [
+        {
+            "load": 8.0,
+            "criteria": [
+                {
+                    "verdict": "fail",
+                    "ratio": 1.52,
+                    "observed_ms": 910.0,
+                    "text": "p95 TTFT ≤ 600 ms",
+                    "share_within": 0.8,
+                }
+            ],
+        }
+    ]
     assert answer_text(cap, curve) == (
         "sustains 7.5 req/s (between 7 and 8) at p95 TTFT ≤ 600 ms; at 8 p95 TTFT is 910 ms"
     )

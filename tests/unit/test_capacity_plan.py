@@ -1,10 +1,10 @@
-"""The capacity plan (llmload.capacity_plan) driven as the runner drives it, without sockets."""
+"""The capacity plan (llmload.capacity.plan) driven as the runner drives it, without sockets."""
 
 from __future__ import annotations
 
-from llmload.capacity_plan import CapacityOptions, CapacitySearch
-from loadtests.plan import build_options
-from reports.capacity import Criterion
+from llmload.capacity.plan import CapacityOptions, CapacitySearch
+from llmload.loadtests.options import build_options
+from llmload.reports.capacity.judge import Criterion
 from tests.fixtures.reports import make_records
 
 
@@ -16,8 +16,9 @@ def drive(copts: CapacityOptions, ttft_ms_at) -> CapacitySearch:
         load = phase.rate if phase.rate is not None else phase.users
         n = phase.requests or int(phase.duration * (phase.rate or 1))
         plan.on_phase(phase.name, phase.mode, "start", 100.0 * i)
-        recs = make_records(phase.name, phase.mode, n, t_start=100.0 * i,
-                            ttft_ms=ttft_ms_at(load), jitter=0.01)  # fmt: skip
+        recs = make_records(
+            phase.name, phase.mode, n, t_start=100.0 * i, ttft_ms=ttft_ms_at(load), jitter=0.01
+        )
         for r in recs:
             plan.on_record(r)
         plan.on_phase(phase.name, phase.mode, "end", 100.0 * i + 10.0)
@@ -29,10 +30,17 @@ def drive(copts: CapacityOptions, ttft_ms_at) -> CapacitySearch:
 
 def test_closed_loop_plan_finds_the_users_limit() -> None:
     copts = CapacityOptions(
-        criteria=(Criterion(0.5, {"ttft": 300.0}),), open_loop=False, start=1.0,
-        minimum=1.0, maximum=None, tolerance=0.1, budget_s=3600, confidence=0.9,
-        step_requests=20, warmup_s=5.0,
-    )  # fmt: skip
+        criteria=(Criterion(0.5, {"ttft": 300.0}),),
+        open_loop=False,
+        start=1.0,
+        minimum=1.0,
+        maximum=None,
+        tolerance=0.1,
+        budget_s=3600,
+        confidence=0.9,
+        step_requests=20,
+        warmup_s=5.0,
+    )
     plan = drive(copts, lambda users: 45.0 * users)  # 6 users: 270 ms, 7: 315 ms
     assert plan.result is not None
     assert (plan.result["lo"], plan.result["hi"]) == (6, 7)
@@ -45,10 +53,19 @@ def test_closed_loop_plan_finds_the_users_limit() -> None:
 
 def test_open_loop_phases_carry_their_rate_and_the_sweep_covers_its_range() -> None:
     copts = CapacityOptions(
-        criteria=(Criterion(0.5, {"ttft": 300.0}),), open_loop=True, start=1.0,
-        minimum=1.0, maximum=9.0, tolerance=0.1, budget_s=3600, confidence=0.9,
-        step_requests=20, min_step_s=1.0, warmup_s=0.0, sweep=5,
-    )  # fmt: skip
+        criteria=(Criterion(0.5, {"ttft": 300.0}),),
+        open_loop=True,
+        start=1.0,
+        minimum=1.0,
+        maximum=9.0,
+        tolerance=0.1,
+        budget_s=3600,
+        confidence=0.9,
+        step_requests=20,
+        min_step_s=1.0,
+        warmup_s=0.0,
+        sweep=5,
+    )
     plan = CapacitySearch(copts, build_options({}, {"target": "http://127.0.0.1:9"}))
     assert plan.sweep_loads() == [1.0, 3.0, 5.0, 7.0, 9.0]
     phase = plan.phase(1, 4.0)
@@ -60,9 +77,15 @@ def test_open_loop_phases_carry_their_rate_and_the_sweep_covers_its_range() -> N
 
 def test_probes_take_the_fewest_requests_that_can_pass() -> None:
     copts = CapacityOptions(
-        criteria=(Criterion(0.95, {"ttft": 600.0}),), open_loop=True, start=2.0,
-        minimum=0.5, maximum=None, tolerance=0.1, budget_s=600, confidence=0.95,
-    )  # fmt: skip
+        criteria=(Criterion(0.95, {"ttft": 600.0}),),
+        open_loop=True,
+        start=2.0,
+        minimum=0.5,
+        maximum=None,
+        tolerance=0.1,
+        budget_s=600,
+        confidence=0.95,
+    )
     assert copts.requests_per_step(probe=True) == 59 and copts.requests_per_step() == 118
     plan = CapacitySearch(copts, build_options({}, {"target": "http://127.0.0.1:9"}))
     assert plan.probing() and plan.phase(1, 2.0).duration == 29.5

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports.capacity_view import capacity_html, capacity_markdown, capacity_terminal
-from reports.loader import Run
-from reports.summary import build_summary
+from llmload.reports.capacity.view import capacity_html, capacity_markdown, capacity_terminal
+from llmload.reports.loader import Run
+from llmload.reports.summary import build_summary
 from tests.fixtures.reports import make_records
 
 #: three steps: 2 and 4 req/s within p95 TTFT 300 ms, 8 req/s not
@@ -19,8 +19,17 @@ def capacity_run() -> Run:
         t0 = 1000.0 + 100 * i
         records += make_records(name, "stream", 120, t_start=t0, ttft_ms=ttft, jitter=0.05)
         verdict = "pass" if ttft < 300 else "fail"
-        steps.append({"phase": name, "load": load, "why": "test", "search_verdict": verdict,
-                      "starved": [], "duration_s": 10.0, "scheduled": None})  # fmt: skip
+        steps.append(
+            {
+                "phase": name,
+                "load": load,
+                "why": "test",
+                "search_verdict": verdict,
+                "starved": [],
+                "duration_s": 10.0,
+                "scheduled": None,
+            }
+        )
         phases.append({"name": name, "mode": "stream", "started_at": t0, "ended_at": t0 + 10})
     meta = {
         "run_id": "cap",

@@ -1,4 +1,4 @@
-"""loadtests.connect.connect_now: a TCP connect that does not switch greenlets when it is quick.
+"""loadtests.transport.connect.connect_now: a TCP connect that stays on its greenlet when quick.
 
 gevent's ``connect`` waits on the hub after every non-blocking connect, even on
 loopback where the handshake is done at once: 20 users reconnecting together
@@ -16,7 +16,7 @@ import gevent
 import pytest
 from gevent import socket as gsocket
 
-from loadtests.connect import Connector, connect_now
+from llmload.loadtests.transport.connect import Connector, connect_now
 
 
 def _switched_during(check: object) -> bool:

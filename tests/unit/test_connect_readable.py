@@ -1,4 +1,4 @@
-"""loadtests.connect.readable_now: httpcore's idle-connection check without a greenlet switch.
+"""loadtests.transport.connect.readable_now: httpcore's idle check, no greenlet switch.
 
 gevent's ``select.poll`` waits on the hub even with a zero timeout, so a check made
 before every request on a kept-alive connection let every other ready greenlet run
@@ -13,7 +13,7 @@ import socket
 import gevent
 import gevent.select
 
-from loadtests.connect import CoalescingStream, readable_now
+from llmload.loadtests.transport.connect import CoalescingStream, readable_now
 
 
 def _switched_during(check: object) -> bool:

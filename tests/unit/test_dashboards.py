@@ -20,10 +20,10 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from dashboards import build as builder
-from dashboards import llm_load, validate
-from dashboards.grafana import credential_from_env
-from dashboards.push import payload
+from llmload.dashboards import build as builder
+from llmload.dashboards import llm_load, validate
+from llmload.dashboards.grafana import credential_from_env
+from llmload.dashboards.push import payload
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Metrics the dashboards read that neither registry below defines, and why.
@@ -47,11 +47,11 @@ def _sample_names(registry: CollectorRegistry) -> set[str]:
 
 def defined_metric_names() -> set[str]:
     """Every series name the bundled server and the client exporter can expose."""
-    import target_server.synthetic  # noqa: F401  (registers the synthetic engine)
-    from exporter.live import LiveMetrics
-    from target_server.engine import build_engine
-    from target_server.settings import parse_settings
-    from target_server.state import ServerState
+    import llmload.target_server.synthetic  # noqa: F401  (registers the synthetic engine)
+    from llmload.exporter.live import LiveMetrics
+    from llmload.target_server.engine import build_engine
+    from llmload.target_server.settings import parse_settings
+    from llmload.target_server.state import ServerState
 
     settings = parse_settings([], env={})
     server = ServerState(build_engine(settings), settings).metrics.registry
@@ -65,9 +65,12 @@ def dashboard() -> dict:
 
 def test_check_command_passes_on_the_committed_json() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "dashboards", "check"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "llmload.dashboards", "check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -79,9 +82,12 @@ def test_check_command_fails_on_drift(tmp_path: Path) -> None:
     edited["title"] = "edited by hand"
     path.write_text(json.dumps(edited))
     done = subprocess.run(
-        [sys.executable, "-m", "dashboards", "check", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "llmload.dashboards", "check", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert "differs from the code" in done.stderr
     path.unlink()
@@ -101,19 +107,41 @@ def test_structure_is_valid(dashboard: dict) -> None:
 def test_rows_in_the_issue_order(dashboard: dict) -> None:
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
     assert rows == [
-        "Overview", "Latency", "Throughput", "Server", "Is the target saturated?", "Harness health",
-    ]  # fmt: skip
+        "Overview",
+        "Latency",
+        "Throughput",
+        "Server",
+        "Is the target saturated?",
+        "Harness health",
+    ]
     titles = {p["title"] for p in validate.iter_panels(dashboard)}
     for needed in (
-        "Requests/s", "Active users", "Error %", "Client TTFT p50", "Client TTFT p95",
-        "Output tokens/s", "Client TTFT by mode and scenario", "Server TTFT",
-        "Client - server TTFT (streaming)", "Inter-token latency", "Time per output token",
-        "End-to-end latency", "Client TTFT heatmap", "Output tokens/s: client vs server",
-        "Requests/s by status", "Running / waiting requests", "Queue time",
-        "GPU memory (CUDA targets)", "Engine busy", "Engine busy ratio", "Engine queue depth",
-        "Engine batch size", "Client CPU %", "Event-loop lag",
+        "Requests/s",
+        "Active users",
+        "Error %",
+        "Client TTFT p50",
+        "Client TTFT p95",
+        "Output tokens/s",
+        "Client TTFT by mode and scenario",
+        "Server TTFT",
+        "Client - server TTFT (streaming)",
+        "Inter-token latency",
+        "Time per output token",
+        "End-to-end latency",
+        "Client TTFT heatmap",
+        "Output tokens/s: client vs server",
+        "Requests/s by status",
+        "Running / waiting requests",
+        "Queue time",
+        "GPU memory (CUDA targets)",
+        "Engine busy",
+        "Engine busy ratio",
+        "Engine queue depth",
+        "Engine batch size",
+        "Client CPU %",
+        "Event-loop lag",
         "Schedule delay (open loop)",
-    ):  # fmt: skip
+    ):
         assert needed in titles
 
 
@@ -128,8 +156,10 @@ def test_template_variables_and_phase_annotations(dashboard: dict) -> None:
 def test_every_query_filters_on_the_variables(dashboard: dict) -> None:
     # the exporter's process-wide gauges carry no mode/scenario labels
     unlabelled = {
-        "llmload_active_users", "llmload_client_cpu_percent", "llmload_event_loop_lag_seconds",
-    }  # fmt: skip
+        "llmload_active_users",
+        "llmload_client_cpu_percent",
+        "llmload_event_loop_lag_seconds",
+    }
     for title, ref, expr in validate.expressions(dashboard):
         assert 'job=~"$job"' in expr, (title, ref)
         client = {n for n in validate.metric_names(expr) if n.startswith("llmload_")}
@@ -185,10 +215,15 @@ def test_validation_catches_broken_dashboards(dashboard: dict) -> None:
         d["schemaVersion"] = 27
 
     cases = {
-        dup_id: "not unique", overlap: "overlap", wide: "outside", hard_datasource: "datasource",
-        undefined_var: "undefined variables", no_mode: "'mode' missing",
-        no_phases: "run phases", old_schema: "schemaVersion",
-    }  # fmt: skip
+        dup_id: "not unique",
+        overlap: "overlap",
+        wide: "outside",
+        hard_datasource: "datasource",
+        undefined_var: "undefined variables",
+        no_mode: "'mode' missing",
+        no_phases: "run phases",
+        old_schema: "schemaVersion",
+    }
     for edit, words in cases.items():
         found = broken(edit)
         assert any(words in p for p in found), (edit.__name__, found)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.adapters import get_adapter
-from loadtests.scenarios import load_workload
-from loadtests.scenarios.random_dataset import RandomPrompts, default_codec, length_range
-from loadtests.scenarios.sharegpt import MAX_ITEMS
-from loadtests.tokencount import Codec, load_codec
+from llmload.loadtests.measure.adapters import get_adapter
+from llmload.loadtests.workload import load_workload
+from llmload.loadtests.workload.random_dataset import RandomPrompts, default_codec, length_range
+from llmload.loadtests.workload.sharegpt import MAX_ITEMS
+from llmload.loadtests.workload.tokencount import Codec, load_codec
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def sentencepiece_style(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A differently built tokenizer (Metaspace, as Llama/Mistral), saved as tokenizer.json."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from target_server.model.embedded import corpus_text
+    from llmload.target_server.model.embedded import corpus_text
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -191,7 +191,7 @@ def test_embedded_tokenizer_alone_is_the_models(
 ) -> None:
     """On a slim install the tokenizer is trained alone; it must split text as the model's does."""
     pytest.importorskip("transformers")
-    from target_server.model import embedded
+    from llmload.target_server.model import embedded
 
     monkeypatch.setenv("LLMLOAD_CACHE", str(tmp_path))
     alone = embedded.tokenizer_file()

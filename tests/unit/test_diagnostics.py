@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from loadtests.record import RequestRecord
-from reports import diagnostics
-from reports.diagnostics import detect, is_buffered
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports import diagnostics
+from llmload.reports.diagnostics import detect, is_buffered
 
 
 def _rec(i: int, **kw: Any) -> RequestRecord:
@@ -172,8 +172,10 @@ def test_a_connection_per_request_is_named_with_its_cost() -> None:
 
 def test_kept_alive_connections_are_not_flagged() -> None:
     # each user's first request opens its connection, later ones reuse it
-    kept = [_spaced(i, user_id=i % 4, started_at=float(i), connect_s=0.003 if i < 4 else None)
-            for i in range(12)]  # fmt: skip
+    kept = [
+        _spaced(i, user_id=i % 4, started_at=float(i), connect_s=0.003 if i < 4 else None)
+        for i in range(12)
+    ]
     assert detect(kept, "stream") == []
     # one request per user (e.g. --num-prompts = --users): nothing to judge
     once = [_spaced(i, user_id=i, started_at=0.0, connect_s=0.003) for i in range(12)]

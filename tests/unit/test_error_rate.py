@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.durations import parse_fraction
-from loadtests.plan import build_options
-from loadtests.status import PhaseStats, error_rate_breach
+from llmload.loadtests.durations import parse_fraction
+from llmload.loadtests.options import build_options
+from llmload.loadtests.run.status import PhaseTally, error_rate_breach
 
 
-def phase(name: str, requests: int, **errors: int) -> PhaseStats:
-    p = PhaseStats(name, "stream", 10.0)
+def phase(name: str, requests: int, **errors: int) -> PhaseTally:
+    p = PhaseTally(name, "stream", 10.0)
     p.requests, p.errors = requests, dict(errors)
     return p
 

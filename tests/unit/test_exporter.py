@@ -10,11 +10,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.utils import floatToGoString
 
-from exporter import LiveMetrics
-from exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
-from exporter.live import LAG_WINDOW_S
-from loadtests.record import STATUSES, RequestRecord
-from loadtests.sinks import HarnessHealth, RecordSink
+from llmload.exporter import LiveMetrics
+from llmload.exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
+from llmload.exporter.live import LAG_WINDOW_S
+from llmload.loadtests.measure.record import STATUSES, RequestRecord
+from llmload.loadtests.run.sinks import HarnessHealth, RecordSink
 
 EP = "/v1/chat/completions"
 LAB = {"mode": "stream", "scenario": "chat", "endpoint": EP}
@@ -22,10 +22,19 @@ LAB = {"mode": "stream", "scenario": "chat", "endpoint": EP}
 
 def rec(n: int = 0, **kw: object) -> RequestRecord:
     base: dict[str, object] = dict(
-        request_id=f"r{n}", phase="main", scenario="chat", mode="stream", endpoint=EP,
-        started_at=1_700_000_000.0 + n, status="ok", ttft_s=0.2, e2e_s=1.0, tpot_s=0.02,
-        itl_s=[0.01, 0.02, 0.03], output_tokens=4,
-    )  # fmt: skip
+        request_id=f"r{n}",
+        phase="main",
+        scenario="chat",
+        mode="stream",
+        endpoint=EP,
+        started_at=1_700_000_000.0 + n,
+        status="ok",
+        ttft_s=0.2,
+        e2e_s=1.0,
+        tpot_s=0.02,
+        itl_s=[0.01, 0.02, 0.03],
+        output_tokens=4,
+    )
     base.update(kw)
     return RequestRecord(**base)  # type: ignore[arg-type]
 
@@ -241,7 +250,7 @@ def test_scenarios_past_the_cap_are_exported_as_other_with_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     m = LiveMetrics(max_scenarios=3)
-    with caplog.at_level(logging.WARNING, logger="exporter.labels"):
+    with caplog.at_level(logging.WARNING, logger="llmload.exporter.labels"):
         for i in range(8):
             name = f"s{i}"
             m.on_request_start("stream", name, EP)
@@ -249,8 +258,12 @@ def test_scenarios_past_the_cap_are_exported_as_other_with_one_warning(
         m.on_request_start("stream", "s1", EP)  # an admitted name stays itself
         m.on_record(rec(9, scenario="s1"))
     kept = {"s0", "s1", "s2"}
-    names = {s.labels["scenario"] for f in m.registry.collect() for s in f.samples
-             if "scenario" in s.labels}  # fmt: skip
+    names = {
+        s.labels["scenario"]
+        for f in m.registry.collect()
+        for s in f.samples
+        if "scenario" in s.labels
+    }
     assert names == kept | {"other"}
     other = {**LAB, "scenario": "other"}
     assert value(m, "llmload_requests_total", **other, status="ok") == 3  # s3, s5, s7
@@ -272,10 +285,18 @@ def test_endpoints_are_capped_too() -> None:
 def test_run_info_names_the_run_without_credentials() -> None:
     m = LiveMetrics()
     assert value(m, "llmload_run_info", run="r", label="l", model="m", target_host="h") is None
-    m.describe_run(run="20260101T000000Z-ci", label="ci", model="qwen",
-                   target="https://alice:s3cret@llm.example.com:8443/v1?key=abc")  # fmt: skip
-    labels = {"run": "20260101T000000Z-ci", "label": "ci", "model": "qwen",
-              "target_host": "llm.example.com:8443"}  # fmt: skip
+    m.describe_run(
+        run="20260101T000000Z-ci",
+        label="ci",
+        model="qwen",
+        target="https://alice:s3cret@llm.example.com:8443/v1?key=abc",
+    )
+    labels = {
+        "run": "20260101T000000Z-ci",
+        "label": "ci",
+        "model": "qwen",
+        "target_host": "llm.example.com:8443",
+    }
     assert value(m, "llmload_run_info", **labels) == 1
     text = generate_latest(m.registry).decode()
     assert "s3cret" not in text and "alice" not in text and "abc" not in text
@@ -292,12 +313,20 @@ def test_render_writes_what_generate_latest_would() -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+        }
 
     m = LiveMetrics()
-    run(m, rec(0), rec(1, status="timeout"), rec(2, mode="sync", scenario='we"ird\\name\n'),
-        rec(3, ttft_s=12.5, itl_s=[0.0001, 7.0], schedule_delay_s=0.02))  # fmt: skip
+    run(
+        m,
+        rec(0),
+        rec(1, status="timeout"),
+        rec(2, mode="sync", scenario='we"ird\\name\n'),
+        rec(3, ttft_s=12.5, itl_s=[0.0001, 7.0], schedule_delay_s=0.02),
+    )
     m.on_users(3)
     m.describe_run(run="r", label="l", model="m", target="http://h:1")
     fast, slow = m.render().decode(), generate_latest(m.registry).decode()

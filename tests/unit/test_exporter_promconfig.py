@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter import DEFAULT_PORT
-from exporter.__main__ import main as exporter_main
-from exporter.promconfig import ScrapeJob, render, render_compose
+from llmload.exporter import DEFAULT_PORT
+from llmload.exporter.__main__ import main as exporter_main
+from llmload.exporter.promconfig import ScrapeJob, render, render_compose
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_committed_compose_config_is_up_to_date() -> None:
     committed = (ROOT / "compose/prometheus/prometheus.yml").read_text(encoding="utf-8")
     assert committed == render_compose(), (
-        "regenerate: python -m exporter prometheus-config --compose "
+        "regenerate: python -m llmload.exporter prometheus-config --compose "
         "> compose/prometheus/prometheus.yml"
     )
 
@@ -34,14 +34,19 @@ def test_compose_scrapes_target_and_exporter_with_rules() -> None:
 
 def test_render_local_jobs() -> None:
     text = render(
-        [ScrapeJob("llmload", ["127.0.0.1:1234"]), ScrapeJob("pgw", ["127.0.0.1:9", "::1"],
-         honor_labels=True, metrics_path="/m")],
+        [
+            ScrapeJob("llmload", ["127.0.0.1:1234"]),
+            ScrapeJob("pgw", ["127.0.0.1:9", "::1"], honor_labels=True, metrics_path="/m"),
+        ],
         scrape_interval="1s",
         rule_files=["/tmp/r/*.yml"],
-    )  # fmt: skip
+    )
     cfg = yaml.safe_load(text)
-    assert cfg["global"] == {"scrape_interval": "1s", "scrape_timeout": "1s",
-                             "evaluation_interval": "1s"}  # fmt: skip
+    assert cfg["global"] == {
+        "scrape_interval": "1s",
+        "scrape_timeout": "1s",
+        "evaluation_interval": "1s",
+    }
     assert cfg["rule_files"] == ["/tmp/r/*.yml"]
     first, second = cfg["scrape_configs"]
     assert first == {"job_name": "llmload", "static_configs": [{"targets": ["127.0.0.1:1234"]}]}

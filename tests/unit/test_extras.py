@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from target_server import engine as engine_mod
-from target_server import ui
+from llmload.target_server import engine as engine_mod
+from llmload.target_server import ui
 
 
 def _without(monkeypatch: pytest.MonkeyPatch, *absent: str) -> None:

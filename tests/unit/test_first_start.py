@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.plan import build_options
-from loadtests.shapes import first_start_offset, spawn_window
+from llmload.loadtests.options import build_options
+from llmload.loadtests.run.shapes import first_start_offset, spawn_window
 
 
 def test_offsets_are_seeded_inside_one_interval_and_spread() -> None:

@@ -1,24 +1,25 @@
-"""Keeping prompt + max_tokens inside the target's context length (``loadtests.fit``)."""
+"""Keeping prompt + max_tokens inside the target's context length (``loadtests.workload.fit``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadtests.adapters.base import Prompt
-from loadtests.discovery import context_length
-from loadtests.fit import (
+from llmload.loadtests.measure.adapters.base import Prompt
+from llmload.loadtests.transport.discovery import context_length
+from llmload.loadtests.workload.fit import (
     MIN_OUTPUT_TOKENS,
     NOTHING_FITS_AFTER,
     PER_MESSAGE_TOKENS,
     PER_REQUEST_TOKENS,
     ContextFit,
 )
-from loadtests.fit import estimate_tokens as est
+from llmload.loadtests.workload.fit import estimate_tokens as est
 
 
 def _prompt(text: str, max_tokens: int = 256, **kw: object) -> Prompt:
-    return Prompt("s", "p", messages=[{"role": "user", "content": text}], max_tokens=max_tokens,
-                  **kw)  # type: ignore[arg-type]  # fmt: skip
+    return Prompt(
+        "s", "p", messages=[{"role": "user", "content": text}], max_tokens=max_tokens, **kw
+    )  # type: ignore[arg-type]
 
 
 OVERHEAD = PER_MESSAGE_TOKENS + PER_REQUEST_TOKENS
@@ -56,8 +57,13 @@ def test_prompts_that_leave_no_room_are_skipped_and_counted() -> None:
     room_too_small = 2048 - OVERHEAD - (MIN_OUTPUT_TOKENS - 1)
     assert fit.fit(_prompt("长" * room_too_small)) is None
     assert fit.fit(_prompt("hi")) is not None
-    assert fit.describe() == {"context_limit": 2048, "prompt_tokens": "estimate",
-                              "checked": 3, "trimmed": 0, "skipped": 2}  # fmt: skip
+    assert fit.describe() == {
+        "context_limit": 2048,
+        "prompt_tokens": "estimate",
+        "checked": 3,
+        "trimmed": 0,
+        "skipped": 2,
+    }
     line = fit.summary_line()
     assert line is not None and "2 of 3 prompts skipped" in line and "estimate" in line
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from reports import github
-from reports.cli import main
-from reports.gate import FAIL, INCONCLUSIVE, PASS, Check, GateConfig, GateResult
+from llmload.reports import github
+from llmload.reports.cli import main
+from llmload.reports.gate import FAIL, INCONCLUSIVE, PASS, Check, GateConfig, GateResult
 
 
 def gate(run: Path, base: Path, *extra: str) -> int:

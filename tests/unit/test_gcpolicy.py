@@ -1,10 +1,10 @@
-"""target_server.gcpolicy: what a timing process does to the collector once started."""
+"""llmload.target_server.gcpolicy: what a timing process does to the collector once started."""
 
 from __future__ import annotations
 
 import gc
 
-from target_server import gcpolicy
+from llmload.target_server import gcpolicy
 
 
 def test_settle_freezes_the_start_up_heap_and_keeps_young_collections_small():

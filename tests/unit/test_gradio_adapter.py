@@ -6,9 +6,14 @@ import json
 
 import pytest
 
-from loadtests.adapters.base import Prompt, follow_up_of
-from loadtests.adapters.gradio import GradioAdapter, GradioEndpoint, choose_endpoint, text_of
-from loadtests.timing import RecordMeta, StreamTimer
+from llmload.loadtests.measure.adapters.base import Prompt, follow_up_of
+from llmload.loadtests.measure.adapters.gradio import (
+    GradioAdapter,
+    GradioEndpoint,
+    choose_endpoint,
+    text_of,
+)
+from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 
 
 def _meta(mode: str = "stream") -> RecordMeta:
@@ -157,8 +162,11 @@ def test_the_chat_interface_endpoint_is_chosen_among_several() -> None:
 
 def test_a_wrong_or_ambiguous_name_lists_the_endpoints() -> None:
     info = _info(("predict_stream", [("message", False)]), ("other", [("message", False)]))
-    with pytest.raises(ValueError, match=r"no API endpoint /chat; its endpoints: "
-                       r"/predict_stream, /other \(pass one with --api-name\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"no API endpoint /chat; its endpoints: "
+        r"/predict_stream, /other \(pass one with --api-name\)",
+    ):
         choose_endpoint(info, "chat")
     with pytest.raises(ValueError, match="cannot tell which endpoint"):
         choose_endpoint(info, None)
@@ -169,10 +177,14 @@ def test_a_wrong_or_ambiguous_name_lists_the_endpoints() -> None:
 def test_v2_call_form_sends_named_parameters() -> None:
     a = GradioAdapter()
     prompt = Prompt(
-        "s", "p", messages=[{"role": "user", "content": "hi"},
-                            {"role": "assistant", "content": "yo"},
-                            {"role": "user", "content": "more"}],
-    )  # fmt: skip
+        "s",
+        "p",
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo"},
+            {"role": "user", "content": "more"},
+        ],
+    )
     opts = GradioEndpoint("predict_stream", ("message", "history")).options(v2=True)
     call = a.build(prompt, mode="stream", model="m", options=opts)
     assert call.path == "/gradio_api/call/v2/predict_stream"

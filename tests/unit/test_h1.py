@@ -1,4 +1,4 @@
-"""loadtests.h1: the lean client's wire format — chunked framing and SSE split anywhere, heads."""
+"""loadtests.transport.framing: HTTP/1.1 wire format: chunked framing, SSE split anywhere, heads."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtests.h1 import (
+from llmload.loadtests.measure.sse import SSEParser
+from llmload.loadtests.transport.framing import (
     ChunkedDecoder,
     ProtocolError,
     Unsupported,
@@ -18,14 +19,11 @@ from loadtests.h1 import (
     parse_head,
     request_bytes,
 )
-from loadtests.sse import SSEParser
 
 
 def chunked(payloads: list[bytes], ext: bool = False, trailer: bytes = b"") -> bytes:
     """``payloads`` in the chunked coding (empty ones skipped: a 0 chunk ends the body)."""
-    out = b"".join(
-        b"%x%s\r\n%s\r\n" % (len(p), b";x=1" if ext else b"", p) for p in payloads if p
-    )
+    out = b"".join(b"%x%s\r\n%s\r\n" % (len(p), b";x=1" if ext else b"", p) for p in payloads if p)
     return out + b"0\r\n" + trailer + b"\r\n"
 
 
@@ -151,7 +149,10 @@ def test_request_bytes() -> None:
     head, _, rest = wire.partition(b"\r\n\r\n")
     length = b"Content-Length: %d" % len(body)
     assert head.split(b"\r\n") == [
-        b"POST /v1/chat HTTP/1.1", b"Host: h:1", b"Authorization: Bearer x", length
+        b"POST /v1/chat HTTP/1.1",
+        b"Host: h:1",
+        b"Authorization: Bearer x",
+        length,
     ]
     assert rest == body
     assert request_bytes("GET", "/v1/models", block, None).endswith(b"Bearer x\r\n\r\n")

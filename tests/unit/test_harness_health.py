@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from loadtests.healthlog import CPU_LINE_PCT, LAG_LINE_S, HealthLog, phase_health
-from loadtests.sinks import HarnessHealth
-from loadtests.writer import RunWriter
-from reports.build import build_run
-from reports.cli import main
-from reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
-from reports.loader import load_run
-from reports.trust import AMBER, GREEN, NA, RED, assess, starved
+from llmload.loadtests.run.healthlog import CPU_LINE_PCT, LAG_LINE_S, HealthLog, phase_health
+from llmload.loadtests.run.sinks import HarnessHealth
+from llmload.loadtests.run.writer import RunWriter
+from llmload.reports.build import build_run
+from llmload.reports.cli import main
+from llmload.reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
+from llmload.reports.loader import load_run
+from llmload.reports.trust import AMBER, GREEN, NA, RED, assess, starved
 
 QUIET = HarnessHealth(cpu_percent=30.0, loop_lag_s=0.002, inflight=4)
 BUSY = HarnessHealth(cpu_percent=55.0, loop_lag_s=LAG_LINE_S * 3, inflight=4)  # a neighbour
@@ -133,8 +133,9 @@ def test_gate_says_a_lost_worker_is_inconclusive(
 
 
 def test_trust_box_levels_and_reasons(run_factory: Callable[..., Path]) -> None:
-    run = with_health(run_factory("ok"), {"sync": health(local=[QUIET] * 5),
-                                          "stream": health(local=[QUIET] * 5)})  # fmt: skip
+    run = with_health(
+        run_factory("ok"), {"sync": health(local=[QUIET] * 5), "stream": health(local=[QUIET] * 5)}
+    )
     summary = build_run(run)
     assert summary.trust is not None
     items = {i["check"]: i for i in summary.trust["items"]}
@@ -180,7 +181,7 @@ def test_a_starved_client_whose_delay_is_small_against_ttft_is_amber_not_red(
 
 
 def test_every_report_shows_trust_and_harness(run_factory: Callable[..., Path]) -> None:
-    from reports.terminal import render_terminal
+    from llmload.reports.terminal import render_terminal
 
     run = with_health(run_factory("shown"), {"stream": health(local=[QUIET] * 4 + [BUSY])})
     summary = build_run(run)
@@ -198,7 +199,7 @@ def test_every_report_shows_trust_and_harness(run_factory: Callable[..., Path]) 
 def test_the_live_status_line_shows_the_busiest_client_process() -> None:
     import io
 
-    from loadtests.status import StatusLine
+    from llmload.loadtests.run.status import StatusLine
 
     status = StatusLine(io.StringIO())
     status.begin("stream", "stream", 10.0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from loadtests.health import HealthSampler
-from loadtests.sinks import HarnessHealth
+from llmload.loadtests.run.health import HealthSampler
+from llmload.loadtests.run.sinks import HarnessHealth
 
 
 def burn(seconds: float) -> None:

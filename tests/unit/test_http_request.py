@@ -7,9 +7,9 @@ import socket
 import httpx
 import pytest
 
-from loadtests.adapters.base import HttpCall
-from loadtests.connect import Connector
-from loadtests.http import Target
+from llmload.loadtests.measure.adapters.base import HttpCall
+from llmload.loadtests.transport.connect import Connector
+from llmload.loadtests.transport.target import Target
 
 
 @pytest.mark.parametrize(
@@ -20,7 +20,7 @@ def test_the_fast_request_equals_httpx_build_request(url: str) -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "春天"}], "stream": True}
     call = HttpCall("POST", "/v1/chat/completions", body, {"X-Call": "b"}, stream=True)
     timeout = httpx.Timeout(60, connect=10, read=30)
-    with target.client() as client:
+    with target.httpx_client() as client:
         for _ in range(2):  # the second one reuses the cached URL
             fast = target.request(client, call, timeout)
             slow = client.build_request(
@@ -33,7 +33,7 @@ def test_the_fast_request_equals_httpx_build_request(url: str) -> None:
 def test_a_client_holding_cookies_sends_them_back() -> None:
     target = Target("http://127.0.0.1:9", {}, request_timeout=60, stall_timeout=30)
     call = HttpCall("POST", "/v1/chat/completions", {"a": 1}, stream=True)
-    with target.client() as client:
+    with target.httpx_client() as client:
         client.cookies.set("AWSALB", "sticky", domain="127.0.0.1")
         req = target.request(client, call, httpx.Timeout(5))
         assert req.headers.get("cookie") == "AWSALB=sticky"
@@ -85,17 +85,18 @@ def test_the_address_that_answered_is_tried_first(monkeypatch: pytest.MonkeyPatc
 def test_the_cookie_jar_reads_only_responses_that_set_cookies(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from loadtests.http import SetCookieJar
+    from llmload.loadtests.transport.target import SetCookieJar
 
     target = Target("http://127.0.0.1:9", {}, request_timeout=60, stall_timeout=30)
-    with target.client() as client:
+    with target.httpx_client() as client:
         jar = client.cookies
         assert isinstance(jar, SetCookieJar)
     req = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
     calls: list[object] = []
     real = httpx.Cookies.extract_cookies
-    monkeypatch.setattr(httpx.Cookies, "extract_cookies",
-                        lambda self, r: (calls.append(r), real(self, r))[1])  # fmt: skip
+    monkeypatch.setattr(
+        httpx.Cookies, "extract_cookies", lambda self, r: (calls.append(r), real(self, r))[1]
+    )
     jar.extract_cookies(httpx.Response(200, request=req))  # an LLM server: no cookie
     assert calls == [] and not jar
     sticky = {"set-cookie": "AWSALB=s; Path=/"}

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from loadtests.cli import parse
+from llmload.loadtests.run.cli import parse
 
 kv = pytest.importorskip("kubernetes_validate")
 

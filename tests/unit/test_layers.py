@@ -2,18 +2,25 @@
 
 Reads every module of the repository with ``ast`` (nothing is imported), so
 it sees imports inside functions too — the ones that hide a cycle.  The rules
-(``docs/development.md`` draws them):
+(``docs/development.md`` draws them), lowest first:
 
     target_server                 the bundled server: imports no harness code
-    loadtests                     record, timing core, adapters, users, writer
+    loadtests (its own files)     options, durations, slo, percentile, redact
+    loadtests.measure             record, SSE, timing core, protocol adapters
+    loadtests.transport           target, HTTP/1.1 client, stamped reads, httpx, connect
+    loadtests.workload            scenarios, datasets, context fit, token counts
+    loadtests.run                 plan to records: runner, users, shapes, writer, sinks
     exporter  reports  dashboards read records; import loadtests (and the grid
-                                  in target_server), never each other's upward
-    llmload                       the composition point: run, ci, the CLI
+                                  in target_server), never one another
+    llmload                       the composition point: run, ci, capacity, the CLI
     bench                         may import every package; tests may import bench
 
-A package imports only packages of a lower layer (or itself); ``__main__``
-modules are thin entry points and may delegate upward; nothing imports
-``tests``.  Run it alone: ``python -m pytest tests/unit/test_layers.py``.
+Everything installs under one namespace: the folders are ``llmload``'s
+subpackages (``llmload.loadtests.run.runner``), so an import of a bare
+``loadtests``/``reports``/... is an error too.  A unit imports only units of a
+lower layer (or itself); ``__main__`` modules are thin entry points and may
+delegate upward; nothing imports ``tests``.  Run it alone:
+``python -m pytest tests/unit/test_layers.py``.
 """
 
 from __future__ import annotations
@@ -23,16 +30,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: package -> layer; a module may import packages of a strictly lower layer, or its own
+#: the repository's folders that install as ``llmload.<folder>``
+SUBPACKAGES = ("target_server", "loadtests", "exporter", "reports", "dashboards")
+#: unit -> layer; a module may import units of a strictly lower layer, or its own
 LAYER = {
     "target_server": 0,
     "loadtests": 1,
-    "exporter": 2,
-    "reports": 2,
-    "dashboards": 2,
-    "llmload": 3,
-    "bench": 4,
-    "tests": 5,
+    "loadtests.measure": 2,
+    "loadtests.transport": 3,
+    "loadtests.workload": 3,
+    "loadtests.run": 4,
+    "exporter": 5,
+    "reports": 5,
+    "dashboards": 5,
+    "llmload": 6,
+    "bench": 7,
+    "tests": 8,
 }
 #: same-layer imports that are allowed (siblings that read one another's definitions)
 SIDEWAYS: set[tuple[str, str]] = set()
@@ -40,15 +53,44 @@ SIDEWAYS: set[tuple[str, str]] = set()
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts[0] in SUBPACKAGES:
+        parts = ("llmload", *parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def unit(mod: str) -> str:
+    """The layer unit of a module: its room of loadtests, its subpackage, or its top package."""
+    parts = mod.split(".")
+    if parts[0] == "llmload" and len(parts) > 1 and parts[1] in SUBPACKAGES:
+        parts = parts[1:]
+        if parts[0] == "loadtests" and len(parts) >= 2 and f"loadtests.{parts[1]}" in LAYER:
+            return f"loadtests.{parts[1]}"
+    return parts[0]
 
 
 def modules() -> dict[str, ast.Module]:
     found = {}
-    for package in LAYER:
+    for package in ("llmload", "bench", "tests", *SUBPACKAGES):
         for path in sorted((ROOT / package).rglob("*.py")):
+            if path.relative_to(ROOT).parts[:2] in {("llmload", p) for p in SUBPACKAGES}:
+                continue  # the links to the folders: the same files, read once
             found[module_name(path)] = ast.parse(path.read_text(encoding="utf-8"), str(path))
     return found
+
+
+def bare_imports(mods: dict[str, ast.Module]) -> list[str]:
+    """Imports of a folder by its bare name (``import reports``): not installed, never ours."""
+    bad = []
+    for mod, tree in mods.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            bad += [f"{mod}:{node.lineno} {n}" for n in names if n.split(".")[0] in SUBPACKAGES]
+    return bad
 
 
 def imported(tree: ast.Module, known: set[str]) -> Iterator[tuple[str, int]]:
@@ -76,14 +118,14 @@ def graph(mods: dict[str, ast.Module]) -> tuple[dict[str, set[str]], list[str]]:
     edges: dict[str, set[str]] = {m: set() for m in mods}
     upward = []
     for mod, tree in mods.items():
-        src = mod.split(".")[0]
+        src = unit(mod)
         entry = mod.endswith("__main__")
         for target, line in imported(tree, known):
             if target == mod or mod.startswith(target + "."):  # a package's own __init__
                 continue
             if not entry:
                 edges[mod].add(target)
-            dst = target.split(".")[0]
+            dst = unit(target)
             if src == dst or entry or (src, dst) in SIDEWAYS:
                 continue
             if dst == "tests" or LAYER[dst] >= LAYER[src]:
@@ -95,7 +137,7 @@ def guarded(mods: dict[str, ast.Module]) -> list[str]:
     """Imports of our own packages inside a ``try`` that catches ``ImportError``."""
     bad = []
     for mod, tree in mods.items():
-        if mod.split(".")[0] in ("bench", "tests"):
+        if unit(mod) in ("bench", "tests"):
             continue
         for node in ast.walk(tree):
             if not isinstance(node, ast.Try):
@@ -176,18 +218,36 @@ def test_the_checker_sees_a_cycle_an_upward_import_and_a_guard() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     fake = {
-        "reports": ast.parse(""),
-        "reports.summary": ast.parse("def f():\n    from loadtests.runner import run\n"),
-        "loadtests": ast.parse(""),
-        "loadtests.runner": ast.parse(
-            "try:\n    from reports.summary import build_summary\nexcept ImportError:\n    pass\n"
+        "llmload.reports": ast.parse(""),
+        "llmload.reports.summary": ast.parse(
+            "def f():\n    from llmload.loadtests.run.runner import run\n"
         ),
-        "loadtests.__main__": ast.parse("from reports import summary\n"),  # entry point: allowed
+        "llmload.loadtests": ast.parse(""),
+        "llmload.loadtests.run.runner": ast.parse(
+            "try:\n    from llmload.reports.summary import build_summary\n"
+            "except ImportError:\n    pass\n"
+        ),
+        "llmload.loadtests.measure.timing": ast.parse(
+            "from llmload.loadtests.run.sinks import RecordSink\n"
+        ),
+        "llmload.loadtests.run.sinks": ast.parse(""),
+        # an entry point may delegate upward
+        "llmload.loadtests.__main__": ast.parse("from llmload.reports import summary\n"),
+        "bench.x": ast.parse("import reports\nfrom loadtests.record import RequestRecord\n"),
     }
     edges, upward = graph(fake)
-    assert cycles(edges) == [["loadtests.runner", "reports.summary"]]
-    assert upward == ["loadtests.runner:2 imports reports.summary (loadtests -> reports)"]
-    assert guarded(fake) == ["loadtests.runner:2 guards reports.summary"]
+    assert cycles(edges) == [["llmload.loadtests.run.runner", "llmload.reports.summary"]]
+    assert sorted(upward) == [
+        "llmload.loadtests.measure.timing:1 imports llmload.loadtests.run.sinks "
+        "(loadtests.measure -> loadtests.run)",
+        "llmload.loadtests.run.runner:2 imports llmload.reports.summary (loadtests.run -> reports)",
+    ]
+    assert guarded(fake) == ["llmload.loadtests.run.runner:2 guards llmload.reports.summary"]
+    assert bare_imports(fake) == ["bench.x:1 reports", "bench.x:2 loadtests.record"]
+
+
+def test_every_import_names_the_llmload_namespace() -> None:
+    assert bare_imports(MODULES) == []
 
 
 def at_import(tree: ast.Module) -> ast.Module:

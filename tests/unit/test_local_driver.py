@@ -1,4 +1,4 @@
-"""loadtests.runner.LocalDriver's end of a phase: drain, then stop the users.
+"""llmload.loadtests.run.runner.LocalDriver's end of a phase: drain, then stop the users.
 
 Importing the runner imports locust, which monkey-patches the whole process for
 gevent: the checks run in a child process, not in the test session.
@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import gevent
 
-from loadtests.runner import LocalDriver
+from llmload.loadtests.run.runner import LocalDriver
 
 
 class FakeRunner:

@@ -11,18 +11,19 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import LiveMetrics
-from loadtests.record import RequestRecord
-from target_server.buckets import FINE_RANGE_S, LATENCY_BUCKETS, log_bounds, max_ratio
-from target_server.metrics import ServerMetrics
+from llmload.exporter import LiveMetrics
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.target_server.buckets import FINE_RANGE_S, LATENCY_BUCKETS, log_bounds, max_ratio
+from llmload.target_server.metrics import ServerMetrics
 
 EP = "/v1/chat/completions"
 
 
 def histogram_quantile(q: float, values: list[float], bounds: tuple[float, ...]) -> float:
     """Prometheus's classic ``histogram_quantile`` over the cumulative counts of ``values``."""
-    counts = np.cumsum(np.bincount([bisect.bisect_left(bounds, v) for v in values],
-                                   minlength=len(bounds) + 1))  # fmt: skip
+    counts = np.cumsum(
+        np.bincount([bisect.bisect_left(bounds, v) for v in values], minlength=len(bounds) + 1)
+    )
     rank = q * counts[-1]
     i = int(np.searchsorted(counts, rank))  # the first bucket whose cumulative count >= rank
     lo, hi = (bounds[i - 1] if i else 0.0), bounds[i]
@@ -44,11 +45,22 @@ def test_the_grid_is_increasing_short_and_spans_a_tenth_of_a_ms_to_ten_minutes()
 def test_client_and_server_histograms_share_the_grid() -> None:
     client = LiveMetrics()
     client.on_request_start("stream", "chat", EP)
-    client.on_record(RequestRecord(
-        request_id="1", phase="main", scenario="chat", mode="stream", endpoint=EP,
-        started_at=0.0, status="ok", ttft_s=0.1, e2e_s=0.2, tpot_s=0.01, itl_s=[0.01],
-        output_tokens=2,
-    ))  # fmt: skip
+    client.on_record(
+        RequestRecord(
+            request_id="1",
+            phase="main",
+            scenario="chat",
+            mode="stream",
+            endpoint=EP,
+            started_at=0.0,
+            status="ok",
+            ttft_s=0.1,
+            e2e_s=0.2,
+            tpot_s=0.01,
+            itl_s=[0.01],
+            output_tokens=2,
+        )
+    )
     server = ServerMetrics(dict)
     for h in server.labels(EP, True):
         h.observe(0.1)
@@ -57,13 +69,16 @@ def test_client_and_server_histograms_share_the_grid() -> None:
         return {
             f.name.split("_", 1)[1]: [s.labels["le"] for s in f.samples if "le" in s.labels]
             for f in registry.collect()
-            if f.type == "histogram" and not f.name.endswith(("_schedule_delay_seconds",
-                                                              "_tokens_per_second"))
-        }  # fmt: skip
+            if f.type == "histogram"
+            and not f.name.endswith(("_schedule_delay_seconds", "_tokens_per_second"))
+        }
 
     ours, theirs = bounds(client.registry), bounds(server.registry)
-    shared = {"time_to_first_token_seconds", "inter_token_latency_seconds",
-              "e2e_request_latency_seconds"}  # fmt: skip
+    shared = {
+        "time_to_first_token_seconds",
+        "inter_token_latency_seconds",
+        "e2e_request_latency_seconds",
+    }
     assert shared <= ours.keys() & theirs.keys()
     grid = ours["time_to_first_token_seconds"]
     assert len(grid) == len(LATENCY_BUCKETS) + 1  # and +Inf
@@ -74,8 +89,11 @@ def test_client_and_server_histograms_share_the_grid() -> None:
 
 
 def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 @settings(max_examples=120, deadline=None)

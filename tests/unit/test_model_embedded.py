@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from target_server.model import embedded
+from llmload.target_server.model import embedded
 
 
 def test_loads_like_any_checkpoint(embedded_model: Path, embedded_tokenizer: Any) -> None:

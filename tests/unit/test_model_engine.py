@@ -8,14 +8,14 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from target_server.engine import ENGINES, GenerationRequest
-from target_server.model import genconfig
-from target_server.model.sampling import penalty_processors
-from target_server.settings import Settings
+from llmload.target_server.engine import ENGINES, GenerationRequest
+from llmload.target_server.model import genconfig
+from llmload.target_server.model.sampling import penalty_processors
+from llmload.target_server.settings import Settings
 
 
 def test_factory_picks_the_engine_by_batching() -> None:
-    import target_server.model  # noqa: F401  (registers "transformers")
+    import llmload.target_server.model  # noqa: F401  (registers "transformers")
 
     none = ENGINES["transformers"](Settings(engine="transformers", batching="none"))
     cont = ENGINES["transformers"](Settings(engine="transformers", batching="continuous"))
@@ -34,7 +34,7 @@ def test_factory_picks_the_engine_by_batching() -> None:
 
 def test_gpu_memory_gauges(monkeypatch: pytest.MonkeyPatch) -> None:
     # no GPU here: torch.cuda's two counters are mocked, the engine's code path is real
-    from target_server.model.threaded import ThreadedEngine
+    from llmload.target_server.model.threaded import ThreadedEngine
 
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 16 * 2**30)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 17 * 2**30)
@@ -46,7 +46,7 @@ def test_gpu_memory_gauges(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_busy_meter_reports_the_busy_share_of_its_window() -> None:
-    from target_server.model.base import BusyMeter
+    from llmload.target_server.model.base import BusyMeter
 
     meter = BusyMeter(window_s=10.0, mark_every_s=0.5)
     t0 = meter._marks[0][0]
@@ -74,7 +74,7 @@ def test_min_tokens_masks_eos_until_reached() -> None:
 
 
 def test_prefill_groups_keep_padding_bounded() -> None:
-    from target_server.model.batched import prefill_groups
+    from llmload.target_server.model.batched import prefill_groups
 
     rows = [SimpleNamespace(plan=SimpleNamespace(ids=[0] * n)) for n in (3000, 20, 25, 30, 2900)]
     groups = [[len(r.plan.ids) for r in g] for g in prefill_groups(rows)]
@@ -90,7 +90,7 @@ def test_prefill_groups_keep_padding_bounded() -> None:
 def test_chunked_prefill_gives_the_same_tokens_and_can_be_cancelled(embedded_model: object) -> None:
     import asyncio
 
-    from target_server.model.batched import BatchedEngine
+    from llmload.target_server.model.batched import BatchedEngine
 
     engine = BatchedEngine(Settings(engine="transformers", batching="continuous"))
     prompts = ["short", "a longer prompt about time to first token " * 6, "mid " * 20]
@@ -135,7 +135,7 @@ def test_cancelled_twice_still_counts_the_request_out(
 ) -> None:
     import asyncio
 
-    from target_server.model import build
+    from llmload.target_server.model import build
 
     engine = build(Settings(engine="transformers", batching=batching))
 

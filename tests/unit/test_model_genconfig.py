@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from transformers import GenerationConfig
 
-from target_server.engine import EngineInputError, GenerationRequest
-from target_server.model import genconfig
+from llmload.target_server.engine import EngineInputError, GenerationRequest
+from llmload.target_server.model import genconfig
 
 BASE = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, eos_token_id=[2, 0])
 
@@ -60,7 +60,7 @@ def test_file_is_checked(tmp_path: Path) -> None:
 
 
 def test_bad_request_value_is_an_input_error() -> None:
-    from target_server.model.sampling import Sampler, penalty_processors
+    from llmload.target_server.model.sampling import Sampler, penalty_processors
 
     gc, pen, _ = genconfig.resolve(BASE, {}, _req(extra={"repetition_penalty": -1.0}))
     with pytest.raises(EngineInputError):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from target_server.model.kvbatch import SlotBatch, swap_remove_order
+from llmload.target_server.model.kvbatch import SlotBatch, swap_remove_order
 
 STEPS = 12
 
@@ -100,9 +100,14 @@ def test_cache_grows_past_its_first_allocation_and_matches_a_full_forward() -> N
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
-        vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-    )  # fmt: skip
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).eval()
     g = torch.Generator().manual_seed(9)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from target_server.model.textstream import TextStream
+from llmload.target_server.model.textstream import TextStream
 
 TEXTS = [
     "Hello, world! The first token arrives early.",

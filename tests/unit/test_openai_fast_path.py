@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadtests.adapters import _openai, openai_chat, openai_completions
-from loadtests.adapters.openai_chat import OpenAIChat
-from loadtests.adapters.openai_completions import OpenAICompletions
+from llmload.loadtests.measure.adapters import _openai, openai_chat, openai_completions
+from llmload.loadtests.measure.adapters.openai_chat import OpenAIChat
+from llmload.loadtests.measure.adapters.openai_completions import OpenAICompletions
 
 ADAPTERS = (OpenAIChat(), OpenAICompletions())
 

@@ -1,4 +1,4 @@
-"""target_server.pacer: many deadlines on one timer per tick, exact ones never early."""
+"""llmload.target_server.pacer: many deadlines on one timer per tick, exact ones never early."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from time import perf_counter
 
 import pytest
 
-from target_server.pacer import Pacer
+from llmload.target_server.pacer import Pacer
 
 
 def test_exact_waits_are_never_early_and_share_timers() -> None:
@@ -105,6 +105,7 @@ def test_callbacks_run_in_their_tick_exact_never_early_and_a_failing_one_spares_
             raise RuntimeError("a broken stream")
 
         pacer.call_at(base, boom, exact=True)
+
         def stamp(d: float) -> Callable[[], None]:
             return lambda: early.append(d - perf_counter())
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.plan import (
+from llmload.loadtests.options import (
     RunOptions,
     build_options,
     load_plan,
@@ -82,18 +82,18 @@ def test_config_never_holds_secrets() -> None:
 
 
 def test_target_keeps_the_prefix_and_query_and_accepts_a_v1_base() -> None:
-    from loadtests.http import Target
+    from llmload.loadtests.transport.target import Target
 
     for url in ("https://h.example/qwen", "https://h.example/qwen/v1/", "h.example/qwen"):
         target = Target(url + "?api-version=2", {})
-        with target.client() as client:
+        with target.httpx_client() as client:
             req = client.build_request("POST", "/v1/chat/completions")
         assert req.url.path == "/qwen/v1/chat/completions"
         assert req.url.params["api-version"] == "2"
 
 
 def test_api_key_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from loadtests.http import Target
+    from llmload.loadtests.transport.target import Target
 
     monkeypatch.setenv("MY_KEY", "s3cret")
     opts = RunOptions(target="http://h", api_key_env="MY_KEY", header=["X-A: 1"]).validate()
@@ -107,7 +107,7 @@ def test_api_key_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch
 
 
 def test_command_line_flags_reach_the_options() -> None:
-    from loadtests.cli import parser
+    from llmload.loadtests.run.cli import parser
 
     ns = parser().parse_args(
         ["run", "--target", "http://h", "--modes", "stream", "--header", "A: b"]
@@ -124,7 +124,7 @@ def test_command_line_flags_reach_the_options() -> None:
 def test_every_option_is_in_a_group_and_validate_returns_a_new_frozen_value() -> None:
     import dataclasses
 
-    from loadtests.plan import GROUPS
+    from llmload.loadtests.options import GROUPS
 
     grouped = [f.name for g in GROUPS.values() for f in dataclasses.fields(g)]
     names = [f.name for f in dataclasses.fields(RunOptions)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from loadtests.record import RequestRecord
+from llmload.loadtests.measure.record import RequestRecord
 
 
 def _full() -> RequestRecord:
@@ -15,8 +15,13 @@ def _full() -> RequestRecord:
         for f in dataclasses.fields(base)
         if getattr(base, f.name) is None
     }
-    values.update(itl_s=[0.01, 0.02], tokens_per_event=[1, 2], finish_reason="length",
-                  stream_end="done", error="x")  # fmt: skip
+    values.update(
+        itl_s=[0.01, 0.02],
+        tokens_per_event=[1, 2],
+        finish_reason="length",
+        stream_end="done",
+        error="x",
+    )
     return dataclasses.replace(base, **values)
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.annotations import GrafanaAnnotations
-from loadtests.plan import RunOptions
-from loadtests.redact import (
+from llmload.dashboards.annotations import GrafanaAnnotations
+from llmload.loadtests.options import RunOptions
+from llmload.loadtests.redact import (
     REDACTED,
     redact_argv,
     redact_header,
@@ -24,10 +24,10 @@ from loadtests.redact import (
     redact_url,
     redact_value,
 )
-from reports.html import render_html
-from reports.loader import load_run
-from reports.markdown import render_markdown
-from reports.summary import build_summary
+from llmload.reports.html import render_html
+from llmload.reports.loader import load_run
+from llmload.reports.markdown import render_markdown
+from llmload.reports.summary import build_summary
 from tests.fixtures.reports import make_records, write_run
 
 USER = "usr-canary-1b2c"
@@ -47,7 +47,10 @@ def leaks(text: str) -> list[str]:
     ("url", "expected"),
     [
         ("http://h:1/p?token=abc&x=1", f"http://h:1/p?token={REDACTED}&x=1"),
-        ("https://u:p@h/v1?key=1&max_tokens=5", f"https://{REDACTED}@h/v1?key={REDACTED}&max_tokens=5"),
+        (
+            "https://u:p@h/v1?key=1&max_tokens=5",
+            f"https://{REDACTED}@h/v1?key={REDACTED}&max_tokens=5",
+        ),
         ("https://tok@h/", f"https://{REDACTED}@h/"),  # a user name alone can be the token
         ("http://h/?api-version=2", "http://h/?api-version=2"),
         ("", ""),
@@ -91,7 +94,7 @@ def test_canaries_through_every_output(tmp_path: Path) -> None:
         pushgateway=GRAFANA,
     ).validate()
     argv = ["llmload", "run", "--target", TARGET, "--header", f"X-Api-Key: {HEADER}"]
-    # what loadtests.runner.run_info puts in run.json (importing the runner means locust)
+    # what loadtests.run.runner.run_info puts in run.json (importing the runner means locust)
     info = {"target": redact_url(opts.target), "command": redact_argv(argv)}
     info["config"] = opts.config()
     assert not leaks(json.dumps(info)), "run.json"

@@ -111,14 +111,24 @@ def test_soak_section_reports_growth_and_lost_records() -> None:
     def srv(rss: float, tasks: float) -> dict[str, float]:
         return {"rss_mib": rss, "threads": 4, "fds": 30, "tasks": tasks, "running": 2}
 
-    samples = [Sample(t, srv(100 + t / 60, 20), {"rss_mib": 70, "threads": 3, "fds": 20})
-               for t in (30.0, 60.0, 90.0, 120.0)]  # fmt: skip
+    samples = [
+        Sample(t, srv(100 + t / 60, 20), {"rss_mib": 70, "threads": 3, "fds": 20})
+        for t in (30.0, 60.0, 90.0, 120.0)
+    ]
     res = {
-        "engine": "--engine transformers --batching continuous", "users": 20, "pacing": "3s",
-        "duration_s": 120.0, "before": srv(90, 3), "after": {**srv(102, 3), "running": 0},
-        "loaded": samples, "records": 50, "classes": Counter({"ok": 49, "timeout": 1}),
-        "counted": Counter({"ok": 49, "cancelled": 1}), "rc": 0, "command": "python -m bench.soak",
-    }  # fmt: skip
+        "engine": "--engine transformers --batching continuous",
+        "users": 20,
+        "pacing": "3s",
+        "duration_s": 120.0,
+        "before": srv(90, 3),
+        "after": {**srv(102, 3), "running": 0},
+        "loaded": samples,
+        "records": 50,
+        "classes": Counter({"ok": 49, "timeout": 1}),
+        "counted": Counter({"ok": 49, "cancelled": 1}),
+        "rc": 0,
+        "command": "python -m bench.soak",
+    }
     text = render_soak(res, "m")
     assert text.startswith("**2 min at 20 users**")
     row = "| server | RSS MiB | 90.0 | 100.5 | 102.0 | +1.5 | 100.8 → 101.8 | +1.00 / min | 102.0 |"

@@ -11,10 +11,16 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from reports.baseline import MAX_VALUES, BaselineError, compact, make_baseline, read_baseline
-from reports.cli import main
-from reports.gate import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate, relative_check
-from reports.loader import load_run
+from llmload.reports.baseline import (
+    MAX_VALUES,
+    BaselineError,
+    compact,
+    make_baseline,
+    read_baseline,
+)
+from llmload.reports.cli import main
+from llmload.reports.gate import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate, relative_check
+from llmload.reports.loader import load_run
 from tests.fixtures.reports import make_records, write_run
 
 

@@ -9,13 +9,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from reports.charts import log_ticks
-from reports.cli import main
-from reports.compare import render_compare_html, render_compare_markdown
-from reports.fmt import fmt_ms
-from reports.html import render_html
-from reports.loader import load_run
-from reports.summary import build_summary
+from llmload.reports.charts import log_ticks
+from llmload.reports.cli import main
+from llmload.reports.compare import render_compare_html, render_compare_markdown
+from llmload.reports.fmt import fmt_ms
+from llmload.reports.html import render_html
+from llmload.reports.loader import load_run
+from llmload.reports.summary import build_summary
 from tests.fixtures.reports import make_records, write_run
 
 T = 1_700_000_000.0
@@ -58,7 +58,7 @@ def test_html_structure_and_metadata(run_factory: Callable[..., Path]) -> None:
     assert "<details><summary>config</summary><pre>" in html  # long JSON folded away
     assert len(re.findall(r'<figure class="chart"', html)) == 7
     assert "2023-11-14 22:13:20 UTC" in html  # started_at shown as UTC, not a float
-    assert "python -m loadtests run --api-key REDACTED" in html
+    assert "python -m llmload.loadtests run --api-key REDACTED" in html
     assert "secret" not in html and "sk-123" not in html
 
 
@@ -89,7 +89,10 @@ def test_wrongly_typed_lines_are_corrupt(tmp_path: Path) -> None:
 
 
 def test_import_reports_is_cheap() -> None:
-    code = "import sys, reports; print([m for m in ('numpy', 'reports.html') if m in sys.modules])"
+    code = (
+        "import sys, llmload.reports; "
+        "print([m for m in ('numpy', 'llmload.reports.html') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -137,14 +140,20 @@ def test_log_ticks() -> None:
 
 
 def test_data_quality_says_once_what_the_context_limit_cost(tmp_path: Path) -> None:
-    from reports.markdown import render_markdown
+    from llmload.reports.markdown import render_markdown
 
-    fit = {"context_limit": 2048, "prompt_tokens": "estimate", "checked": 140, "trimmed": 3,
-           "skipped": 20}  # fmt: skip
+    fit = {
+        "context_limit": 2048,
+        "prompt_tokens": "estimate",
+        "checked": 140,
+        "trimmed": 3,
+        "skipped": 20,
+    }
     recs = make_records("stream", "stream", 6, t_start=1_700_000_000.0)
     path = write_run(tmp_path / "run", recs, meta={"context_fit": fit})
     md = render_markdown(build_summary(load_run(path)))
     assert md.count("target context length 2048 tokens: 20 of 140 prompts skipped") == 1
-    quiet = write_run(tmp_path / "quiet", recs, meta={"context_fit": {**fit, "trimmed": 0,
-                                                                       "skipped": 0}})  # fmt: skip
+    quiet = write_run(
+        tmp_path / "quiet", recs, meta={"context_fit": {**fit, "trimmed": 0, "skipped": 0}}
+    )
     assert "context length" not in render_markdown(build_summary(load_run(quiet)))

@@ -1,11 +1,11 @@
-"""reports.saturation: a queue building up through a phase reads as 'target saturated'."""
+"""llmload.reports.saturation: a queue building up through a phase reads as 'target saturated'."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from reports.diagnostics import detect
-from reports.saturation import target_saturated
+from llmload.reports.diagnostics import detect
+from llmload.reports.saturation import target_saturated
 from tests.fixtures.reports import make_records
 
 T = 1_700_000_000.0

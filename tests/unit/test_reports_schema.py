@@ -7,22 +7,43 @@ from pathlib import Path
 
 import pytest
 
-from reports.loader import load_run
-from reports.schema import ComparisonRow, MetricStats, PhaseStats, Summary
-from reports.summary import build_summary, comparison, phase_stats
+from llmload.reports.loader import load_run
+from llmload.reports.schema import ComparisonRow, MetricStats, PhaseStats, Summary
+from llmload.reports.summary import build_summary, comparison, phase_stats
 from tests.fixtures.reports import SCENARIOS, make_records, write_run
 
 #: summary.json's phase keys, in order, for a run with every optional block
 PHASE_KEYS = [
-    "mode", "count", "ok", "errors", "error_rate", "duration_s",
-    "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "itl_per_token_ms", "ttst_ms", "headers_ms",
-    "output_tokens", "decode_tokens_per_s",
-    "output_tokens_total", "output_tokens_per_s", "requests_per_s", "goodput_per_s",
-    "slo_met", "slo_met_rate",
-    "schedule_delay_ms", "ttft_from_intended_ms", "e2e_from_intended_ms", "ttft_by_turn_ms",
+    "mode",
+    "count",
+    "ok",
+    "errors",
+    "error_rate",
+    "duration_s",
+    "ttft_ms",
+    "itl_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "itl_per_token_ms",
+    "ttst_ms",
+    "headers_ms",
+    "output_tokens",
+    "decode_tokens_per_s",
+    "output_tokens_total",
+    "output_tokens_per_s",
+    "requests_per_s",
+    "goodput_per_s",
+    "slo_met",
+    "slo_met_rate",
+    "schedule_delay_ms",
+    "ttft_from_intended_ms",
+    "e2e_from_intended_ms",
+    "ttft_by_turn_ms",
     "token_count_mismatch",
-    "client_minus_server_ttft_ms", "server_ttft_ms", "server_queue_ms",
-]  # fmt: skip
+    "client_minus_server_ttft_ms",
+    "server_ttft_ms",
+    "server_queue_ms",
+]
 
 
 def test_metric_stats_are_the_type_7_percentiles() -> None:
@@ -61,9 +82,12 @@ def test_comparison_row_improvement() -> None:
     assert row["e2e_ms_p50_improvement_pct"] == 0.0
     assert row["e2e_ms_p95_improvement_pct"] is None and row["e2e_ms_mean_improvement_pct"] is None
     assert list(row)[:5] == [
-        "sync_count", "stream_count", "sync_ttft_ms_p50", "stream_ttft_ms_p50",
+        "sync_count",
+        "stream_count",
+        "sync_ttft_ms_p50",
+        "stream_ttft_ms_p50",
         "ttft_ms_p50_improvement_pct",
-    ]  # fmt: skip
+    ]
 
 
 def test_summary_comparison_is_the_typed_one(tmp_path: Path) -> None:
@@ -96,8 +120,8 @@ def test_summary_json_reads_back_to_the_same_bytes(tmp_path: Path) -> None:
 
 
 def test_an_older_summary_without_newer_distributions_still_renders(tmp_path: Path) -> None:
-    from reports.markdown import render_markdown
-    from reports.terminal import render_terminal
+    from llmload.reports.markdown import render_markdown
+    from llmload.reports.terminal import render_terminal
 
     recs = make_records("stream", "stream", 20, t_start=1.7e9)
     doc = build_summary(load_run(write_run(tmp_path / "r", recs))).to_json()

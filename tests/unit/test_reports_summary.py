@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.record import RequestRecord
-from reports import diagnostics
-from reports.cli import main
-from reports.diagnostics import Diagnostic
-from reports.html import render_html
-from reports.loader import RunError, load_run
-from reports.markdown import render_markdown
-from reports.schema import Summary
-from reports.summary import build_summary
-from reports.terminal import render_terminal
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports import diagnostics
+from llmload.reports.cli import main
+from llmload.reports.diagnostics import Diagnostic
+from llmload.reports.html import render_html
+from llmload.reports.loader import RunError, load_run
+from llmload.reports.markdown import render_markdown
+from llmload.reports.schema import Summary
+from llmload.reports.summary import build_summary
+from llmload.reports.terminal import render_terminal
 from tests.fixtures.reports import make_records, write_run
 
 T = 1_700_000_000.0
@@ -249,8 +249,13 @@ def test_ttst_sits_next_to_ttft(tmp_path: Path) -> None:
     term = render_terminal(s).splitlines()
     head = next(ln for ln in term if "TTFT p50" in ln).split()
     assert head[head.index("TTFT") : head.index("TTFT") + 6] == [
-        "TTFT", "p50", "p95", "TTST", "p50", "p95"
-    ]  # fmt: skip
+        "TTFT",
+        "p50",
+        "p95",
+        "TTST",
+        "p50",
+        "p95",
+    ]
     stream = next(ln for ln in term if ln.split()[:2] == ["stream", "stream"]).split()
     sync = next(ln for ln in term if ln.split()[:2] == ["sync", "sync"]).split()
     assert stream[4:8] == ["200", "200", "220", "220"] and sync[4:8] == ["500", "500", "–", "–"]
@@ -298,9 +303,15 @@ def test_without_a_tokenizer_usage_above_the_event_count_is_not_called_a_mismatc
 
 def test_the_bundled_servers_speed_check_is_shown_beside_the_data_quality(tmp_path: Path) -> None:
     recs = make_records("stream", "stream", 30, t_start=T, jitter=0.0)
-    meta = {"bundled_server": {"engine": "transformers", "speed_tokens_per_s": 2000.0,
-                               "probe_streams": 20, "planned_tokens_per_s": 2400.0,
-                               "planned_share": 1.2}}  # fmt: skip
+    meta = {
+        "bundled_server": {
+            "engine": "transformers",
+            "speed_tokens_per_s": 2000.0,
+            "probe_streams": 20,
+            "planned_tokens_per_s": 2400.0,
+            "planned_share": 1.2,
+        }
+    }
     md = render_markdown(build_summary(load_run(write_run(tmp_path / "sp", recs, meta=meta))))
     assert "bundled server (transformers): 2,000 output tokens/s measured before the run" in md
     assert "(120% of it: more than it can serve, so latencies include its queue)" in md

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.scenarios import (
+from llmload.loadtests.workload import (
     BUILTIN,
     DatasetError,
     builtin_items,
@@ -17,7 +17,7 @@ from loadtests.scenarios import (
     load_workload,
     parse_mix,
 )
-from loadtests.scenarios.items import followups_for, guess_lang
+from llmload.loadtests.workload.items import followups_for, guess_lang
 
 
 def _is_zh(text: str) -> bool:

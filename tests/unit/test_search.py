@@ -1,4 +1,4 @@
-"""The capacity search's decisions (loadtests.search), driven by model targets."""
+"""The capacity search's decisions (loadtests.run.capacity), driven by model targets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from loadtests.search import (
+from llmload.loadtests.run.capacity import (
     FAIL,
     PASS,
     UNRELIABLE,
@@ -194,7 +194,6 @@ def test_a_load_that_rounds_onto_the_starved_ceiling_is_not_tried_again() -> Non
     assert isinstance(d, Next) and 6.33 < d.load < 12.7
 
 
-
 def test_a_saturated_failure_gives_no_interpolated_claim() -> None:
     cfg = SearchConfig(start=1.0, minimum=0.1)
     a = answer(cfg, [Step(9.5, PASS, 0.5), Step(12.7, FAIL, 0.8, True)], "harness")
@@ -218,4 +217,3 @@ def test_a_step_too_close_to_call_is_run_again_and_the_rerun_decides() -> None:
     steps.append(Step(8.0, FAIL, 0.99, uncertain=True))
     d = decide(cfg, steps)
     assert isinstance(d, Next) and 4.0 < d.load < 8.0
-

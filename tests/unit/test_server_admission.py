@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from target_server.admission import Admission, Rejected
+from llmload.target_server.admission import Admission, Rejected
 
 
 def test_unlimited_never_waits():

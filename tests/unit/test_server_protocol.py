@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from target_server.errors import ApiError
-from target_server.schemas import CHAT, COMPLETIONS, decode_json, parse_request
+from llmload.target_server.errors import ApiError
+from llmload.target_server.schemas import CHAT, COMPLETIONS, decode_json, parse_request
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
@@ -19,16 +19,32 @@ json_values = st.recursive(
     max_leaves=8,
 )
 fields = st.sampled_from(
-    ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature",
-     "top_p", "stop", "seed", "n", "ignore_eos", "min_tokens", "stream", "stream_options"]
-)  # fmt: skip
+    [
+        "model",
+        "messages",
+        "prompt",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "n",
+        "ignore_eos",
+        "min_tokens",
+        "stream",
+        "stream_options",
+    ]
+)
 messages = st.lists(
     st.fixed_dictionaries(
-        {"role": st.sampled_from(["user", "system", "assistant", "robot"]),
-         "content": st.one_of(st.text(max_size=5), st.none(), json_values)}
+        {
+            "role": st.sampled_from(["user", "system", "assistant", "robot"]),
+            "content": st.one_of(st.text(max_size=5), st.none(), json_values),
+        }
     ),
     max_size=3,
-)  # fmt: skip
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -107,23 +123,50 @@ def test_seed_and_engine_fields_are_typed_before_they_reach_an_engine():
     body = {"prompt": "x", "top_k": 5, "repetition_penalty": 1.1, "seed": 2**63 - 1}
     parsed = parse_request(COMPLETIONS, body, "id", "served", 64)
     assert parsed.generation.extra == {"top_k": 5, "repetition_penalty": 1.1}
-    for field, value in (("seed", 2**63), ("seed", -(2**63) - 1), ("top_k", "many"),
-                         ("min_p", [0.1]), ("no_repeat_ngram_size", 1.5)):  # fmt: skip
+    for field, value in (
+        ("seed", 2**63),
+        ("seed", -(2**63) - 1),
+        ("top_k", "many"),
+        ("min_p", [0.1]),
+        ("no_repeat_ngram_size", 1.5),
+    ):
         with pytest.raises(ApiError) as exc:
             parse_request(COMPLETIONS, {"prompt": "x", field: value}, "id", "served", 64)
         assert exc.value.status == 400 and exc.value.param == field, (field, value)
 
 
 def test_defaults_and_max_completion_tokens_precedence():
-    p = parse_request(CHAT, {"messages": [{"role": "user", "content": [{"type": "text",
-                      "text": "a"}, {"type": "text", "text": "b"}]}]}, "i", "m", 4096)  # fmt: skip
+    p = parse_request(
+        CHAT,
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                }
+            ]
+        },
+        "i",
+        "m",
+        4096,
+    )
     assert p.generation.max_tokens == 256 and p.generation.messages == [
         {"role": "user", "content": "ab"}
     ]
-    p = parse_request(CHAT, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
-                             "max_completion_tokens": 5}, "i", "m", 4096)  # fmt: skip
+    p = parse_request(
+        CHAT,
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 9,
+            "max_completion_tokens": 5,
+        },
+        "i",
+        "m",
+        4096,
+    )
     assert p.generation.max_tokens == 5
-    p = parse_request(COMPLETIONS, {"prompt": ["only"], "stop": "x", "top_k": 5, "user": "u"},
-                      "i", "m", 4096)  # fmt: skip
+    p = parse_request(
+        COMPLETIONS, {"prompt": ["only"], "stop": "x", "top_k": 5, "user": "u"}, "i", "m", 4096
+    )
     assert p.generation.prompt == "only" and p.generation.stop == ("x",)
     assert p.generation.extra == {"top_k": 5}

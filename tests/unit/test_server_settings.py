@@ -6,7 +6,7 @@ from dataclasses import fields
 
 import pytest
 
-from target_server.settings import Settings, build_parser, parse_settings
+from llmload.target_server.settings import Settings, build_parser, parse_settings
 
 
 def test_defaults_env_and_flags():
@@ -27,9 +27,15 @@ def test_every_field_is_a_flag_and_key_never_shown():
 
 @pytest.mark.parametrize(
     "argv",
-    [["--engine", "nope"], ["--device", "tpu"], ["--fail-rate", "1.5"], ["--max-queue", "-1"],
-     ["--port", "eighty"], ["--ui", "tk"]],
-)  # fmt: skip
+    [
+        ["--engine", "nope"],
+        ["--device", "tpu"],
+        ["--fail-rate", "1.5"],
+        ["--max-queue", "-1"],
+        ["--port", "eighty"],
+        ["--ui", "tk"],
+    ],
+)
 def test_invalid_values_exit_2(argv):
     with pytest.raises(SystemExit) as exc:
         parse_settings(argv, env={})

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from target_server.chunks import ChunkEncoder, error_event
-from target_server.schemas import CHAT, COMPLETIONS
+from llmload.target_server.chunks import ChunkEncoder, error_event
+from llmload.target_server.schemas import CHAT, COMPLETIONS
 
 
 @pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS])
@@ -29,8 +29,12 @@ def test_finish_usage_and_body():
     enc = ChunkEncoder(CHAT, "x", "m", True)
     t = {"queue_s": 0.0, "ttft_s": 0.1, "e2e_s": 0.2}
     fin = json.loads(enc.finish("length", None)[6:])
-    assert fin["choices"][0] == {"index": 0, "logprobs": None, "finish_reason": "length",
-                                 "delta": {}}  # fmt: skip
+    assert fin["choices"][0] == {
+        "index": 0,
+        "logprobs": None,
+        "finish_reason": "length",
+        "delta": {},
+    }
     use = json.loads(enc.usage(3, 4, t)[6:])
     assert use["choices"] == [] and use["usage"]["total_tokens"] == 7 and use["x_llmload"] == t
     body = json.loads(enc.body("hi", "stop", 1, 2, t))

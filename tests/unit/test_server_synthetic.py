@@ -7,8 +7,8 @@ from time import perf_counter
 
 import pytest
 
-from target_server.engine import EngineFault, GenerationRequest, build_engine
-from target_server.settings import Settings
+from llmload.target_server.engine import EngineFault, GenerationRequest, build_engine
+from llmload.target_server.settings import Settings
 
 
 def engine(**kw):
@@ -145,8 +145,9 @@ def test_aclose_stops_generation_and_running_count():
 
 def test_prompt_token_count():
     eng = engine()
-    chat = GenerationRequest(request_id="c", messages=[{"role": "user", "content": "x" * 9}],
-                             prompt=None, max_tokens=1)  # fmt: skip
+    chat = GenerationRequest(
+        request_id="c", messages=[{"role": "user", "content": "x" * 9}], prompt=None, max_tokens=1
+    )
     assert eng.prepare(chat).prompt_tokens == 4 + 3
     assert eng.prepare(req()).prompt_tokens == 2
 

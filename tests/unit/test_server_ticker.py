@@ -11,11 +11,11 @@ import asyncio
 from collections.abc import Iterator
 from time import perf_counter
 
-from target_server.chunks import ChunkEncoder
-from target_server.engine import TokenPiece
-from target_server.generation import _Tally, _Ticker
-from target_server.pacer import Pacer
-from target_server.state import RequestContext
+from llmload.target_server.chunks import ChunkEncoder
+from llmload.target_server.engine import TokenPiece
+from llmload.target_server.generation import _Tally, _Ticker
+from llmload.target_server.pacer import Pacer
+from llmload.target_server.state import RequestContext
 
 
 class Writer:
@@ -74,8 +74,12 @@ def test_each_piece_written_in_its_tick_the_first_never_early() -> None:
 
 
 def test_refused_and_fault_pieces_come_back_to_the_task_and_the_stream_goes_on() -> None:
-    pieces = [TokenPiece(" a"), TokenPiece(" b", fault="malformed"), TokenPiece(" c"),
-              TokenPiece(" d", finish_reason="stop")]  # fmt: skip
+    pieces = [
+        TokenPiece(" a"),
+        TokenPiece(" b", fault="malformed"),
+        TokenPiece(" c"),
+        TokenPiece(" d", finish_reason="stop"),
+    ]
 
     async def main():
         t, writer, tally, _ctx, _, _enc = ticker(pieces, gap=0.003)

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from loadtests.shapes import ArrivalSchedule, Constant, Spike, Steps, make_shape
+from llmload.loadtests.run.shapes import ArrivalSchedule, Constant, Spike, Steps, make_shape
 
 
 def test_constant_until_the_phase_ends() -> None:

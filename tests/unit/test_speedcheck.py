@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmload import speedcheck
-from loadtests.plan import RunOptions
+from llmload.loadtests.options import RunOptions
 
 
 def test_the_mix_plan_asks_users_over_pacing_times_the_mean_max_tokens() -> None:

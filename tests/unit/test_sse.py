@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadtests.sse import SSEParser
+from llmload.loadtests.measure.sse import SSEParser
 
 
 def parse(*chunks: bytes, close: bool = True) -> list[tuple[str | None, str]]:
@@ -105,9 +105,7 @@ def test_empty_chunks_are_harmless():
 _field_text = st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",))
 _lines = st.lists(
     st.one_of(
-        st.text(alphabet=_field_text, max_size=12).map(
-            lambda s: f"data: {s}"
-        ),
+        st.text(alphabet=_field_text, max_size=12).map(lambda s: f"data: {s}"),
         st.sampled_from([": keepalive", "event: e", "", "id: 3"]),
     ),
     max_size=20,

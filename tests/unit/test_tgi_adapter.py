@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from loadtests.adapters.base import Prompt
-from loadtests.adapters.tgi import TgiAdapter
-from loadtests.timing import RecordMeta, StreamTimer
+from llmload.loadtests.measure.adapters.base import Prompt
+from llmload.loadtests.measure.adapters.tgi import TgiAdapter
+from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 
 
 def _token(i: int, text: str, special: bool = False, final: str | None = None) -> bytes:

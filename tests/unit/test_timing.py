@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from loadtests.adapters.openai_chat import OpenAIChat
-from loadtests.adapters.openai_completions import OpenAICompletions
-from loadtests.timing import StreamTimer
+from llmload.loadtests.measure.adapters.openai_chat import OpenAIChat
+from llmload.loadtests.measure.adapters.openai_completions import OpenAICompletions
+from llmload.loadtests.measure.timing import StreamTimer
 from tests.unit.timing_helpers import DONE, delta, ev, finish, meta, run_stream, usage
 
 
@@ -375,7 +375,7 @@ def test_completions_adapter_through_the_timer():
 
 
 def test_record_survives_the_jsonl_round_trip():
-    from loadtests.record import RequestRecord
+    from llmload.loadtests.measure.record import RequestRecord
 
     chunks = [*tokens("春", "天"), (usage(2, x_llmload={"ttft_s": 0.1}), 0.3), (DONE, 0.31)]
     r = run_stream(chunks, 0.31)

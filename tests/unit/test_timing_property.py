@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtests.adapters.openai_chat import OpenAIChat
-from loadtests.timing import StreamTimer
+from llmload.loadtests.measure.adapters.openai_chat import OpenAIChat
+from llmload.loadtests.measure.timing import StreamTimer
 from tests.unit.timing_helpers import DONE, delta, ev, finish, meta, usage
 
 _text = st.text(alphabet=st.sampled_from(list('ab 春天的\n\r:"\\{}')), min_size=0, max_size=6)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from loadtests import tokencount
-from loadtests.adapters import get_adapter
-from loadtests.timing import RecordMeta, StreamTimer
+from llmload.loadtests.measure.adapters import get_adapter
+from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
+from llmload.loadtests.workload import tokencount
 from tests.fixtures.tokenizer import train_tokenizer
 
 

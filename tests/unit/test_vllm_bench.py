@@ -9,21 +9,37 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtests.record import RequestRecord
-from reports import build_run
-from reports.loader import load_run
-from reports.vllm_bench import PERCENTILES, vllm_result, vllm_tpot_s
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports import build_run
+from llmload.reports.loader import load_run
+from llmload.reports.vllm_bench import PERCENTILES, vllm_result, vllm_tpot_s
 
 T = 1_700_000_000.0
 #: the keys ``vllm bench serve --save-result`` writes (vllm/benchmarks/serve.py) without
 #: ``--save-detailed``, for the default ``--percentile-metrics ttft,tpot,itl`` and p99
 VLLM_KEYS = {
-    "date", "backend", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate",
-    "burstiness", "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
-    "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
-    "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests",
+    "date",
+    "backend",
+    "label",
+    "model_id",
+    "tokenizer_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+    "max_concurrent_requests",
     *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl") for s in ("mean", "median", "std", "p99")),
-}  # fmt: skip
+}
 
 
 def rec(i: int, ttft: float, e2e: float, n: int, itl: list[float], **kw) -> RequestRecord:
@@ -56,8 +72,11 @@ def records() -> list[RequestRecord]:
 
 def test_field_names_are_vllms() -> None:
     result = vllm_result(records(), 10.0, good=5, info={"label": "x", "model_id": "m"})
-    missing = VLLM_KEYS - set(result) - {"tokenizer_id", "num_prompts", "request_rate",
-                                         "burstiness", "max_concurrency"}  # fmt: skip
+    missing = (
+        VLLM_KEYS
+        - set(result)
+        - {"tokenizer_id", "num_prompts", "request_rate", "burstiness", "max_concurrency"}
+    )
     assert not missing
     assert {f"p{p}_e2el_ms" for p in PERCENTILES} <= set(result)
     json.dumps(result, allow_nan=False)  # plain JSON: no NaN or Infinity

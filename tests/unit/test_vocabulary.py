@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.cli import parser
-from loadtests.phases import shard_share
-from loadtests.plan import build_options, load_plan
-from loadtests.session import plan_phases
-from loadtests.shapes import ArrivalSchedule
-from loadtests.slo import parse_slo
+from llmload.loadtests.options import build_options, load_plan
+from llmload.loadtests.run.cli import parser
+from llmload.loadtests.run.phaseloop import plan_phases
+from llmload.loadtests.run.phases import shard_share
+from llmload.loadtests.run.shapes import ArrivalSchedule
+from llmload.loadtests.slo import parse_slo
 
 
 def _cli(*argv: str) -> dict:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.run.sinks import HarnessHealth, WebTab
+from llmload.reports.summary import phase_stats
 from llmload.webui import LiveTab
-from loadtests.record import RequestRecord
-from loadtests.sinks import HarnessHealth, WebTab
-from reports.summary import phase_stats
 
 T = 1_700_000_000.0
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.hub import RecordHub
-from loadtests.record import RequestRecord
-from loadtests.sinks import NullSink
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.run.hub import RecordHub
+from llmload.loadtests.run.sinks import NullSink
 
 
 def rec(request_id: str, phase: str = "stream", status: str = "ok") -> RequestRecord:
@@ -26,7 +26,7 @@ def rec(request_id: str, phase: str = "stream", status: str = "ok") -> RequestRe
 
 
 def test_writer_writes_lines_as_they_come_and_run_json(tmp_path: Path) -> None:
-    from loadtests.writer import RunWriter
+    from llmload.loadtests.run.writer import RunWriter
 
     writer = RunWriter(tmp_path / "r", {"run_id": "r", "config": {"seed": 1}})
     early = json.loads((tmp_path / "r" / "run.json").read_text())
@@ -54,7 +54,7 @@ def test_writer_writes_lines_as_they_come_and_run_json(tmp_path: Path) -> None:
 
 
 def test_writer_keeps_an_interrupted_status(tmp_path: Path) -> None:
-    from loadtests.writer import RunWriter
+    from llmload.loadtests.run.writer import RunWriter
 
     writer = RunWriter(tmp_path, {"run_id": "x"})
     writer.set_status("interrupted")
@@ -96,8 +96,8 @@ def test_a_failing_sink_does_not_cost_the_others_their_records() -> None:
 def test_status_line_counts_the_current_phase() -> None:
     import io
 
-    from loadtests.percentile import percentile_of as percentile
-    from loadtests.status import StatusLine
+    from llmload.loadtests.percentile import percentile_of as percentile
+    from llmload.loadtests.run.status import StatusLine
 
     assert percentile([], 50) is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
@@ -124,8 +124,8 @@ def test_status_line_counts_the_current_phase() -> None:
 
 
 def test_reservoir_stays_bounded_and_representative() -> None:
-    from loadtests.percentile import percentile_of as percentile
-    from loadtests.status import Reservoir
+    from llmload.loadtests.percentile import percentile_of as percentile
+    from llmload.loadtests.run.status import Reservoir
 
     sample = Reservoir(size=500, seed=1)
     for i in range(100_000):
@@ -136,7 +136,7 @@ def test_reservoir_stays_bounded_and_representative() -> None:
 
 
 def test_a_reused_directory_starts_over(tmp_path: Path) -> None:
-    from loadtests.writer import RunWriter
+    from llmload.loadtests.run.writer import RunWriter
 
     for ids in (["a", "b"], ["c"]):
         writer = RunWriter(tmp_path, {"run_id": "x"})
@@ -155,15 +155,30 @@ def test_a_record_line_holds_what_json_would_write() -> None:
     # to_json goes through orjson (docs/scale.md: 25 -> 1.5 us a record): the same values,
     # the same text but for how a small float is spelled (0.00001 where json writes 1e-05)
     full = RequestRecord(
-        request_id="r1", phase="stream", scenario="mix", mode="stream",
-        endpoint="/v1/chat/completions", started_at=1796123103.2019587, status="ok",
-        ttft_s=0.10767335700074909, e2e_s=2.05, itl_s=[0.048, 1e-05, 0.0501],
-        tokens_per_event=[1, 2], output_tokens=40, error=None,
-    )  # fmt: skip
+        request_id="r1",
+        phase="stream",
+        scenario="mix",
+        mode="stream",
+        endpoint="/v1/chat/completions",
+        started_at=1796123103.2019587,
+        status="ok",
+        ttft_s=0.10767335700074909,
+        e2e_s=2.05,
+        itl_s=[0.048, 1e-05, 0.0501],
+        tokens_per_event=[1, 2],
+        output_tokens=40,
+        error=None,
+    )
     failed = RequestRecord(
-        request_id="r2", phase="stream", scenario="mix", mode="stream", endpoint="/x",
-        started_at=1.0, status="http_error", error='503: "busy" — 服务器繁忙\n\ttab',
-    )  # fmt: skip
+        request_id="r2",
+        phase="stream",
+        scenario="mix",
+        mode="stream",
+        endpoint="/x",
+        started_at=1.0,
+        status="http_error",
+        error='503: "busy" — 服务器繁忙\n\ttab',
+    )
     for record in (full, failed):
         assert json.loads(record.to_json()) == json.loads(_stdlib_line(record))
         assert RequestRecord.from_dict(json.loads(record.to_json())) == record
@@ -172,7 +187,13 @@ def test_a_record_line_holds_what_json_would_write() -> None:
 
 def test_a_record_orjson_refuses_still_gets_its_line() -> None:
     odd = RequestRecord(
-        request_id="r3", phase="stream", scenario="mix", mode="stream", endpoint="/x",
-        started_at=1.0, status="protocol", error="lone surrogate \ud800 from a bad decoder",
-    )  # fmt: skip
+        request_id="r3",
+        phase="stream",
+        scenario="mix",
+        mode="stream",
+        endpoint="/x",
+        started_at=1.0,
+        status="protocol",
+        error="lone surrogate \ud800 from a bad decoder",
+    )
     assert odd.to_json() == _stdlib_line(odd)

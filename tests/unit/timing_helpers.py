@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from loadtests.adapters.openai_chat import OpenAIChat
-from loadtests.record import Mode
-from loadtests.timing import RecordMeta, StreamTimer
+from llmload.loadtests.measure.adapters.openai_chat import OpenAIChat
+from llmload.loadtests.measure.record import Mode
+from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 
 DONE = b"data: [DONE]\n\n"
 

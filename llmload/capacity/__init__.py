@@ -1,0 +1,1 @@
+"""``llmload capacity``: the command (``command``) and the search's phase plan (``plan``)."""

@@ -1,0 +1,1 @@
+"""The measurement: SSE parsing, the timing core, the record, the protocol adapters."""

@@ -1,0 +1,139 @@
+"""The protocol-adapter contract.
+
+An adapter knows one wire protocol (OpenAI chat completions, OpenAI
+completions, Gradio, TGI, ...): how to turn a ``Prompt`` into an HTTP call, and
+what each server-sent event or sync body *means*.  It does no I/O and keeps no
+clock: the locust user sends the call, and the SSE timing core
+(``loadtests.measure.timing``) feeds the adapter one event at a time and timestamps the
+ones that carry content.  Adding a protocol is one small module that registers
+itself with ``@register("name")``; nothing runs at import time but that.
+
+Rules an adapter must keep, so every protocol is measured the same way
+(DESIGN.md, "Metric definitions"):
+
+* ``EventInfo.content`` is the *new* text this event adds (a cumulative
+  protocol such as Gradio must diff).  Role-only deltas, empty deltas and
+  usage-only chunks carry ``content == ""`` and so never count as the first
+  token.  Reasoning text counts as content (``reasoning=True``).
+* ``EventInfo.usage_output_tokens`` / ``usage_prompt_tokens`` are the server's
+  own counts when the event carries them.
+* ``EventInfo.server`` carries the target's own timings when it reports them
+  (``ttft_s``, ``queue_s``, ``e2e_s`` — the bundled server's ``x_llmload``).
+* ``EventInfo.error`` is a server-side error event's message; ``done`` marks the
+  protocol's end-of-stream (``data: [DONE]``, Gradio's ``complete``).
+
+Per-stream state: an adapter instance serves one request at a time (the runner
+makes one per simulated user — factories are cheap — and a user's requests are
+sequential), and ``build`` starts a new request.  So a cumulative protocol may
+keep the text seen so far on the instance and reset it in ``build``.
+
+Two-step protocols (optional, backwards compatible): Gradio's HTTP API first
+answers ``POST /gradio_api/call/<api_name>`` with ``{"event_id": ...}`` and only
+then streams the result from ``GET /gradio_api/call/<api_name>/<event_id>``.
+An adapter for such a protocol also defines
+``follow_up(first_response_body: bytes) -> HttpCall`` (see ``TwoStepAdapter``).
+The runner sends ``build``'s call, reads that whole (small) response, and when
+its status is 2xx and the adapter has ``follow_up`` it sends the returned call;
+the *second* response is the one the timing core reads (``parse_event`` /
+``parse_body``).  ``t0`` stays the moment the first call was handed to the
+client — the user waits for both — and ``headers_s`` is the second response's.
+A non-2xx first response is recorded like any HTTP error; ``follow_up`` raises
+``ValueError`` for a body it cannot read (recorded as ``protocol``).  Use
+``follow_up_of(adapter)`` to get the hook or ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from llmload.loadtests.measure.record import Mode
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request's input, as a scenario chose it."""
+
+    scenario: str
+    prompt_id: str
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    max_tokens: int = 256
+    turn: int = 0
+    #: at least this many output tokens (sent where the protocol has a field for it)
+    min_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpCall:
+    """What to send: path is relative to the target's base URL (prefix included by the client)."""
+
+    method: str
+    path: str
+    json: dict[str, Any] | None
+    headers: dict[str, str] = field(default_factory=dict)
+    stream: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EventInfo:
+    """The meaning of one SSE event (or of a whole sync body)."""
+
+    content: str = ""
+    reasoning: bool = False
+    usage_output_tokens: int | None = None
+    usage_prompt_tokens: int | None = None
+    server: dict[str, float] | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    done: bool = False
+
+
+class Adapter(Protocol):
+    #: registry name, e.g. "openai-chat"
+    name: str
+    #: low-cardinality endpoint label for metrics, e.g. "/v1/chat/completions"
+    endpoint: str
+
+    def build(self, prompt: Prompt, *, mode: Mode, model: str, options: dict[str, Any]) -> HttpCall:
+        """The HTTP call for this prompt.  ``options``: temperature, seed, ignore_eos, ..."""
+        ...
+
+    def parse_event(self, event: str | None, data: str) -> EventInfo:
+        """Interpret one SSE event (``event:`` name or None, joined ``data:`` lines).
+
+        Raise ``ValueError`` for data this protocol cannot parse: the timing
+        core records the request as ``protocol``.
+        """
+        ...
+
+    def parse_body(self, body: bytes) -> EventInfo:
+        """Interpret a complete non-streaming response body (same rules)."""
+        ...
+
+
+ADAPTERS: dict[str, Callable[[], Adapter]] = {}
+
+
+def register(name: str) -> Callable[[Callable[[], Adapter]], Callable[[], Adapter]]:
+    """Decorator: register an adapter factory under ``name``."""
+
+    def deco(factory: Callable[[], Adapter]) -> Callable[[], Adapter]:
+        ADAPTERS[name] = factory
+        return factory
+
+    return deco
+
+
+@runtime_checkable
+class TwoStepAdapter(Protocol):
+    """The optional hook of a two-step protocol (module docstring, "Two-step protocols")."""
+
+    def follow_up(self, first_response_body: bytes) -> HttpCall: ...
+
+
+def follow_up_of(adapter: object) -> Callable[[bytes], HttpCall] | None:
+    """The adapter's ``follow_up`` hook, or None for a one-step protocol."""
+    hook = getattr(adapter, "follow_up", None)
+    return hook if callable(hook) else None

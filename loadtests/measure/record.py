@@ -1,0 +1,137 @@
+"""The one record type that flows from the SSE timing core to every consumer.
+
+A ``RequestRecord`` is born in the timing core (``loadtests.measure.timing``), one per
+issued request, whatever happened to it.  The locust layer, the run writer, the
+exporter and the reports consume it; nothing downstream re-parses SSE.
+
+Field meanings follow DESIGN.md's metric definitions.  Durations are seconds on
+a monotonic clock measured from ``t0`` (the moment the request was handed to the
+HTTP client); ``started_at`` is the only wall-clock value.  A duration that never
+happened (no first token on a failed request) is ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+import orjson
+
+_orjson_dumps = orjson.dumps
+
+Mode = Literal["stream", "sync"]
+TokenSource = Literal["usage", "tokenizer", "events"]
+#: how a stream ended: "done" = the protocol's end marker (``data: [DONE]``, Gradio's
+#: ``complete``); "eof" = the body ended cleanly without one (``transformers serve``)
+StreamEnd = Literal["done", "eof"]
+
+#: ``status`` is "ok" or one of these error classes.
+ERROR_CLASSES = (
+    "http_4xx",
+    "http_5xx",
+    "timeout",
+    "stall",
+    "disconnect",
+    "protocol",
+    "connect",
+    # distributed runs: started on a worker that died before reporting how it ended
+    "lost",
+)
+STATUSES = ("ok", *ERROR_CLASSES)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """Everything measured about one request.  Immutable once built."""
+
+    request_id: str
+    phase: str
+    scenario: str
+    mode: Mode
+    endpoint: str
+    started_at: float
+    status: str
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    headers_s: float | None = None
+    tpot_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    output_tokens: int | None = None
+    token_source: TokenSource = "events"
+    prompt_tokens: int | None = None
+    error: str | None = None
+    # time to the second content event (issue: time to second token)
+    ttst_s: float | None = None
+    # tokens carried by each content event, aligned with content events
+    tokens_per_event: list[int] = field(default_factory=list)
+    # output token counts from each source that was available
+    usage_output_tokens: int | None = None
+    client_output_tokens: int | None = None
+    # the target's own timings (bundled server: ``x_llmload``)
+    server_ttft_s: float | None = None
+    server_queue_s: float | None = None
+    server_e2e_s: float | None = None
+    # open-loop shapes: actual send time minus intended send time
+    schedule_delay_s: float | None = None
+    # HTTP status code when one was received
+    http_status: int | None = None
+    # multi-turn conversations: 0-based turn index
+    turn: int = 0
+    # which load-generator process issued it ("local", or a locust worker id)
+    worker: str = "local"
+    user_id: int | None = None
+    warmup: bool = False
+    finish_reason: str | None = None
+    # streams: "done" (end marker seen) or "eof" (clean end of body, no marker); None for a
+    # sync request or a stream cut by a transport error.  A stream that delivered its
+    # finish_reason and then ended cleanly is ``ok`` either way.
+    stream_end: StreamEnd | None = None
+    # set-up of the connection this request opened (TCP, plus TLS for https), inside its
+    # TTFT; None when it reused a kept-alive connection
+    connect_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field by name (lists copied), as ``dataclasses.asdict`` gives it.
+
+        Written out directly: ``asdict`` recurses and deep-copies each value, and a
+        distributed master serialises every record of every worker — it was two
+        thirds of the master's cost per record (py-spy, ``docs/scale.md``).
+        """
+        return {
+            name: (list(value) if type(value) is list else value)
+            for name in _FIELD_NAMES
+            for value in (getattr(self, name),)
+        }
+
+    def to_json(self) -> str:
+        """One compact JSON line (``requests.jsonl``), by orjson: ~1.5 µs a record against
+        ~25 µs for ``json`` (7 % of ``llmload run``'s CPU at 1,000 users, docs/scale.md);
+        the same values as ``json`` wrote (a small float spelled ``0.00001``, not ``1e-05``; a
+        NaN as ``null``).  What orjson refuses (a lone surrogate in an error message) goes
+        through ``json`` as before."""
+        data = self.to_dict()
+        try:
+            return _orjson_dumps(data).decode()
+        except TypeError:  # orjson.JSONEncodeError
+            return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        """Build from a decoded JSON object; unknown keys are ignored."""
+        if data.keys() <= _FIELD_SET:  # the usual case, checked in C: no copy to filter
+            return cls(**data)
+        return cls(**{k: v for k, v in data.items() if k in _FIELD_SET})
+
+    @classmethod
+    def from_json(cls, line: str) -> RequestRecord:
+        return cls.from_dict(json.loads(line))
+
+
+#: the record's field names, in declaration order (``to_dict``/``from_dict``)
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+_FIELD_SET = frozenset(_FIELD_NAMES)

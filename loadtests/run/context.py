@@ -1,0 +1,226 @@
+"""What a load-generating process needs before its users start: a reachable target and a context.
+
+``LoadContext`` is the per-process state the users read (``loadtests.run.users``);
+``connect_target`` and ``build_context`` are shared by the local runner and
+by every distributed worker (``loadtests.run.distributed``); ``UsageError`` is the
+one way either reports a bad option or an unreachable target (exit code 2).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmload.loadtests.measure.adapters.base import Prompt
+from llmload.loadtests.options import ConnectionOptions, LoadOptions, RunOptions, WorkloadOptions
+from llmload.loadtests.run.phases import Phase, shard_share
+from llmload.loadtests.run.shapes import ArrivalSchedule
+from llmload.loadtests.run.sinks import RecordSink
+from llmload.loadtests.transport.discovery import discover
+from llmload.loadtests.transport.target import Target, TargetUnreachable, clock
+from llmload.loadtests.workload import load_workload, tokencount
+from llmload.loadtests.workload.fit import ContextFit
+
+#: warm-up users draw prompts from a separate range, so measured phases do not repeat them
+WARMUP_USER_OFFSET = 1_000_000
+#: prompts drawn per request at most, looking for one that fits the target's context
+MAX_DRAWS = 20
+
+
+@dataclass
+class LoadContext:
+    """Per-process state shared by the users: what to send, where, and to whom it goes.
+
+    Of the run's options it holds the three parts the users read: ``connection``
+    (protocol, Gradio API name), ``load`` (users, rate, arrivals, pacing, first
+    start, seed) and ``sampling`` (the workload options: temperature, ignore_eos).
+    """
+
+    connection: ConnectionOptions
+    load: LoadOptions
+    sampling: WorkloadOptions
+    target: Target
+    workload: Any
+    sink: RecordSink
+    model: str
+    worker: str = "local"
+    shard: int = 0
+    shards: int = 1
+    tokenizer: Callable[[str], int] | None = None
+    phase: Phase | None = None
+    phase_t0: float = 0.0
+    schedule: ArrivalSchedule | None = None
+    inflight: int = 0
+    issued: dict[str, int] = field(default_factory=dict)
+    #: closed loop with a request budget: requests this process may still start in the phase
+    budget: int | None = None
+    #: False once the phase is stopping: no new request starts (locust's kill is asynchronous)
+    accepting: bool = False
+    #: a distributed worker's forwarder: told of each request (id, labels, start time) before
+    #: its bytes leave, so the master can account for it should this process die
+    announce: Callable[[dict[str, Any]], None] | None = None
+    #: the target's context length, when it tells one: prompts trimmed or skipped to fit
+    fit: ContextFit | None = None
+    #: adapter options read from the target itself (``loadtests.transport.discovery``)
+    adapter_options: dict[str, Any] = field(default_factory=dict)
+    _next_user: int = 0
+
+    def watch(self, environment: Any) -> None:
+        """Stop accepting new requests as soon as locust starts stopping the users."""
+        bind(environment, self)
+        environment.events.test_stopping.add_listener(lambda **_kw: self.stop_accepting())
+
+    def stop_accepting(self) -> None:
+        """The phase is ending: users finish what they have in flight and send nothing new."""
+        self.accepting = False
+
+    def request_options(self) -> dict[str, Any]:
+        """Options for ``Adapter.build`` (temperature, ignore_eos, seed)."""
+        opts: dict[str, Any] = {}
+        if self.sampling.temperature is not None:
+            opts["temperature"] = self.sampling.temperature
+        if self.sampling.ignore_eos:
+            opts["ignore_eos"] = True
+        if self.connection.api_name:
+            opts["api_name"] = self.connection.api_name
+        opts.update(self.adapter_options)
+        return opts
+
+    def draw(self, source: Any) -> Prompt | None:
+        """The next prompt of ``source`` that fits the target's context (None: none of a few)."""
+        for _ in range(MAX_DRAWS):
+            prompt: Prompt = source.next()
+            if self.fit is None:
+                return prompt
+            fitted = self.fit.fit(prompt)
+            if fitted is not None:
+                return fitted
+        return None
+
+    def begin_phase(self, phase: Phase) -> None:
+        """Start a phase in this process: user numbering restarts, so prompts repeat exactly."""
+        self.phase = phase
+        self.phase_t0 = clock()
+        self.accepting = True
+        self._next_user = 0
+        self.issued.setdefault(phase.name, 0)
+        self.budget = shard_share(phase.requests, self.shard, self.shards)
+        _, rate = phase.load(self.load.users, self.load.rate)
+        if rate is not None:
+            self.schedule = ArrivalSchedule(
+                rate,
+                self.load.arrival,
+                self.load.seed,
+                phase.duration,
+                self.shard,
+                self.shards,
+                limit=phase.requests,
+            )
+        else:
+            self.schedule = None
+
+    def take(self) -> bool:
+        """Closed loop: may a user start another request in this phase (budget left)?"""
+        if self.budget is None:
+            return True
+        if self.budget <= 0:
+            return False
+        self.budget -= 1
+        return True
+
+    def give_back(self) -> None:
+        """Closed loop: a ``take`` that sent nothing (its prompt did not fit)."""
+        if self.budget is not None:
+            self.budget += 1
+
+    def next_user_index(self) -> int:
+        """A run-wide user number: shard ``k`` of ``n`` numbers its users ``k, k+n, ...``."""
+        index = self._next_user * self.shards + self.shard
+        self._next_user += 1
+        if self.phase is not None and self.phase.warmup:
+            index += WARMUP_USER_OFFSET
+        return index
+
+
+_CONTEXTS: dict[int, LoadContext] = {}
+
+
+def bind(environment: Any, context: LoadContext) -> None:
+    """Make ``context`` the one the users of ``environment`` read."""
+    _CONTEXTS[id(environment)] = context
+
+
+def context_of(environment: Any) -> LoadContext:
+    """The context bound to a locust environment."""
+    return _CONTEXTS[id(environment)]
+
+
+class UsageError(Exception):
+    """A problem with the options or the target: one line to the user, exit code 2."""
+
+
+def connect_target(opts: RunOptions) -> Target:
+    """The target, its reachability checked (and this process's client warmed up)."""
+    if not opts.target:
+        raise UsageError("--target URL is required (`loadtest` starts the bundled server)")
+    try:
+        target = Target.from_options(opts.connection)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        target.probe(timeout=5.0)
+    except TargetUnreachable as exc:
+        raise UsageError(str(exc)) from None
+    return target
+
+
+def build_context(
+    opts: RunOptions,
+    target: Target,
+    model: str,
+    sink: RecordSink,
+    worker: str = "local",
+    shard: int = 0,
+    shards: int = 1,
+) -> LoadContext:
+    """What this process's users need: workload, tokenizer, target, sink."""
+    tokenizer = None
+    w = opts.workload
+    try:
+        workload = load_workload(
+            scenario=w.scenario,
+            dataset=w.dataset,
+            max_tokens=w.max_tokens,
+            seed=w.seed,
+            turns=w.turns,
+            tokenizer=w.tokenizer,
+            input_len=w.input_len,
+            output_len=w.output_len,
+            range_ratio=w.range_ratio,
+        )
+        if w.tokenizer:
+            tokenizer = tokencount.load(w.tokenizer)
+        facts = discover(target, opts.protocol, model, opts.api_name)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    if worker == "local":
+        for note in facts.notes:
+            print(note, file=sys.stderr, flush=True)
+    limit = facts.context_limit
+    return LoadContext(
+        connection=opts.connection,
+        load=opts.load,
+        sampling=w,
+        target=target,
+        workload=workload,
+        sink=sink,
+        model=model,
+        worker=worker,
+        shard=shard,
+        shards=shards,
+        tokenizer=tokenizer,
+        fit=None if limit is None else ContextFit(limit, tokenizer),
+        adapter_options=facts.adapter_options,
+    )

@@ -1,0 +1,37 @@
+"""A run's phases as every load-generator process sees them (no locust here: unit tests and
+the planners import it without patching the process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmload.loadtests.measure.record import Mode
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a run, as every load-generator process sees it."""
+
+    name: str
+    mode: Mode
+    duration: float
+    warmup: bool = False
+    #: requests in the phase, all processes together (``--num-prompts``); None: by duration
+    requests: int | None = None
+    #: a load of the phase's own (the steps of a capacity search); None: the run's
+    users: int | None = None
+    rate: float | None = None
+
+    def load(self, users: int, rate: float | None) -> tuple[int, float | None]:
+        """``(users, rate)`` of this phase, given the run's ``--users`` and ``--rate``."""
+        return (
+            self.users if self.users is not None else users,
+            self.rate if self.rate is not None else rate,
+        )
+
+
+def shard_share(total: int | None, shard: int, shards: int) -> int | None:
+    """Shard ``shard``'s part of ``total`` requests: the parts differ by at most one."""
+    if total is None:
+        return None
+    return total // shards + (1 if shard < total % shards else 0)

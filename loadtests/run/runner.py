@@ -1,0 +1,316 @@
+"""Running a test: phases over a locust runner, records into the run directory.
+
+``run(options, argv, sinks=..., report=...)`` is the run behind ``python -m
+llmload.loadtests run`` (wired by ``llmload.run``): it checks the target is reachable
+(one line and exit 2 otherwise, within ~5 s), builds the workload, its own
+writer and status line plus the sinks the caller's factory gives, then runs
+each phase — warm-up, then one per mode, all with the same shape, prompts and
+seed — on a driver: ``LocalDriver`` (users in this process) or, with
+``--workers``/``--master``, ``distributed.MasterDriver`` (locust workers).
+
+A phase ends when its shape does; requests in flight then finish (each is
+bounded by ``--request-timeout``).  Ctrl-C (or SIGTERM) stops the run at once:
+in-flight requests are cancelled and recorded as ``disconnect`` with error
+``cancelled by the client: run stopped``, the files are written, the run's
+status is ``interrupted`` and the exit code 130.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import gevent
+from locust.env import Environment
+
+from llmload.loadtests.options import OutputOptions, RunOptions
+from llmload.loadtests.redact import redact_argv, redact_url
+from llmload.loadtests.run.context import LoadContext, UsageError, build_context, connect_target
+from llmload.loadtests.run.distributed import MasterDriver
+from llmload.loadtests.run.health import HealthSampler
+from llmload.loadtests.run.hub import RecordHub
+from llmload.loadtests.run.phaseloop import EXIT_INTERRUPTED, Driver, Session, plan_phases
+from llmload.loadtests.run.phases import Phase
+from llmload.loadtests.run.sinks import RecordSink, WebTab
+from llmload.loadtests.run.status import StatusLine, error_rate_breach
+from llmload.loadtests.run.users import LLMUser
+from llmload.loadtests.run.writer import RunWriter
+from llmload.target_server import gcpolicy
+
+log = logging.getLogger("llmload.loadtests")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: the run completed but more of its measured requests failed than ``--max-error-rate`` allows
+EXIT_ERROR_RATE = 3
+#: seconds in-flight requests get beyond ``--request-timeout`` at a phase end
+DRAIN_SLACK_S = 5.0
+
+
+def default_out(label: str) -> Path:
+    """``runs/<UTC>-<label>/``."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path("runs") / f"{stamp}-{label or 'run'}"
+
+
+def run_info(opts: RunOptions, argv: list[str], run_id: str, model: str, workload: Any) -> dict:
+    """The static part of ``run.json``."""
+    return {
+        "run_id": run_id,
+        "label": opts.label or "run",
+        "target": redact_url(opts.target),
+        "model": model,
+        "protocol": opts.protocol,
+        "command": redact_argv(argv),
+        "config": opts.config(),
+        "workload": workload.describe(),
+    }
+
+
+class LocalDriver:
+    """Users in this process, on a locust ``LocalRunner``."""
+
+    shards = 1
+
+    def __init__(self, environment: Any, ctx: LoadContext) -> None:
+        self.env = environment
+        self.ctx = ctx
+        self.runner = environment.create_local_runner()
+
+    def begin(self, phase: Phase) -> None:
+        self.ctx.begin_phase(phase)
+
+    def set_users(self, users: int, spawn_rate: float) -> None:
+        self.runner.start(users, spawn_rate)
+
+    def user_count(self) -> int:
+        return int(self.runner.user_count)
+
+    def stop(self, force: bool) -> None:
+        timeout = self.ctx.connection.request_timeout
+        if not force:
+            # Drain first: stopping the users holds the event loop (tens of ms at 1,000
+            # users), and the first tokens of requests still in flight would wait behind
+            # it — the phase's last requests measured the harness, not the target.
+            self.ctx.stop_accepting()
+            deadline = time.monotonic() + timeout + DRAIN_SLACK_S
+            while self.ctx.inflight > 0 and time.monotonic() < deadline:
+                gevent.sleep(0.02)
+        self.env.stop_timeout = 0 if force else timeout + DRAIN_SLACK_S
+        self.runner.stop()
+
+    def abort(self) -> None:
+        self.env.stop_timeout = 0
+        self.ctx.stop_accepting()
+        self.runner.user_greenlets.kill(block=False)
+
+    def finish(self, phase: Phase) -> int:
+        return self.ctx.issued.get(phase.name, 0)
+
+    def nothing_fits(self) -> bool:
+        return self.ctx.fit is not None and self.ctx.fit.nothing_fits
+
+    def close(self) -> None:
+        self.runner.quit()
+
+
+def _health(hub: RecordHub, ctx: LoadContext | None, source: str = "local") -> HealthSampler:
+    """Start this process's harness-health sampler feeding the hub.
+
+    A distributed master has no users (``ctx`` None) but does all the exporting,
+    so it samples itself too, as ``source`` "master" beside its workers.
+    """
+    sampler = HealthSampler(
+        lambda snap: hub.on_health(source, snap),
+        inflight=(lambda: ctx.inflight) if ctx is not None else (lambda: 0),
+    )
+    sampler.start()
+    return sampler
+
+
+#: builds the sinks beyond the run's own writer and status line (exporter, annotations),
+#: given the options and ``run_info`` (run_id, label, redacted target, model: what
+#: run.json starts with); ``llmload.run`` is the one place that supplies it
+SinkFactory = Callable[[OutputOptions, dict[str, Any]], Sequence[RecordSink]]
+#: builds the report of a finished run directory and returns its terminal text
+ReportFn = Callable[[Path, str | None], str]
+
+
+class PhasePlan(Protocol):
+    """Phases chosen as the run goes (the capacity search, ``llmload.capacity.command``).
+
+    The runner asks for the next phase only once the previous one's records are
+    all in, and rewrites ``info()`` into ``run.json`` after every phase.
+    """
+
+    def __iter__(self) -> Iterator[Phase]: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+
+def run(
+    opts: RunOptions,
+    argv: list[str],
+    extra_info: dict[str, Any] | None = None,
+    *,
+    sinks: SinkFactory | None = None,
+    report: ReportFn | None = None,
+    phases: PhasePlan | None = None,
+) -> int:
+    """The whole run; returns the exit code.
+
+    ``sinks`` and ``report`` come from the composition point (``llmload.run``):
+    this module knows the record contract, not who consumes it.  ``phases``
+    replaces the fixed warm-up + one phase per mode (``plan_phases``).
+    """
+    distributed = opts.distributed.enabled
+    hub = RecordHub()
+    try:
+        target = connect_target(opts)
+        model = opts.model or target.detect_model() or "default"
+        ctx = build_context(opts, target, model, hub)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    label = opts.label or "run"
+    out_dir = Path(opts.out) if opts.out else default_out(label)
+    if (out_dir / "run.json").exists():
+        print(f"warning: replacing the previous run in {out_dir}", file=sys.stderr, flush=True)
+    info = {**run_info(opts, argv, out_dir.name, model, ctx.workload), **(extra_info or {})}
+    writer = RunWriter(out_dir, info)
+    status = StatusLine()
+    hub.add(writer)
+    hub.add(status)
+    extra = list(sinks(opts.output, info)) if sinks is not None else []
+    for sink in extra:
+        hub.add(sink)
+    env = Environment(user_classes=[LLMUser], host=target.base_url)
+    env.stop_timeout = opts.request_timeout + DRAIN_SLACK_S
+    session = Session(opts, hub, status)
+    session.after_phase.append(lambda phase: save_locust_stats(env, out_dir, phase))
+    session.install_signals()
+    driver: Driver
+    master: MasterDriver | None = None
+    sampler = None
+    outcome = "failed"
+    print(f"llmload: {target.base_url} model {model} -> {out_dir}", file=sys.stderr, flush=True)
+    gcpolicy.settle()  # start-up is done: keep the collector out of the records' timings
+    try:
+        if distributed:
+            driver = master = MasterDriver(env, opts, hub, model, session)
+            sampler = _health(hub, None, "master")
+        else:
+            ctx.watch(env)
+            driver = LocalDriver(env, ctx)
+            sampler = _health(hub, ctx)
+        if opts.web:
+            # locust's web UI re-parses sys.argv with its own parser (on every page view):
+            # our flags are parsed already, and would make it exit
+            del sys.argv[1:]
+            web_ui = env.create_web_ui(opts.web_host, opts.web_port)
+            for sink in extra:
+                if isinstance(sink, WebTab):
+                    sink.attach(web_ui)
+            print(f"web UI: http://{opts.web_host}:{opts.web_port}", file=sys.stderr)
+        try:
+            previous: Phase | None = None
+            for phase in phases if phases is not None else plan_phases(opts.load):
+                cooldown = opts.cooldown if previous is not None and not previous.warmup else 0.0
+                session.run_phase(driver, phase, cooldown)
+                previous = phase
+                if phases is not None:
+                    writer.update(**phases.info())
+                if session.interrupted or worker_lost(driver, writer):
+                    break
+            outcome = "interrupted" if session.interrupted else "completed"
+            if getattr(driver, "lost_workers", None):
+                outcome = "failed"
+        finally:
+            driver.close()
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+    except Exception:
+        if session.interrupted:
+            outcome = "interrupted"
+        else:
+            log.exception("run failed")
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        if phases is not None:
+            writer.update(**phases.info())
+        if ctx.fit is not None and master is not None:  # the users, so the counts, are on workers
+            master.add_fit_counts(ctx.fit)
+        if ctx.fit is not None:
+            writer.update(context_fit=ctx.fit.describe())
+            if line := ctx.fit.summary_line():
+                print(f"note: {line}", file=sys.stderr, flush=True)
+            if ctx.fit.checked and ctx.fit.skipped == ctx.fit.checked and outcome == "completed":
+                print(
+                    f"error: no prompt fits the target's context length ({ctx.fit.limit} "
+                    "tokens): nothing was sent",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                outcome = "failed"
+        writer.set_status(outcome)
+        hub.close()
+    print(f"run directory: {out_dir} ({writer.records} records, {outcome})", flush=True)
+    if report is not None and opts.report and writer.records:
+        finish_report(out_dir, opts.slo, status, report)
+    else:
+        print(status.summary(), flush=True)
+    if outcome == "completed":
+        breach = error_rate_breach(status.phases, opts.max_error_rate)
+        if breach:
+            print(f"error: {breach} (exit {EXIT_ERROR_RATE})", file=sys.stderr, flush=True)
+            return EXIT_ERROR_RATE
+        return EXIT_OK
+    return EXIT_INTERRUPTED if outcome == "interrupted" else EXIT_FAILED
+
+
+def worker_lost(driver: Driver, writer: RunWriter) -> bool:
+    """A distributed run lost a worker: say so in run.json and on stderr; the run stops.
+
+    The phases still to come would run with less load than planned, so none runs.
+    """
+    lost = list(getattr(driver, "lost_workers", ()))
+    if not lost:
+        return False
+    writer.update(lost_workers=lost)
+    for w in lost:
+        print(
+            f"error: {w['worker']} was lost in phase {w['phase']} ({w['reason']}): "
+            f"{w['lost_requests']} requests recorded as lost; the run stops here",
+            file=sys.stderr,
+            flush=True,
+        )
+    return True
+
+
+def save_locust_stats(environment: Any, out_dir: Path, phase: Phase) -> None:
+    """locust's own per-entry statistics of a phase as ``locust_<phase>.csv`` (cleared per phase).
+
+    In a distributed run these are the master's aggregate of the workers'
+    periodic stats reports, which may lag the records by a few seconds.
+    """
+    from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
+
+    try:
+        with (out_dir / f"locust_{phase.name}.csv").open("w", newline="", encoding="utf-8") as f:
+            StatsCSV(environment, PERCENTILES_TO_REPORT).requests_csv(csv.writer(f))
+    except OSError as exc:
+        log.warning("could not write locust stats for phase %s: %s", phase.name, exc)
+
+
+def finish_report(out_dir: Path, slo: str | None, status: StatusLine, report: ReportFn) -> None:
+    """Build and print the report; never fail the run over it."""
+    try:
+        print(report(out_dir, slo), flush=True)
+    except Exception as exc:  # the report is a bonus: the run's files are already written
+        log.error("report for %s failed: %s: %s", out_dir, type(exc).__name__, exc)
+        print(status.summary(), flush=True)

@@ -1,0 +1,143 @@
+"""The run writer: a ``RecordSink`` that writes ``requests.jsonl`` and ``run.json``.
+
+``requests.jsonl`` gets one ``RequestRecord.to_json()`` line per record,
+flushed as it is written, so a killed run keeps what it measured.  ``run.json``
+is written when the run opens (``status: "running"``) and rewritten atomically
+on every phase change and at ``close()`` with the final status and count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.run.healthlog import HealthLog
+from llmload.loadtests.run.sinks import HarnessHealth, NullSink
+
+SCHEMA = 1
+RUN_STATUSES = ("running", "completed", "interrupted", "failed")
+
+
+def versions() -> dict[str, str]:
+    """Versions of the pieces that shape a measurement."""
+    out = {"python": platform.python_version()}
+    for dist, key in (
+        ("llmload", "llmload"),
+        ("locust", "locust"),
+        ("httpx", "httpx"),
+        ("gevent", "gevent"),
+        ("httpcore", "httpcore"),
+    ):
+        try:
+            out[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[key] = "not installed"
+    return out
+
+
+def host_info() -> dict[str, Any]:
+    """The load generator's machine."""
+    return {
+        "hostname": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+    }
+
+
+class RunWriter(NullSink):
+    """Writes one run directory; ``info`` is ``run.json`` less phases, times, status, count."""
+
+    def __init__(self, out_dir: Path, info: dict[str, Any]) -> None:
+        self.out_dir = out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.requests_path = out_dir / "requests.jsonl"
+        self.run_path = out_dir / "run.json"
+        # a directory reused for a new run starts over: records of two runs never mix
+        self._file = self.requests_path.open("w", encoding="utf-8")
+        self.records = 0
+        self.status = "running"
+        self.phases: list[dict[str, Any]] = []
+        self._info = {"schema": SCHEMA, **info}
+        self._info.setdefault("versions", versions())
+        self._info.setdefault("host", host_info())
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        self._closed = False
+        self.health = HealthLog()
+        self._write_run_json()
+
+    def on_record(self, record: RequestRecord) -> None:
+        self._file.write(record.to_json() + "\n")
+        self._file.flush()
+        self.records += 1
+
+    def on_health(self, source: str, snapshot: HarnessHealth) -> None:
+        self.health.add(source, snapshot)
+
+    def on_phase(self, name: str, mode: str, event: str, at: float) -> None:
+        if event == "start":
+            self.phases.append({"name": name, "mode": mode, "started_at": at, "ended_at": None})
+            self.health.begin(name)
+        elif event == "end":
+            for phase in reversed(self.phases):
+                if phase["name"] == name and phase["ended_at"] is None:
+                    phase["ended_at"] = at
+                    health = self.health.end(name)
+                    if health is not None and health["processes"]:
+                        phase["health"] = health
+                    break
+        self._write_run_json()
+
+    def update(self, **fields: Any) -> None:
+        """Add or replace top-level ``run.json`` fields (e.g. the detected model)."""
+        self._info.update(fields)
+        self._write_run_json()
+
+    def set_status(self, status: str) -> None:
+        """The run's outcome: ``completed``, ``interrupted`` or ``failed``."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"unknown run status {status!r}")
+        self.status = status
+
+    def run_json(self) -> dict[str, Any]:
+        """The current ``run.json`` content."""
+        return {
+            **self._info,
+            "phases": self.phases,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "status": self.status,
+            "records": self.records,
+        }
+
+    def _write_run_json(self) -> None:
+        tmp = self.run_path.with_suffix(".json.tmp")
+        tmp.write_text(
+            json.dumps(self.run_json(), indent=2, ensure_ascii=False, default=str) + "\n",
+            encoding="utf-8",
+        )
+        os.replace(tmp, self.run_path)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._file.close()
+        self.ended_at = time.time()
+        now = self.ended_at
+        for phase in self.phases:
+            if phase["ended_at"] is None:
+                phase["ended_at"] = now
+        if self.status == "running":
+            self.status = "completed"
+        self._write_run_json()

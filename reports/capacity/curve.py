@@ -1,0 +1,194 @@
+"""The curve of a capacity search: the answer in words, the knee, throughput plateaus, and
+what ``summary.json`` and the capacity gate keep of a capacity run (``run.json``'s block).
+
+Each step is judged by ``reports.capacity.judge.judge``; this module works across steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.run.capacity import RATIO_CAP
+from llmload.reports.capacity.judge import Criterion, judge, scores
+from llmload.reports.fmt import fmt_ms
+
+#: closed loop: more users adding less than this share of throughput is a plateau
+PLATEAU_GAIN = 0.05
+#: stop reasons that leave the bracket wider than the tolerance
+EARLY = ("budget", "harness", "max_steps")
+
+
+def plateau(
+    point: dict[str, Any], load: float, earlier: Sequence[tuple[float, dict[str, Any]]]
+) -> str:
+    """Closed loop: '' or why ``load`` users gave no more throughput than clearly fewer did
+    (shown on the curve; closed loop limits itself, so the search goes on to the SLO)."""
+    below = [(x, p) for x, p in earlier if x <= 0.8 * load and p.get("throughput_per_s")]
+    if not below:
+        return ""
+    x, best = max(below, key=lambda xp: xp[1]["throughput_per_s"])
+    if point["throughput_per_s"] <= (1 + PLATEAU_GAIN) * best["throughput_per_s"]:
+        return (
+            f"plateau: {point['throughput_per_s']:.2f} req/s at {load:g} users, "
+            f"{best['throughput_per_s']:.2f} already at {x:g}"
+        )
+    return ""
+
+
+def knee(points: Sequence[tuple[float, float]]) -> float | None:
+    """The load where a rising latency curve bends most (Kneedle: the largest gap below the
+    chord of the normalised curve); None with fewer than 3 points or no rise."""
+    pts = sorted(points)
+    if len(pts) < 3:
+        return None
+    (x0, y0), (x1, y1) = pts[0], pts[-1]
+    if x1 <= x0 or y1 <= y0:
+        return None
+    gaps = [((x - x0) / (x1 - x0) - (y - y0) / (y1 - y0), x) for x, y in pts[1:-1]]
+    best, at = max(gaps)
+    return at if best > 0 else None
+
+
+def fmt_load(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit == "users":
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def answer_text(capacity: dict[str, Any], curve: Sequence[dict[str, Any]]) -> str:
+    """``sustains 7.5 req/s (between 7.0 and 8.0) at p95 TTFT ≤ 600 ms; at 8.0 p95 TTFT is
+    910 ms`` (``capacity``: run.json's capacity block; ``curve``: its judged steps)."""
+    ans = capacity.get("answer") or {}
+    unit = capacity.get("unit", "req/s")
+    slo = " and ".join(Criterion(c["quantile"], c["bounds_ms"]).text for c in capacity["criteria"])
+    lo, hi, est = ans.get("lo"), ans.get("hi"), ans.get("estimate")
+    reason = ans.get("reason", "")
+    tail = _at_hi(hi, unit, curve)
+    if lo is None:
+        if hi is None:
+            return f"no capacity found ({reason})"
+        return f"does not sustain even {fmt_load(hi, unit)} {unit} at {slo}" + tail
+    if hi is None:
+        why = {
+            "maximum": "the highest load allowed",
+            "saturated": "where the target stopped keeping up",
+            "harness": "where the load generator ran out of room",
+            "budget": "when the budget ran out",
+        }.get(reason, reason)
+        return (
+            f"sustains at least {fmt_load(lo, unit)} {unit} at {slo} ({why}; no failing load found)"
+        )
+    early = f" (stopped early: {ans['why']})" if reason in EARLY and ans.get("why") else ""
+    return (
+        f"sustains {fmt_load(est, unit)} {unit} (between {fmt_load(lo, unit)} and "
+        f"{fmt_load(hi, unit)}) at {slo}" + tail + early
+    )
+
+
+def _at_hi(hi: float | None, unit: str, curve: Sequence[dict[str, Any]]) -> str:
+    """``; at 8.0 p95 TTFT is 910 ms`` — the criterion that failed there."""
+    if hi is None:
+        return ""
+    step = next((p for p in curve if p.get("load") == hi), None)
+    if step is None:
+        return ""
+    bad = [c for c in step["criteria"] if c["verdict"] != "pass"] or step["criteria"]
+    worst = max(bad, key=lambda c: c["ratio"] if c["ratio"] is not None else math.inf)
+    where = f"; at {fmt_load(hi, unit)}"
+    if step.get("saturated") and (step.get("ratio") or 0.0) <= 1.0:
+        return f"{where} the target did not keep up ({step['saturated'][0]})"
+    if worst["observed_ms"] is not None:
+        name = worst["text"].split(" ≤ ")[0]
+        return f"{where} {name} is {fmt_ms(worst['observed_ms'])} ms"
+    share = worst.get("share_within")
+    if share is None:
+        return ""
+    return f"{where} only {share:.0%} of requests were within bounds"
+
+
+def capacity_summary(run: Any) -> dict[str, Any] | None:
+    """``summary.json``'s ``capacity`` block: the curve re-judged from the records, the answer,
+    the knee; None when the run was not a capacity search."""
+    block = run.meta.get("capacity")
+    if not isinstance(block, dict) or not isinstance(block.get("steps"), list):
+        return None
+    criteria = [Criterion(float(c["quantile"]), dict(c["bounds_ms"])) for c in block["criteria"]]
+    open_loop = block.get("unit") == "req/s"
+    by_phase: dict[str, list[RequestRecord]] = {}
+    for r in run.records:
+        by_phase.setdefault(r.phase, []).append(r)
+    curve = []
+    point_conf = float(block.get("confidence", 0.95))
+    for step in block["steps"]:
+        point = judge(
+            by_phase.get(step["phase"], []),
+            criteria,
+            point_conf,
+            duration_s=float(step.get("duration_s") or step.get("wall_s") or 1.0),
+            open_loop=open_loop,
+            scheduled=step.get("scheduled"),
+        )
+        pooled_with = [p for p in step.get("pooled_with") or [] if p in by_phase]
+        if pooled_with:  # a step run again (too close to call): judged on both runs
+            pool = [r for p in [*pooled_with, step["phase"]] for r in by_phase[p]]
+            both = judge(pool, criteria, point_conf, duration_s=1.0, open_loop=open_loop)
+            for key in ("criteria", "verdict", "ratio"):
+                point[key] = both[key]
+            point["pooled_with"] = pooled_with
+        extra = {k: step.get(k) for k in ("phase", "load", "why", "search_verdict", "starved")}
+        if step.get("plateau"):
+            point["plateau"] = step["plateau"]
+        curve.append({**extra, **point})
+    answer = block.get("answer") or {}
+    return {
+        "search": block.get("search"),
+        "unit": block.get("unit"),
+        "mode": block.get("mode"),
+        "slo": block.get("slo"),
+        "criteria": block["criteria"],
+        "slo_text": " and ".join(c.text for c in criteria),
+        "confidence": block.get("confidence"),
+        "tolerance": block.get("tolerance"),
+        "budget_s": block.get("budget_s"),
+        "elapsed_s": block.get("elapsed_s"),
+        "status": block.get("status"),
+        "answer": answer,
+        "text": answer_text(block, curve) if answer else "search did not finish",
+        "steps": len(curve),
+        "knee": knee([(p["load"], p["ratio"]) for p in curve if p.get("ratio") is not None]),
+        "curve": curve,
+    }
+
+
+def capacity_doc(run: Any) -> dict[str, Any] | None:
+    """What the capacity gate keeps of a run (``reports.capacity.gate``, baselines): the loads,
+    each request's scores per criterion (rounded, capped), the answer."""
+    block = run.meta.get("capacity")
+    if not isinstance(block, dict) or not block.get("steps"):
+        return None
+    criteria = [Criterion(float(c["quantile"]), dict(c["bounds_ms"])) for c in block["criteria"]]
+    open_loop = block.get("unit") == "req/s"
+    by_load: dict[float, list[RequestRecord]] = {}
+    for step in block["steps"]:
+        if step.get("search_verdict") == "unreliable":
+            continue  # a starved load generator measured nothing about the server
+        # a step run again at the same load (too close to call) pools with the first run
+        recs = by_load.setdefault(step["load"], [])
+        recs += [r for r in run.records if r.phase == step["phase"]]
+    steps = []
+    for load, recs in by_load.items():
+        per = [scores(recs, c, open_loop) for c in criteria]
+        rows = [[round(min(s, RATIO_CAP), 4) for s in col] for col in per]
+        steps.append({"load": load, "n": len(recs), "scores": rows})
+    return {
+        "unit": block.get("unit"),
+        "criteria": block["criteria"],
+        "quantiles": [c.quantile for c in criteria],
+        "answer": block.get("answer"),
+        "steps": steps,
+    }

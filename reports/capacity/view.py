@@ -1,0 +1,207 @@
+"""The capacity section of ``summary.md``, ``report.html`` and the terminal (pure renderers).
+
+Input: ``Summary.capacity`` (``reports.capacity.curve.capacity_summary``, a mapping).  The
+curve — TTFT p50/p95, TPOT p50/p95, throughput and error rate against load —
+with the capacity bracket and the knee marked.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from llmload.reports.capacity.curve import fmt_load
+from llmload.reports.charts import Axes, Series, render
+from llmload.reports.fmt import fmt_ms, fmt_rate, table
+from llmload.reports.schema import Summary
+
+HEADER = [
+    "load",
+    "verdict",
+    "TTFT p50 / p95 (ms)",
+    "TPOT p50 / p95 (ms)",
+    "E2E p95 (ms)",
+    "throughput (req/s)",
+    "out tok/s",
+    "errors",
+    "SLO ratio",
+    "notes",
+]
+
+
+def _pair(d: dict[str, Any]) -> str:
+    return f"{fmt_ms(d.get('p50'))} / {fmt_ms(d.get('p95'))}"
+
+
+def _marks(cap: dict[str, Any], p: dict[str, Any]) -> list[str]:
+    ans = cap.get("answer") or {}
+    load, verdict = p["load"], p.get("search_verdict") or p["verdict"]
+    out = []
+    if load == ans.get("lo") and verdict == "pass":
+        out.append("sustained (capacity)")
+    if load == ans.get("hi") and verdict == "fail":
+        out.append("first not sustained")
+    if load == cap.get("knee") and verdict != "unreliable":
+        out.append("knee")
+    return out
+
+
+def _starved_note(p: dict[str, Any]) -> str:
+    verdict = p.get("search_verdict") or p["verdict"]
+    if verdict == "unreliable":
+        return "load generator starved: this failure is not evidence about the server"
+    if verdict == "pass":
+        return "load generator starved (a pass still counts: it only adds delay)"
+    return "load generator starved, but the failure exceeds its worst lag"
+
+
+def curve_points(cap: dict[str, Any]) -> list[dict[str, Any]]:
+    """One point per load for the charts: the last step there that is evidence."""
+    by_load: dict[float, dict[str, Any]] = {}
+    for p in cap["curve"]:
+        if (p.get("search_verdict") or p["verdict"]) != "unreliable":
+            by_load[p["load"]] = p
+    return [by_load[x] for x in sorted(by_load)]
+
+
+def rows(cap: dict[str, Any]) -> list[list[str]]:
+    """One row per step, in load order."""
+    out = []
+    unit = cap.get("unit") or ""
+    for p in sorted(cap["curve"], key=lambda p: (p["load"], p.get("phase") or "")):
+        notes = _marks(cap, p) + list(p.get("saturated") or [])
+        if p.get("plateau"):
+            notes.append(p["plateau"])
+        if p.get("pooled_with"):
+            notes.append(f"too close to call alone: judged with {', '.join(p['pooled_with'])}")
+        if p.get("starved"):
+            notes.append(_starved_note(p))
+        verdict = p.get("search_verdict") or p["verdict"]
+        if p["verdict"] == "uncertain":
+            verdict += " (uncertain)"
+        out.append(
+            [
+                f"{fmt_load(p['load'], unit)} {unit}",
+                verdict,
+                _pair(p["ttft_ms"]),
+                _pair(p["tpot_ms"]),
+                fmt_ms(p["e2e_ms"].get("p95")),
+                fmt_rate(p["throughput_per_s"]),
+                fmt_rate(p["output_tokens_per_s"]),
+                f"{p['error_rate']:.1%}",
+                "–" if p.get("ratio") is None else f"{p['ratio']:.2f}",
+                "; ".join(notes),
+            ]
+        )
+    return out
+
+
+def _how(cap: dict[str, Any]) -> str:
+    elapsed = cap.get("elapsed_s") or 0.0
+    basis = (
+        "latency from the intended send time (open loop)"
+        if cap.get("unit") == "req/s"
+        else "back-to-back users (closed loop)"
+    )
+    return (
+        f"{cap.get('search')}: {cap['steps']} steps in {elapsed:.0f} s "
+        f"(budget {cap.get('budget_s') or 0:.0f} s, tolerance {cap.get('tolerance', 0):.0%}); "
+        f"each step judged at {cap.get('confidence', 0.95):.0%} confidence "
+        f"(exact binomial test on the share within bounds); {basis}. "
+        f"SLO ratio: the observed percentile over its bound (1 = at the limit)."
+    )
+
+
+def capacity_markdown(summary: Summary) -> str:
+    """The ``## Capacity`` section ('' when the run was not a capacity search)."""
+    cap = summary.capacity
+    if not cap:
+        return ""
+    return "\n\n".join(
+        [
+            "## Capacity",
+            f"**{cap['text']}**",
+            _how(cap),
+            table(HEADER, rows(cap)),
+        ]
+    )
+
+
+def capacity_terminal(summary: Summary) -> list[str]:
+    cap = summary.capacity
+    if not cap:
+        return []
+    return [f"capacity: {cap['text']} ({cap['steps']} steps, {cap.get('elapsed_s') or 0:.0f} s)"]
+
+
+def _vline(x: float, y_max: float, name: str, color: str) -> Series:
+    return Series(name, [(x, 0.0), (x, y_max)], color=color, dashed=True)
+
+
+def charts(cap: dict[str, Any]) -> list[Axes]:
+    """Latency against load and throughput/errors against load, capacity and knee marked."""
+    pts = curve_points(cap)
+    unit = cap.get("unit") or "load"
+
+    def line(name: str, get: Any) -> Series:
+        return Series(name, [(p["load"], v) for p in pts if (v := get(p)) is not None])
+
+    ttft = "TTFT from intended send" if cap.get("unit") == "req/s" else "TTFT"
+    lat = [
+        line(f"{ttft} p50", lambda p: p["ttft_ms"].get("p50")),
+        line(f"{ttft} p95", lambda p: p["ttft_ms"].get("p95")),
+        line("TPOT p50", lambda p: p["tpot_ms"].get("p50")),
+        line("TPOT p95", lambda p: p["tpot_ms"].get("p95")),
+    ]
+    lat = [s for s in lat if s.points]
+    for s in lat:
+        s.kind = "line"
+    top = max((y for s in lat for _, y in s.points), default=1.0)
+    ans = cap.get("answer") or {}
+    marks = []
+    if ans.get("estimate") is not None:
+        marks.append(_vline(ans["estimate"], top, "capacity", "#2ca02c"))
+    if cap.get("knee") is not None:
+        marks.append(_vline(cap["knee"], top, "knee", "#7f7f7f"))
+    tput = [
+        line("throughput (req/s)", lambda p: p["throughput_per_s"]),
+        line("errors (% of requests)", lambda p: 100.0 * p["error_rate"]),
+    ]
+    ttop = max((y for s in tput for _, y in s.points), default=1.0)
+    tmarks = [_vline(m.points[0][0], ttop, m.name, m.color) for m in marks]
+    return [
+        Axes(
+            "Latency against load",
+            unit,
+            "ms",
+            "chart-capacity-latency",
+            lat + marks,
+            note="Dashed: the capacity estimate and the knee (where the SLO ratio curve bends "
+            "most). Steps in which a starved load generator failed are left out.",
+        ),
+        Axes(
+            "Throughput and errors against load",
+            unit,
+            "req/s · % errors",
+            "chart-capacity-throughput",
+            tput + tmarks,
+        ),
+    ]
+
+
+def capacity_html(summary: Summary) -> str:
+    """The capacity ``<h2>`` section of ``report.html`` ('' when not a capacity run)."""
+    cap = summary.capacity
+    if not cap:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in HEADER)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows(cap)
+    )
+    figs = "".join(render(ax) for ax in charts(cap))
+    return (
+        f'<h2 id="capacity">Capacity</h2><p style="font-size:17px"><b>{escape(cap["text"])}</b>'
+        f'</p><p class="note">{escape(_how(cap))}</p>'
+        f'<div class="grid2">{figs}</div>'
+        f'<div id="capacity-table"><table><tr>{head}</tr>{body}</table></div>'
+    )
