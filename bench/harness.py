@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import time
+from math import nan
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +53,6 @@ CLOSE_CLIENTS = ("lean", "httpx", "httpx-plain")
 #: measured seconds per row: a 1-stream row needs enough requests for a p95
 CLOSE_WINDOW_S = 10.0
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _pct(values: list[float], q: float) -> float:
-    value = percentile_of(values, q)  # the harness's one percentile; nan when empty
-    return float("nan") if value is None else value
 
 
 # -- child: one client, one concurrency level (a gevent-patched process) ---------------------
@@ -177,12 +173,13 @@ def _child(
         "streams": streams,
         "together": together,
         "requests": len(errors),
-        "p50_ms": _pct(errors, 50),
-        "p95_ms": _pct(errors, 95),
-        "p99_ms": _pct(errors, 99),
-        "own_p50_ms": _pct(own, 50),
-        "own_p95_ms": _pct(own, 95),
-        "connect_p50_ms": _pct(connects, 50),
+        # ``or [nan]``: an empty sample reads nan, not None (a table cell, a failed goal)
+        "p50_ms": percentile_of(errors or [nan], 50),
+        "p95_ms": percentile_of(errors or [nan], 95),
+        "p99_ms": percentile_of(errors or [nan], 99),
+        "own_p50_ms": percentile_of(own or [nan], 50),
+        "own_p95_ms": percentile_of(own or [nan], 95),
+        "connect_p50_ms": percentile_of(connects or [nan], 50),
         "events_per_s": events[0] / window,
         "client_cpu": 100 * (time.process_time() - cpu0) / wall,
     }

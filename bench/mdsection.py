@@ -67,6 +67,11 @@ def write_section(name: str, body: str, path: Path = BENCHMARKS) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages, as ``/proc/loadavg`` spells them."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def load_note(load1: float) -> str:
     """Say whether other work shared the machine, from the 1-minute load average at start."""
     if load1 > 1.0:

@@ -91,11 +91,6 @@ class Result:
         return (self.tokens - 1) / (self.last - self.first)
 
 
-def pct(values: list[float], q: float) -> float:
-    """The harness's one percentile (``loadtests.percentile``) of a non-empty list."""
-    return percentile(sorted(values), q)
-
-
 async def request(
     client: httpx.AsyncClient, max_tokens: int, seed: int, greedy: bool = False
 ) -> Result:
@@ -388,10 +383,10 @@ def render(
         "|---|---|---|---|",
     ]
     for name, row in (("before", b), ("now", n)):
-        t = row["agg_ttft"]
+        t = sorted(row["agg_ttft"])
         lines.append(
             f"| {name} | {row['single_tps']:,.0f} | {row['agg_tps']:,.0f} "
-            f"| {ms(pct(t, 50) * 1000)} / {ms(pct(t, 95) * 1000)} |"
+            f"| {ms(percentile(t, 50) * 1000)} / {ms(percentile(t, 95) * 1000)} |"
         )
     lines += [
         "",

@@ -22,12 +22,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from math import nan
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from bench.mdsection import machine
+from bench.mdsection import load_average, machine
 from llmload.loadtests.percentile import percentile_of
 from llmload.target_server.launch import launch
 
@@ -135,8 +136,8 @@ def row(tree: Path, streams: int, window: float, spy: str | None = None) -> dict
         "us_per_event": cpu / lv.events * 1e6 if lv.events else float("nan"),
         "cpu": 100 * cpu / lv.wall,
         "wait": 100 * wait / lv.wall,
-        "p50": percentile_of(err, 50) or float("nan"),
-        "p99": percentile_of(err, 99) or float("nan"),
+        "p50": percentile_of(err or [nan], 50),
+        "p99": percentile_of(err or [nan], 99),
         "min": min(err, default=float("nan")),
     }
 
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", metavar="FILE", help="py-spy the working tree's server too")
     args = p.parse_args(argv)
     streams = [int(x) for x in args.streams.split(",")]
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    load = load_average()
     rows: list[tuple[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         trees = {args.baseline: extract(args.baseline, Path(tmp)), "working tree": ROOT}
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in order:
                     rows.append((name, row(trees[name], n, args.window)))
                     print(name, rows[-1][1], file=sys.stderr, flush=True)
-    end = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    end = load_average()
     print(f"{machine()}\n\nload average {load} at start, {end} at the end\n")
     print(
         "| server | streams | requests | errors | events/s | CPU per event | server CPU "

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from math import nan
 from pathlib import Path
 from time import perf_counter
 
@@ -29,7 +30,7 @@ import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.mdsection import machine, write_section
+from bench.mdsection import load_average, machine, write_section
 from llmload.loadtests.percentile import percentile_of
 from llmload.target_server.launch import launch
 
@@ -57,12 +58,6 @@ class Level:
     server_wait: float = float("nan")
     client_cpu: float = float("nan")
     wall: float = 0.0
-
-
-def pct(values: list[float], q: float) -> float:
-    """The harness's one percentile (``loadtests.percentile``); nan when empty."""
-    value = percentile_of(values, q)
-    return float("nan") if value is None else value
 
 
 async def _one_stream(host: str, port: int, request: bytes, until: float, out: Level) -> None:
@@ -232,6 +227,8 @@ def render(args: argparse.Namespace, levels: list[Level], load: str, floor: list
     """The BENCHMARKS.md section."""
     ttft, itl = args.ttft_ms, args.itl_ms
     fl = [v * 1000 for v in floor]
+    # an empty sample reads nan, not None: a table cell either way
+    fl50, fl99 = (percentile_of(fl or [nan], q) for q in (50, 99))
     rows = [
         "| streams | requests | errors | events/s | CPU server / client | server waiting for a CPU "
         "| server CPU per event "
@@ -244,6 +241,9 @@ def render(args: argparse.Namespace, levels: list[Level], load: str, floor: list
         g = [(v * 1000 - itl) for v in lv.itl_max_server]
         ct = [v * 1000 for v in lv.ttft_client]
         cg = [v * 1000 for v in lv.gaps_client]
+        (e50, e99), (g50, g99), (ct50, ct99), (cg50, cg99) = (
+            (percentile_of(x or [nan], 50), percentile_of(x or [nan], 99)) for x in (e, g, ct, cg)
+        )
         rate = lv.events / lv.wall
         cells = [
             f"{lv.streams}" + (f" (`{lv.loop}` loop)" if lv.loop != args.loop else ""),
@@ -253,11 +253,11 @@ def render(args: argparse.Namespace, levels: list[Level], load: str, floor: list
             f"{lv.server_cpu:.0f}% / {lv.client_cpu:.0f}%",
             f"{lv.server_wait:.1f}%",
             f"{lv.server_cpu / 100 / rate * 1e6:.0f} µs" if rate else "–",
-            f"{pct(e, 50):+.2f} / {pct(e, 99):+.2f} / {max(e, default=0):+.2f} ms",
+            f"{e50:+.2f} / {e99:+.2f} / {max(e, default=0):+.2f} ms",
             f"{lv.itl_mean_server * 1000 - itl:+.3f} ms",
-            f"{pct(g, 50):+.2f} / {pct(g, 99):+.2f} ms",
-            f"{pct(ct, 50):.1f} / {pct(ct, 99):.1f} ms",
-            f"{pct(cg, 50):.1f} / {pct(cg, 99):.1f} ms",
+            f"{g50:+.2f} / {g99:+.2f} ms",
+            f"{ct50:.1f} / {ct99:.1f} ms",
+            f"{cg50:.1f} / {cg99:.1f} ms",
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(
@@ -293,8 +293,8 @@ def render(args: argparse.Namespace, levels: list[Level], load: str, floor: list
             f"Noise floor: a bare `asyncio.sleep` to absolute deadlines every {FLOOR_PERIOD_MS:g} "
             "ms "
             f"for 4 s in a fresh process (same event loop, no HTTP) woke late by p50 "
-            f"{pct(fl, 50):+.2f} / p99 "
-            f"{pct(fl, 99):+.2f} / max {max(fl, default=0):+.2f} ms just before the run — "
+            f"{fl50:+.2f} / p99 {fl99:+.2f} / max {max(fl, default=0):+.2f} ms just before the "
+            "run — "
             "the part of the errors above that the machine, not the server, is responsible for.",
         ]
     )
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    load = load_average()
     if args.pin:
         os.sched_setaffinity(0, {1 % (os.cpu_count() or 1)})
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
