@@ -10,7 +10,7 @@ that produced it.  Two fixed workloads give that speed as ops/s:
   numpy), the unit the embedded model scales with;
 
 plus the load average, so "slow machine" and "busy machine" can be told apart.
-The units match ``../shared/tools/calibrate``.
+Every calibration line in BENCHMARKS.md and ``docs/`` is in these units.
 
 Use::
 

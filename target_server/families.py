@@ -4,7 +4,8 @@ The load generator's exporter and the bundled server both count with these
 (the exporter imports this module; the server imports no harness code).
 prometheus_client's metrics take a lock for every bucket increment, sum
 update, ``inc`` and ``labels`` lookup; under gevent (locust) those are gevent
-locks at ~2-3 µs each, and one 32-token stream record made ~75 such calls.
+locks, dozens per stream record (the cost per request, before and after:
+``docs/exporter.md``, "The per-request path is cheap").
 Here an observation is a ``bisect`` and two additions, a counter step one
 addition.  That is safe because every update comes from one thread — the load
 generator's event loop, where the record hub calls its sinks, or the server's

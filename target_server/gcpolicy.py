@@ -9,8 +9,9 @@ Two things made CPython's collector the tail of both ends at 1,000 streams
 - **A young generation far larger than its threshold**: the young count drops
   with every object freed, old ones included, so while streams end as fast as new
   ones start the count stays near zero and the young generation fills with the
-  live streams' objects — at the default 700, 20–40k objects and pauses of 3–16 ms
-  at 1,000 streams.  A threshold of 100 keeps each young collection under ~1 ms.
+  live streams' objects: at the default 700 the young collections at 1,000 streams
+  were tens of thousands of objects and milliseconds long; at 100 they stay short
+  (the measurements: docs/scale.md, "The tail was the garbage collector", cause 2).
 
 It cannot help with a request that ends as a reference cycle (only a full
 collection frees it): keep those out of the per-request path

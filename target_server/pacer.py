@@ -18,8 +18,8 @@ token per request, ~500 a second at 1,000 streams of 2 s requests against ~20,00
 later ones, so they share few timers anyway and should not wait up to a whole
 tick), on timers that never run before their time: one that fired early (uvloop's
 millisecond timers can, by up to ~1 ms) is re-armed for the rest — a short spin
-(measured idle: ~70 µs of CPU per first token, whatever the grid), paid only by
-first tokens.
+(its CPU per first token, measured: ``docs/scale.md``, *The bundled server*, "One
+timer per millisecond"), paid only by first tokens.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A ``RequestRecord`` is born in the timing core (``loadtests.measure.timing``), o
 issued request, whatever happened to it.  The locust layer, the run writer, the
 exporter and the reports consume it; nothing downstream re-parses SSE.
 
-Field meanings follow DESIGN.md's metric definitions.  Durations are seconds on
-a monotonic clock measured from ``t0`` (the moment the request was handed to the
+Field meanings follow the metric definitions in ``docs/metrics.md``.  Durations are
+seconds on a monotonic clock measured from ``t0`` (the moment the request was handed to the
 HTTP client); ``started_at`` is the only wall-clock value.  A duration that never
 happened (no first token on a failed request) is ``None``.
 """
@@ -99,8 +99,8 @@ class RequestRecord:
         """Every field by name (lists copied), as ``dataclasses.asdict`` gives it.
 
         Written out directly: ``asdict`` recurses and deep-copies each value, and a
-        distributed master serialises every record of every worker — it was two
-        thirds of the master's cost per record (py-spy, ``docs/scale.md``).
+        distributed master serialises every record of every worker — it was most of
+        the master's cost per record (py-spy: ``docs/scale.md``, *Distributed*).
         """
         return {
             name: (list(value) if type(value) is list else value)
@@ -109,8 +109,8 @@ class RequestRecord:
         }
 
     def to_json(self) -> str:
-        """One compact JSON line (``requests.jsonl``), by orjson: ~1.5 µs a record against
-        ~25 µs for ``json`` (7 % of ``llmload run``'s CPU at 1,000 users, docs/scale.md);
+        """One compact JSON line (``requests.jsonl``), by orjson: a fraction of ``json``'s
+        cost per record (measured: docs/scale.md, *The load generator*, "After (3)");
         the same values as ``json`` wrote (a small float spelled ``0.00001``, not ``1e-05``; a
         NaN as ``null``).  What orjson refuses (a lone surrogate in an error message) goes
         through ``json`` as before."""

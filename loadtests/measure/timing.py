@@ -2,8 +2,8 @@
 
 Pure: no I/O, no clock of its own, no global settings.  The caller (a locust
 user) reads the socket, stamps each read with its monotonic clock and hands the
-bytes over; ``finish`` turns what was seen into the record (DESIGN.md's metric
-definitions).  The per-event path is kept cheap: byte-level framing in
+bytes over; ``finish`` turns what was seen into the record (the metric definitions
+of ``docs/metrics.md``).  The per-event path is kept cheap: byte-level framing in
 ``loadtests.measure.sse``, the adapter's reading of each data event (the OpenAI
 adapters cut a plain chunk's text out of the stream's learnt chunk skeleton or
 decode it with orjson, and read every other event with ``json.loads``), a list

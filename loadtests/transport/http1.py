@@ -1,14 +1,16 @@
 """The lean HTTP/1.1 client: one kept-alive socket per user, large reads, no per-read layers.
 
-At 1,000 streams the httpx path spent ~70 % of the load generator's CPU in
-httpx/httpcore/h11 (``docs/scale.md``): request objects and header merging per
-request, and per read a stack of generators and h11 events.  Here a request is
-one ``sendall`` of bytes whose head was prepared once per path; the response
-head is parsed once; the body is read with ``recv`` into the chunked decoder
-(``loadtests.transport.framing``) and each read's payload goes to the timing core at the
-time that read returned — the definitions of DESIGN.md are unchanged (``t0``:
-hand-over to the client, connection set-up included; a token's time: the read
-that completed its event).
+At 1,000 streams the httpx path spent most of the load generator's CPU in
+httpx/httpcore/h11 (the profiles: ``docs/scale.md``, *The load generator*):
+request objects and header merging per request, and per read a stack of
+generators and h11 events.  Here a request is one ``sendall`` of bytes whose head
+was prepared once per path; the response head is parsed once; the body is read
+with ``recv`` into the chunked decoder (``loadtests.transport.framing``) and each
+read's payload goes to the timing core with the time its bytes arrived
+(``Conn.last``: the kernel's receive stamp where there is one,
+``loadtests.transport.sockio``) — the definitions of ``docs/metrics.md`` are
+unchanged (``t0``: hand-over to the client, connection set-up included; a token's
+time: the read that completed its event).
 
 What it keeps from the httpx path: TLS (the target's context, SNI, certificate
 checks), the target's headers and basic auth, cookies (``http.cookiejar``

@@ -3,9 +3,9 @@
 gevent's socket with a timeout arms a new ``gevent.Timeout`` every time a read
 has to wait, and first tries the read, failing with ``EWOULDBLOCK`` (an
 exception) before it waits: per SSE event, a timer object, an exception and two
-``recv`` calls.  At 20,000 events/s that was ~15 % of the load generator's CPU
-(py-spy, ``docs/scale.md``).  Here, under gevent, a connection waits on its own
-read watcher (made once per connection) and then reads once; the stall and
+``recv`` calls (their share of the load generator's CPU at 1,000 streams, py-spy:
+``docs/scale.md``, *The load generator*).  Here, under gevent, a connection waits
+on its own read watcher (made once per connection) and then reads once; the stall and
 request-read limits are enforced by one ``Watchdog`` greenlet per process that
 looks at every connection's last progress a few times per limit, and throws
 ``Failed`` into a connection whose wait has lasted too long — the same exception

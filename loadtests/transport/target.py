@@ -3,9 +3,10 @@
 Two clients, chosen per target (``--http-client``): ``lean`` (the default,
 ``loadtests.transport.http1``: a socket read directly, HTTP/1.1 framing in
 ``loadtests.transport.framing``) and ``httpx``, the general client it replaced as the default
-because httpx/httpcore/h11 cost ~70 % of the CPU at 1,000 streams
-(``docs/scale.md``).  A target whose responses the lean client cannot read
-(another transfer or content coding) moves to httpx at the first such response.
+because httpx/httpcore/h11 took most of the load generator's CPU at 1,000 streams
+(the profiles: ``docs/scale.md``, *The load generator*).  A target whose responses
+the lean client cannot read (another transfer or content coding) moves to httpx at
+the first such response.
 Both hand each read to the timing core as it arrives, for chunked and
 close-delimited bodies alike, while locust's ``HttpSession`` (requests) buffers
 close-delimited bodies and ``FastHttpSession`` (geventhttpclient) holds events
@@ -215,13 +216,13 @@ class Target:
     def request(
         self, client: httpx.Client, call: HttpCall, timeout: httpx.Timeout
     ) -> httpx.Request:
-        """``call`` as the request ``client.build_request`` would make, in a quarter of its time.
+        """``call`` as the request ``client.build_request`` would make, more cheaply.
 
         The URL (base, path prefix, query) is built once per path and the
         client's headers copied, instead of httpx re-parsing and merging both
-        per request (~200 µs each on this machine class, in series when many
-        users send together).  A client holding cookies (a sticky-session load
-        balancer) takes httpx's own path, which sends them back.
+        per request, in series when many users send together (what that cost:
+        ``docs/scale.md``, *The load generator*).  A client holding cookies (a
+        sticky-session load balancer) takes httpx's own path, which sends them back.
         """
         extensions = {"timeout": timeout.as_dict()}
         if client.cookies:
@@ -271,10 +272,10 @@ class Target:
 class SetCookieJar(httpx.Cookies):
     """httpx's cookie jar, which looks at a response only when it sets a cookie.
 
-    httpx hands every response to the jar; wrapping it for ``http.cookiejar`` cost
-    ~7 % of the load generator's CPU per request at 1,000 streams (py-spy,
-    ``docs/scale.md``) — for the LLM servers that set none.  A ``Set-Cookie`` (a
-    sticky-session load balancer) is stored and sent back as before.
+    httpx hands every response to the jar; wrapping it for ``http.cookiejar`` was a
+    visible share of the load generator's CPU at 1,000 streams (py-spy:
+    ``docs/scale.md``, *The load generator*) — for the LLM servers that set none.
+    A ``Set-Cookie`` (a sticky-session load balancer) is stored and sent back as before.
     """
 
     def extract_cookies(self, response: httpx.Response) -> None:

@@ -18,7 +18,8 @@ OPTION_KEYS = frozenset(
 _DONE = EventInfo(done=True)
 _EMPTY = EventInfo()
 _decode_str = json.JSONDecoder().decode  # json.loads minus its per-call type checks
-#: the content-only fast path's decoder (~3x json's); see ``parse_sse``
+#: the content-only fast path's decoder (faster than json's: docs/scale.md, "After (2)");
+#: see ``parse_sse``
 _fast_loads = orjson.loads
 #: content-only events, memoised by text (tokens repeat; EventInfo is immutable)
 _PLAIN: dict[str, EventInfo] = {}
@@ -206,7 +207,7 @@ def parse_sse(
 
     1. ``template`` (the stream's skeleton, ``Template``): the text is cut out
        of a chunk that fits it, without decoding the JSON;
-    2. orjson (~3x json): when the decoded chunk is such a chunk, its text is
+    2. orjson (faster than json): when the decoded chunk is such a chunk, its text is
        returned straight away (and its skeleton learnt).
 
     Anything else — another shape, or JSON orjson reads differently from

@@ -9,7 +9,7 @@ ones that carry content.  Adding a protocol is one small module that registers
 itself with ``@register("name")``; nothing runs at import time but that.
 
 Rules an adapter must keep, so every protocol is measured the same way
-(DESIGN.md, "Metric definitions"):
+(``docs/metrics.md``, "Client-side definitions"):
 
 * ``EventInfo.content`` is the *new* text this event adds (a cumulative
   protocol such as Gradio must diff).  Role-only deltas, empty deltas and
