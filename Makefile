@@ -71,8 +71,9 @@ test-integration: install system-deps ## integration tests only (real servers on
 test-gpu: install ## opt-in GPU tests (needs CUDA)
 	$(PY) -m pytest -q tests/gpu $(ARGS)
 
-lint: install ## ruff + mypy
+lint: install ## ruff (lint + format check) + mypy
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
 bench: install system-deps ## run the benchmarks and rewrite BENCHMARKS.md sections

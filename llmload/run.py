@@ -26,7 +26,6 @@ import logging  # noqa: E402  (everything below comes after the patch)
 import os  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
-from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -97,7 +96,7 @@ def loadtest(
     go: RunFn = run,
 ) -> int:
     """``go`` against ``opts.target``, or against a bundled server started for the run."""
-    if opts.target:
+    if opts.connection.target:
         return go(opts, argv, None)
     candidates = [engine] if engine else [bundled.DEFAULT_ENGINE, bundled.FALLBACK_ENGINE]
     server: bundled.BundledServer | None = None
@@ -112,7 +111,7 @@ def loadtest(
         print("error: the bundled server could not start", file=sys.stderr)
         return runner.EXIT_USAGE
     print(f"bundled server: {server.url} (engine {server.engine})", file=sys.stderr, flush=True)
-    opts = replace(opts, target=server.url)
+    opts = opts.with_(target=server.url)
     try:
         info = {"engine": server.engine, **_speed_check(opts, server.url)}
         return go(opts, argv, {"bundled_server": info})
@@ -122,7 +121,7 @@ def loadtest(
 
 def _speed_check(opts: RunOptions, url: str) -> dict[str, Any]:
     """Measure the bundled engine's speed here and say whether the planned load fits it."""
-    streams = min(opts.users, speedcheck.MAX_PROBE_STREAMS)
+    streams = min(opts.load.users, speedcheck.MAX_PROBE_STREAMS)
     try:
         speed = speedcheck.engine_speed(url, streams)
     except httpx.HTTPError as exc:

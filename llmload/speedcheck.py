@@ -65,15 +65,15 @@ def engine_speed(
 
 def mean_max_tokens(opts: RunOptions) -> float | None:
     """The scenario's weighted mean ``max_tokens`` (None when the workload does not say)."""
-    if opts.max_tokens:
-        return float(opts.max_tokens)
-    if opts.dataset:
-        return float(opts.output_len) if opts.output_len else None
+    if opts.workload.max_tokens:
+        return float(opts.workload.max_tokens)
+    if opts.workload.dataset:
+        return float(opts.workload.output_len) if opts.workload.output_len else None
     from llmload.loadtests.workload.items import BUILTIN
     from llmload.loadtests.workload.sampler import parse_mix
 
     try:
-        weights = parse_mix(opts.scenario)
+        weights = parse_mix(opts.workload.scenario)
     except ValueError:
         return None
     total = sum(weights.values())
@@ -85,10 +85,10 @@ def planned_tokens_per_s(opts: RunOptions) -> float | None:
     tokens = mean_max_tokens(opts)
     if tokens is None:
         return None
-    if opts.rate:
-        return opts.rate * tokens
-    if opts.pacing and opts.pacing > 0 and not opts.shape:
-        return opts.users / opts.pacing * tokens
+    if opts.load.rate:
+        return opts.load.rate * tokens
+    if opts.load.pacing and opts.load.pacing > 0 and not opts.load.shape:
+        return opts.load.users / opts.load.pacing * tokens
     return None
 
 
@@ -105,7 +105,11 @@ def verdict(opts: RunOptions, speed: float, streams: int) -> tuple[dict[str, Any
         return info, lines
     share = planned / speed if speed > 0 else float("inf")
     info |= {"planned_tokens_per_s": round(planned, 1), "planned_share": round(share, 3)}
-    how = f"{opts.rate:g} req/s" if opts.rate else f"{opts.users} users / {opts.pacing:g} s"
+    how = (
+        f"{opts.load.rate:g} req/s"
+        if opts.load.rate
+        else f"{opts.load.users} users / {opts.load.pacing:g} s"
+    )
     lines.append(
         f"planned load: {how} x up to {mean_max_tokens(opts):.0f} tokens "
         f"= {planned:,.0f} tokens/s, {share:.0%} of that speed"

@@ -1,35 +1,36 @@
-"""Run options: defaults, a TOML test plan (``--plan``), command-line overrides, validation.
+"""Run options: each declared once — flag, default, help, check — in frozen groups.
 
-Precedence: built-in defaults < plan file < command line.  A plan uses the long
-flag names as keys (``spawn-rate`` or ``spawn_rate``), durations as strings
-(``"3s"``, ``"5m"``) or seconds, lists or comma strings for ``modes``/``header``,
-and an optional ``[shape]`` table (``kind = "steps"``, ``start = 5``, ...).
+Precedence: built-in defaults < plan file (``--plan``, TOML) < command line.  A
+plan uses the long flag names as keys (``spawn-rate`` or ``spawn_rate``),
+durations as strings (``"3s"``, ``"5m"``) or seconds, lists or comma strings for
+``modes``/``header``, and an optional ``[shape]`` table (``kind = "steps"``, ...).
 
-The shape of the options (read this before adding one):
+The shape (read this before adding an option):
 
-* ``RunOptions`` is one flat, *frozen* record with a field per flag and plan
-  key (the CLI and TOML map onto it 1:1).  ``validate()`` returns a new,
-  normalised value (durations in seconds, lists split, fractions parsed) and
-  never changes the one it is called on; change a value with
-  ``dataclasses.replace``.
-* Every field belongs to exactly one group (``GROUPS``): ``connection`` (which
-  target and how to talk to it), ``load`` (users, shape, phases), ``workload``
-  (prompts and sampling), ``output`` (run files, report, live sinks) and
-  ``distributed`` (master/worker).  ``opts.connection``, ``opts.load``, ... are
-  frozen views of those fields; a layer that needs one part takes that view
-  (``Target`` takes ``ConnectionOptions``, the workload builder
-  ``WorkloadOptions``, the sinks ``OutputOptions``).
-* Adding an option: a field on ``RunOptions`` (with its default), the same
-  field on its group's dataclass, its name in ``GROUPS``, its flag in
-  ``loadtests/run/cli.py``, its check in ``validate()``.  ``tests/unit/test_plan.py``
-  fails when a field is in no group or in two.
+* ``RunOptions`` holds five frozen groups — ``connection`` (which target, how
+  to talk to it), ``load`` (users, shape, phases), ``workload`` (prompts and
+  sampling), ``output`` (run files, report, live sinks) and ``distributed``
+  (master/worker).  A layer takes the group it needs (``Target`` takes
+  ``ConnectionOptions``, the workload builder ``WorkloadOptions``, ...).
+* A field is declared once, with ``option(default, help, ...)``: its flag
+  (``--`` + the name with dashes, plus ``aliases``), type (the annotation),
+  ``choices``, ``parse`` (normalise a plan or flag value: durations, lists,
+  fractions) and ``check`` (a predicate and the message when it fails).  The
+  parser (``loadtests.run.cli``), ``--help``, the TOML plan keys, the table
+  in docs/loadgen.md (``options_table``) and ``run.json`` all read it.
+* Adding an option: one ``option(...)`` line in its group, and its test.
+  Checks that relate several options live in ``RunOptions._relations``.
+* ``validate()`` returns a new, normalised value; change one with
+  ``opts.with_(name=value)`` (flat names, any group).
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import asdict, dataclass, field, fields, replace
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,23 +39,73 @@ from llmload.loadtests.redact import redact_header, redact_url
 from llmload.loadtests.slo import parse_slo
 
 MODES = ("sync", "stream")
-#: the field's names (vLLM ``bench serve``, guidellm) for ours; plan keys and flags alike
-ALIASES = {"request_rate": "rate", "max_concurrency": "users", "goodput": "slo"}
 ARRIVALS = ("poisson", "constant")
 FIRST_STARTS = ("spread", "together")
 #: the load generator's HTTP client: ``loadtests.transport.http1`` or httpx
-#: (``loadtests.transport.target``)
 HTTP_CLIENTS = ("lean", "httpx")
-#: fields given as durations (``"3s"``), seconds after ``validate()``
-DURATIONS = (
-    "pacing",
-    "duration",
-    "warmup",
-    "cooldown",
-    "request_timeout",
-    "stall_timeout",
-    "status_interval",
+
+
+@dataclass(frozen=True)
+class Alias:
+    """Another tool's name for one of ours (vLLM ``bench serve``, guidellm): flag and plan key."""
+
+    name: str
+    to: str
+    help: str
+    metavar: str | None = None
+    type: Callable[[str], Any] | None = None
+    nargs: str | None = None
+
+
+#: theirs -> ours; ``max_concurrency`` without a rate or pacing also means back to back
+ALIASES = (
+    Alias(
+        "max_concurrency",
+        "users",
+        "vLLM/guidellm name for --users; without --rate/--pacing: back-to-back requests",
+        "N",
+        int,
+    ),
+    Alias(
+        "goodput",
+        "slo",
+        "vLLM-style SLOs, e.g. ttft:600 tpot:50 e2el:5000 (same as --slo)",
+        "KEY:MS",
+        nargs="+",
+    ),
 )
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What ``option()`` declares besides the default (kept in the field's metadata)."""
+
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    #: further flags for the same option (``--request-rate`` for ``--rate``)
+    aliases: tuple[str, ...] = ()
+    #: a plan or flag value -> the field's value (durations, lists, fractions)
+    parse: Callable[[Any], Any] | None = None
+    #: a predicate on the parsed value and what it says when it fails
+    check: tuple[Callable[[Any], bool], str] | None = None
+    #: ``--no-<name>`` sets False (``--no-report``)
+    negate: bool = False
+    #: the flag may be repeated (``--header``)
+    repeat: bool = False
+    #: shown in the docs table instead of the default value
+    shown: str | None = None
+
+
+def option(default: Any, help: str, **spec: Any) -> Any:
+    """A field of an options group, declared once: default, help, flag details, check."""
+    if spec.get("parse") is _duration:
+        spec.setdefault("metavar", "D")
+    meta = {"spec": Spec(help, **spec)}
+    if isinstance(default, list):
+        items = list(default)
+        return field(default_factory=lambda: list(items), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 def _as_list(value: Any) -> list[str]:
@@ -65,21 +116,88 @@ def _as_list(value: Any) -> list[str]:
     return [str(v) for v in value]
 
 
+def _duration(value: Any) -> float:
+    return parse_duration(value)
+
+
+def _fraction(value: Any) -> float | None:
+    return None if value is None else parse_fraction(value)
+
+
+def _positive(v: float) -> bool:
+    return v > 0
+
+
+def _at_least_1(v: int | None) -> bool:
+    return v is None or v >= 1
+
+
+def _check_slo(value: str | None) -> bool:
+    if value is not None:
+        parse_slo(value)  # raises with its own message
+    return True
+
+
+def _check_headers(headers: list[str]) -> bool:
+    for h in headers:
+        if ":" not in h:
+            # never echo the rest: a header missing its colon still carries the secret
+            name = h.split(None, 1)[0] if h.strip() else h
+            raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
+    return True
+
+
+def _check_modes(modes: list[str]) -> bool:
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"--modes must be a comma list of {'/'.join(MODES)}, got {bad or '[]'}")
+    return True
+
+
 @dataclass(frozen=True)
 class ConnectionOptions:
     """Which target, and how to talk to it."""
 
-    target: str
-    model: str
-    protocol: str
-    api_name: str | None
-    api_key_env: str | None
-    header: list[str]
-    ca_bundle: str | None
-    insecure: bool
-    request_timeout: float
-    stall_timeout: float
-    http_client: str
+    target: str = option(
+        "", "base URL, path prefix kept (e.g. https://host/llm)", shown="required for run"
+    )
+    model: str = option("", "model name", shown="first of the target's /v1/models")
+    protocol: str = option(
+        "openai-chat", "protocol adapter: openai-chat, openai-completions, gradio, tgi"
+    )
+    api_name: str | None = option(None, "--protocol gradio: the fn's endpoint (default: the app's)")
+    api_key_env: str | None = option(
+        None, "send $VAR as 'Authorization: Bearer' (never written anywhere)", metavar="VAR"
+    )
+    header: list[str] = option(
+        [],
+        "extra request header (repeatable)",
+        metavar="K:V",
+        repeat=True,
+        parse=_as_list,
+        check=(_check_headers, ""),
+    )
+    ca_bundle: str | None = option(None, "CA bundle for TLS verification", metavar="PEM")
+    insecure: bool = option(False, "skip TLS verification")
+    request_timeout: float = option(
+        300.0,
+        "whole-request limit -> 'timeout'",
+        parse=_duration,
+        check=(_positive, "must be positive"),
+        shown="300s",
+    )
+    stall_timeout: float = option(
+        60.0,
+        "streaming: no bytes this long -> 'stall'",
+        parse=_duration,
+        check=(_positive, "must be positive"),
+        shown="60s",
+    )
+    http_client: str = option(
+        "lean",
+        "lean: one socket per user, read directly; httpx: the general client",
+        choices=HTTP_CLIENTS,
+    )
 
     def headers_dict(self) -> dict[str, str]:
         """``--header K:V`` values as a dict (values verbatim; never logged)."""
@@ -94,67 +212,156 @@ class ConnectionOptions:
 class LoadOptions:
     """How many users, how they arrive, which phases, for how long."""
 
-    users: int
-    spawn_rate: float
-    pacing: float
-    duration: float
-    num_prompts: int | None
-    rate: float | None
-    arrival: str
-    shape: str | dict[str, Any] | None
-    modes: list[str]
-    warmup: float
-    cooldown: float
-    seed: int
-    first_start: str
+    users: int = option(
+        20,
+        "closed loop: users; open loop: the concurrency cap",
+        check=(_at_least_1, "must be >= 1"),
+    )
+    spawn_rate: float = option(20.0, "users started per second", check=(_positive, "must be > 0"))
+    pacing: float = option(
+        3.0,
+        "start-to-start interval per user, 0s = back-to-back",
+        parse=_duration,
+        shown="3s",
+        check=(lambda v: v >= 0, "must be >= 0"),
+    )
+    duration: float = option(
+        60.0,
+        "length of each measured phase",
+        parse=_duration,
+        shown="60s",
+        check=(_positive, "must be positive"),
+    )
+    num_prompts: int | None = option(
+        None,
+        "end each measured phase after N requests (then --duration, if given, bounds it)",
+        metavar="N",
+        check=(_at_least_1, "must be >= 1"),
+        shown="by duration",
+    )
+    rate: float | None = option(
+        None,
+        "open loop: requests per second over all users (vLLM: --request-rate)",
+        aliases=("--request-rate",),
+        check=(lambda v: v is None or v > 0, "must be positive"),
+        shown="closed loop",
+    )
+    arrival: str = option("poisson", "open-loop arrivals", choices=ARRIVALS)
+    first_start: str = option(
+        "spread",
+        "closed loop: each user's first request at a seeded random point of one --pacing "
+        "interval (back to back: of the second its spawn batch fills), or all together as "
+        "spawned (lock-step bursts)",
+        choices=FIRST_STARTS,
+    )
+    shape: str | dict[str, Any] | None = option(
+        None, "steps:start=5,step=5,every=30s | spike:base=10,peak=100,...", shown="constant"
+    )
+    modes: list[str] = option(
+        list(MODES), "phases to run, in order", parse=_as_list, check=(_check_modes, "")
+    )
+    warmup: float = option(
+        0.0,
+        "warm-up phase length (recorded, excluded from the statistics)",
+        parse=_duration,
+        shown="0s",
+    )
+    cooldown: float = option(0.0, "pause between measured phases", parse=_duration, shown="0s")
+    #: fixes prompt choice and order, and open-loop arrivals and first starts
+    seed: int = option(0, "seed for prompt choice, arrivals and first starts")
 
 
 @dataclass(frozen=True)
 class WorkloadOptions:
     """What each request asks for."""
 
-    scenario: str
-    dataset: str | None
-    input_len: int | None
-    output_len: int | None
-    range_ratio: float
-    max_tokens: int | None
-    turns: int
-    seed: int
-    temperature: float | None
-    ignore_eos: bool
-    tokenizer: str | None
+    scenario: str = option("mix", "mix, short_qa, code_gen, long_summary, or weights a:5,b:1")
+    dataset: str | None = option(
+        None,
+        "JSONL prompts (messages or prompt), ShareGPT JSON, or 'random' (exact lengths)",
+        metavar="FILE|random",
+    )
+    input_len: int | None = option(
+        None,
+        "--dataset random: prompt tokens",
+        check=(_at_least_1, "must be >= 1"),
+        shown="1024",
+    )
+    output_len: int | None = option(
+        None,
+        "--dataset random/ShareGPT: output tokens",
+        check=(_at_least_1, "must be >= 1"),
+        shown="random: 128",
+    )
+    range_ratio: float = option(
+        0.0,
+        "--dataset random: lengths uniform in len*(1+-r)",
+        check=(lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+    )
+    max_tokens: int | None = option(
+        None, "override every prompt's max_tokens", shown="per scenario"
+    )
+    turns: int = option(1, "turns per conversation", check=(_at_least_1, "must be >= 1"))
+    temperature: float | None = option(None, "sampling temperature sent", shown="server's")
+    ignore_eos: bool = option(False, "ask for max_tokens (ignore_eos)")
+    tokenizer: str | None = option(
+        None,
+        "the target's tokenizer: counts output tokens, builds random/ShareGPT lengths",
+        metavar="PATH",
+    )
 
 
 @dataclass(frozen=True)
 class OutputOptions:
     """Where the run goes: files, report, live exporter, Grafana, web UI, status line."""
 
-    out: str | None
-    label: str
-    metrics_port: int | None
-    metrics_host: str
-    pushgateway: str | None
-    grafana_url: str | None
-    web: bool
-    web_host: str
-    web_port: int
-    report: bool
-    slo: str | None
-    max_error_rate: float | None
-    status_interval: float
+    out: str | None = option(None, "run directory", metavar="DIR", shown="runs/<UTC>-<label>/")
+    label: str = option("", "run label", shown="run")
+    report: bool = option(
+        True,
+        "summary.json, summary.md and report.html at the end (`report build` later)",
+        negate=True,
+    )
+    slo: str | None = option(
+        None,
+        "goodput SLOs: ttft=600ms,tpot=50ms,e2e=5s",
+        check=(_check_slo, ""),
+    )
+    max_error_rate: float | None = option(
+        None,
+        "exit 3 when more than this share of measured requests failed, e.g. 5%%",
+        metavar="FRACTION",
+        parse=_fraction,
+        shown="only when all failed",
+    )
+    status_interval: float = option(1.0, "status line period", parse=_duration, shown="1s")
+    metrics_port: int | None = option(
+        None, "serve client metrics on this port (0: any)", shown="off"
+    )
+    metrics_host: str = option("127.0.0.1", "interface for --metrics-port")
+    pushgateway: str | None = option(None, "push client metrics at the end", metavar="URL")
+    grafana_url: str | None = option(None, "annotate phases (token: $GRAFANA_TOKEN)", metavar="URL")
+    web: bool = option(False, "serve locust's web UI, with the llmload tabs")
+    web_host: str = option("127.0.0.1", "web UI interface")
+    web_port: int = option(8089, "web UI port")
 
 
 @dataclass(frozen=True)
 class DistributedOptions:
     """Master/worker mode."""
 
-    workers: int
-    master: bool
-    worker: bool
-    master_host: str
-    master_port: int
-    expect_workers: int
+    workers: int = option(
+        0,
+        "spawn N local locust worker processes",
+        metavar="N",
+        check=(lambda v: v >= 0, "must be >= 0"),
+        shown="local",
+    )
+    master: bool = option(False, "be a master for --worker processes")
+    worker: bool = option(False, "be a worker of --master-host")
+    master_host: str = option("127.0.0.1", "master address (workers) / bind address (master)")
+    master_port: int = option(5557, "master port")
+    expect_workers: int = option(1, "--master: wait for N workers", metavar="N")
 
     @property
     def enabled(self) -> bool:
@@ -167,8 +374,7 @@ class DistributedOptions:
         return self.workers or self.expect_workers
 
 
-#: group name -> its dataclass; every RunOptions field is in exactly one (``seed`` is in
-#: load and workload: it fixes both the arrivals and the prompts)
+#: group name (the ``RunOptions`` field) -> its dataclass, in --help order
 GROUPS: dict[str, type] = {
     "connection": ConnectionOptions,
     "load": LoadOptions,
@@ -178,192 +384,152 @@ GROUPS: dict[str, type] = {
 }
 
 
-def _part(opts: RunOptions, group: type) -> Any:
-    return group(**{f.name: getattr(opts, f.name) for f in fields(group)})
+@dataclass(frozen=True)
+class Declared:
+    """One option as declared: its group, field and spec, and the type its annotation names."""
+
+    group: str
+    field: Field[Any]
+    spec: Spec
+    kind: type
+
+    @property
+    def name(self) -> str:
+        return self.field.name
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def default(self) -> Any:
+        if self.field.default_factory is not MISSING:
+            return self.field.default_factory()
+        return self.field.default
+
+
+def _kind(annotation: Any) -> type:
+    """The scalar type an annotation names (``int | None`` -> int; lists -> list)."""
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        return list
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if args and origin is not None:
+        return _kind(args[0])
+    return annotation if isinstance(annotation, type) else str
+
+
+def declared() -> Iterator[Declared]:
+    """Every option, in --help order."""
+    for group, cls in GROUPS.items():
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            yield Declared(group, f, f.metadata["spec"], _kind(hints[f.name]))
+
+
+DECLARED = {d.name: d for d in declared()}
+_ALIASES = {a.name: a for a in ALIASES}
+
+
+def _second_names() -> dict[str, str]:
+    """A declaration's further flags as plan keys (``request_rate`` -> ``rate``)."""
+    return {
+        flag.lstrip("-").replace("-", "_"): d.name
+        for d in DECLARED.values()
+        for flag in d.spec.aliases
+    }
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Everything a run needs (frozen; ``validate()`` returns the normalised value).
+    """Everything a run needs, in five frozen groups (``validate()`` normalises and checks).
 
-    ``config()`` is what ``run.json`` records; ``connection``, ``load``,
-    ``workload``, ``output`` and ``distributed`` are the parts each layer takes.
+    ``config()`` is what ``run.json`` records (flat names, secrets redacted).
     """
 
-    target: str = ""
-    model: str = ""
-    protocol: str = "openai-chat"
-    api_name: str | None = None
-    api_key_env: str | None = None
-    header: list[str] = field(default_factory=list)
-    ca_bundle: str | None = None
-    insecure: bool = False
-    users: int = 20
-    spawn_rate: float = 20.0
-    pacing: float = 3.0
-    duration: float = 60.0
-    #: stop each measured phase after this many requests (``duration`` then only bounds it)
-    num_prompts: int | None = None
-    rate: float | None = None
-    arrival: str = "poisson"
-    #: closed loop: each user's first request at a seeded uniform offset inside one pacing
-    #: interval (``spread``), or all at once as spawned (``together``: lock-step bursts)
-    first_start: str = "spread"
-    shape: str | dict[str, Any] | None = None
-    modes: list[str] = field(default_factory=lambda: list(MODES))
-    warmup: float = 0.0
-    cooldown: float = 0.0
-    scenario: str = "mix"
-    dataset: str | None = None
-    #: ``--dataset random``: prompt / output lengths in tokens, +-``range_ratio`` uniform
-    input_len: int | None = None
-    output_len: int | None = None
-    range_ratio: float = 0.0
-    max_tokens: int | None = None
-    turns: int = 1
-    seed: int = 0
-    temperature: float | None = None
-    ignore_eos: bool = False
-    tokenizer: str | None = None
-    request_timeout: float = 300.0
-    stall_timeout: float = 60.0
-    #: ``lean`` (one socket per user, ``loadtests.transport.http1``) or ``httpx``
-    #: (the general client)
-    http_client: str = "lean"
-    out: str | None = None
-    label: str = ""
-    workers: int = 0
-    master: bool = False
-    worker: bool = False
-    master_host: str = "127.0.0.1"
-    master_port: int = 5557
-    expect_workers: int = 1
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    pushgateway: str | None = None
-    grafana_url: str | None = None
-    web: bool = False
-    web_host: str = "127.0.0.1"
-    web_port: int = 8089
-    report: bool = True
-    slo: str | None = None
-    #: exit 3 when more than this share of measured requests failed (None: only when all did)
-    max_error_rate: float | None = None
-    status_interval: float = 1.0
+    connection: ConnectionOptions = field(default_factory=ConnectionOptions)
+    load: LoadOptions = field(default_factory=LoadOptions)
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    output: OutputOptions = field(default_factory=OutputOptions)
+    distributed: DistributedOptions = field(default_factory=DistributedOptions)
 
-    @property
-    def connection(self) -> ConnectionOptions:
-        """Which target and how to talk to it (``loadtests.transport.target.Target``)."""
-        return _part(self, ConnectionOptions)
+    @classmethod
+    def of(cls, **flat: Any) -> RunOptions:
+        """Options from flat names (``RunOptions.of(users=5, target=...)``), not validated."""
+        return cls().with_(**flat)
 
-    @property
-    def load(self) -> LoadOptions:
-        """Users, arrivals, phases (``loadtests.run.phaseloop``, ``loadtests.run.shapes``)."""
-        return _part(self, LoadOptions)
+    def with_(self, **flat: Any) -> RunOptions:
+        """A copy with some options replaced, by flat name, in whichever group they live."""
+        by_group: dict[str, dict[str, Any]] = {}
+        for name, value in flat.items():
+            if name not in DECLARED:
+                raise TypeError(f"unknown run option {name!r}")
+            by_group.setdefault(DECLARED[name].group, {})[name] = value
+        return replace(
+            self,
+            **{g: replace(getattr(self, g), **values) for g, values in by_group.items()},
+        )
 
-    @property
-    def workload(self) -> WorkloadOptions:
-        """Prompts and sampling (``loadtests.workload``, the adapters)."""
-        return _part(self, WorkloadOptions)
-
-    @property
-    def output(self) -> OutputOptions:
-        """Run files, report, live sinks (``llmload.run``)."""
-        return _part(self, OutputOptions)
-
-    @property
-    def distributed(self) -> DistributedOptions:
-        """Master/worker mode (``loadtests.run.distributed``)."""
-        return _part(self, DistributedOptions)
+    def flat(self) -> dict[str, Any]:
+        """Every option by flat name (what ``run.json`` and a worker's setup carry)."""
+        out: dict[str, Any] = {}
+        for group in GROUPS:
+            out.update(asdict(getattr(self, group)))
+        return out
 
     def validate(self) -> RunOptions:
         """The normalised value, checked; raises ``ValueError`` with a one-line message."""
-        header = _as_list(self.header) if isinstance(self.header, str) else list(self.header)
-        changes: dict[str, Any] = {"modes": _as_list(self.modes), "header": header}
-        for name in DURATIONS:
-            changes[name] = parse_duration(getattr(self, name))
-        if self.max_error_rate is not None:
-            try:
-                changes["max_error_rate"] = parse_fraction(self.max_error_rate)
-            except ValueError as exc:
-                raise ValueError(f"--max-error-rate: {exc}") from None
-        norm = replace(self, **changes)
-        norm._check()
-        norm._validate_workload()
+        changes: dict[str, Any] = {}
+        values = self.flat()
+        for name, d in DECLARED.items():
+            value = values[name]
+            if d.spec.parse is not None:
+                try:
+                    value = d.spec.parse(value)
+                except ValueError as exc:
+                    raise ValueError(f"{d.flag}: {exc}") from None
+                changes[name] = value
+            if d.spec.choices and value not in d.spec.choices:
+                raise ValueError(f"{d.flag} must be one of {', '.join(d.spec.choices)}")
+            if d.spec.check is not None:
+                ok, must = d.spec.check
+                if not ok(value):
+                    raise ValueError(f"{d.flag} {must}, got {value!r}")
+        norm = self.with_(**changes)
+        norm._relations()
         return norm
 
-    def _check(self) -> None:
-        bad = [m for m in self.modes if m not in MODES]
-        if bad or not self.modes:
-            raise ValueError(
-                f"--modes must be a comma list of {'/'.join(MODES)}, got {bad or '[]'}"
-            )
-        if self.arrival not in ARRIVALS:
-            raise ValueError(f"--arrival must be one of {', '.join(ARRIVALS)}")
-        if self.first_start not in FIRST_STARTS:
-            raise ValueError(f"--first-start must be one of {', '.join(FIRST_STARTS)}")
-        if self.duration <= 0:
-            raise ValueError("--duration must be positive")
-        if self.users < 1 or self.spawn_rate <= 0:
-            raise ValueError("--users must be >= 1 and --spawn-rate > 0")
-        if self.rate is not None and self.rate <= 0:
-            raise ValueError("--rate must be positive")
-        if self.rate is not None and (self.turns > 1 or self.shape):
+    def _relations(self) -> None:
+        """The checks that relate several options."""
+        load, work, dist = self.load, self.workload, self.distributed
+        if load.rate is not None and (work.turns > 1 or load.shape):
             raise ValueError("--rate (open loop) cannot be combined with --turns > 1 or --shape")
-        if self.turns < 1:
-            raise ValueError("--turns must be >= 1")
-        if self.request_timeout <= 0 or self.stall_timeout <= 0:
-            raise ValueError("--request-timeout and --stall-timeout must be positive")
-        if self.http_client not in HTTP_CLIENTS:
-            raise ValueError(f"--http-client must be one of {', '.join(HTTP_CLIENTS)}")
-        for h in self.header:
-            if ":" not in h:
-                # never echo the rest: a header missing its colon still carries the secret
-                name = h.split(None, 1)[0] if h.strip() else h
-                raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
-        if self.workers < 0:
-            raise ValueError("--workers must be >= 0")
-        shards = self.distributed.expected if self.distributed.enabled else 1
-        if self.num_prompts is not None and self.users < shards:
+        shards = dist.expected if dist.enabled else 1
+        if load.num_prompts is not None and load.users < shards:
             # each worker issues its share of the prompts with its own users: a worker
             # given none would hold its share back and the phase would never end
             raise ValueError(
                 f"--num-prompts with {shards} workers needs --users (--max-concurrency) "
-                f">= {shards}, got {self.users}"
+                f">= {shards}, got {load.users}"
             )
-
-    def _validate_workload(self) -> None:
-        if self.num_prompts is not None and self.num_prompts < 1:
-            raise ValueError("--num-prompts must be >= 1")
-        for name in ("input_len", "output_len"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        if not 0.0 <= self.range_ratio < 1.0:
-            raise ValueError("--range-ratio must be in [0, 1)")
-        if self.dataset != "random" and (self.input_len is not None or self.range_ratio):
+        if work.dataset != "random" and (work.input_len is not None or work.range_ratio):
             raise ValueError("--input-len and --range-ratio need --dataset random")
-        if self.output_len is not None and not self.dataset:
+        if work.output_len is not None and not work.dataset:
             raise ValueError("--output-len needs --dataset random or a ShareGPT file")
-        if self.dataset == "random" and self.max_tokens is not None:
+        if work.dataset == "random" and work.max_tokens is not None:
             raise ValueError("--dataset random: give output lengths with --output-len")
-        if self.slo is not None:
-            parse_slo(self.slo)
 
     def config(self) -> dict[str, Any]:
         """All options for ``run.json``: secrets redacted, the API key never present."""
-        data = asdict(self)
-        if math.isinf(self.duration):
+        data = self.flat()
+        if math.isinf(self.load.duration):
             data["duration"] = None  # --num-prompts without a time limit (JSON has no inf)
-        data["target"] = redact_url(self.target)
-        data["header"] = [redact_header(h) for h in self.header]
+        data["target"] = redact_url(self.connection.target)
+        data["header"] = [redact_header(h) for h in self.connection.header]
         for key in ("pushgateway", "grafana_url"):
             if data[key]:
                 data[key] = redact_url(data[key])
         return data
-
-
-_FIELDS = {f.name for f in fields(RunOptions)}
 
 
 def load_plan(path: str | Path) -> dict[str, Any]:
@@ -373,7 +539,7 @@ def load_plan(path: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
-        if name not in _FIELDS and name not in ALIASES:
+        if name not in DECLARED and name not in _ALIASES and name not in _second_names():
             raise ValueError(f"{path}: unknown plan key {key!r}")
         out[name] = value
     return out
@@ -382,16 +548,21 @@ def load_plan(path: str | Path) -> dict[str, Any]:
 def _canonical(given: dict[str, Any]) -> dict[str, Any]:
     """Alias names (``request_rate``, ``max_concurrency``, ``goodput``) -> ours."""
     out = dict(given)
-    for alias, name in ALIASES.items():
-        if alias not in out:
+    flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
+    for second, name in _second_names().items():
+        if second in out:
+            if name in out:
+                raise ValueError(f"give {flag(name)} or {flag(second)}, not both")
+            out[name] = out.pop(second)
+    for alias in ALIASES:
+        if alias.name not in out:
             continue
-        if name in out:
-            flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
-            raise ValueError(f"give {flag(name)} or {flag(alias)}, not both")
-        value = out.pop(alias)
-        if alias == "goodput" and not isinstance(value, str):
+        if alias.to in out:
+            raise ValueError(f"give {flag(alias.to)} or {flag(alias.name)}, not both")
+        value = out.pop(alias.name)
+        if alias.nargs and not isinstance(value, str):
             value = " ".join(str(v) for v in value)  # ["ttft:600", "tpot:50"] (nargs="+")
-        out[name] = value
+        out[alias.to] = value
     return out
 
 
@@ -402,7 +573,8 @@ def build_options(plan: dict[str, Any], cli: dict[str, Any]) -> RunOptions:
     ``pacing`` given, means back-to-back requests (pacing 0) as in vLLM and guidellm;
     ``num_prompts`` without a ``duration`` leaves the phases without a time limit.
     """
-    cli = {k: v for k, v in cli.items() if k in _FIELDS or k in ALIASES}
+    known = set(DECLARED) | set(_ALIASES) | set(_second_names())
+    cli = {k: v for k, v in cli.items() if k in known}
     concurrency = "max_concurrency" in plan or "max_concurrency" in cli
     plan, cli = _canonical(plan), _canonical(cli)
     merged = {**plan, **cli}
@@ -412,4 +584,42 @@ def build_options(plan: dict[str, Any], cli: dict[str, Any]) -> RunOptions:
         merged["pacing"] = 0.0
     if merged.get("num_prompts") is not None and "duration" not in merged:
         merged["duration"] = math.inf
-    return RunOptions(**merged).validate()
+    return RunOptions.of(**merged).validate()
+
+
+def is_unset(value: Any) -> bool:
+    """A default that means "not given" (nothing to show as a default)."""
+    return value is None or value is False or value == "" or value == []
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def options_table() -> str:
+    """The Markdown table of every ``run`` option (docs/loadgen.md holds a copy; a test checks)."""
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for d in DECLARED.values():
+        value = ""
+        if d.kind is not bool:
+            value = " " + (
+                "|".join(d.spec.choices)
+                if d.spec.choices
+                else d.spec.metavar or ("N" if d.kind is int else d.name.upper())
+            )
+        flags = ", ".join(f"`{f}{value}`" for f in (d.flag, *d.spec.aliases))
+        if d.spec.negate:
+            flags = f"`--no-{d.name.replace('_', '-')}`"
+        shown = d.spec.shown
+        if shown is None:
+            default = d.default
+            if d.spec.negate:
+                shown = "on"
+            elif isinstance(default, list):
+                shown = f"`{','.join(default)}`" if default else "none"
+            else:
+                shown = "off" if is_unset(default) else f"`{default}`"
+        rows.append(_row(flags, shown, d.spec.help.replace("%%", "%")))
+    for a in ALIASES:
+        rows.append(_row(f"`--{a.name.replace('_', '-')} {a.metavar}`", "", a.help))
+    return "\n".join(rows) + "\n"

@@ -16,7 +16,6 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import llmload.run as wiring  # before locust: gevent-patches the process
@@ -132,8 +131,9 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
     SearchConfig(start=start, minimum=minimum, maximum=ns.maximum, tolerance=tolerance)  # checks
     inv = loadtests_cli.parse(["run", *rest, "--modes", ns.mode, "--pacing", "0s"])
     assert inv.options is not None
-    opts = replace(inv.options, slo=_goodput_spec(criteria), label=inv.options.label or "capacity")
-    if opts.workers or opts.master:
+    label = inv.options.output.label or "capacity"
+    opts = inv.options.with_(slo=_goodput_spec(criteria), label=label)
+    if opts.distributed.workers or opts.distributed.master:
         raise ValueError("llmload capacity runs in one process (no --workers/--master yet)")
     argv_full = ["llmload", "capacity", *argv]
     return copts, opts, argv_full

@@ -12,135 +12,73 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from llmload.loadtests.options import (
-    ARRIVALS,
-    FIRST_STARTS,
-    HTTP_CLIENTS,
+    ALIASES,
+    DECLARED,
+    Declared,
     RunOptions,
     build_options,
+    is_unset,
     load_plan,
 )
 
+#: --help's title for each options group
+TITLES = {
+    "connection": "target",
+    "load": "load shape",
+    "workload": "workload",
+    "output": "output",
+    "distributed": "distributed",
+}
+
+
+def _help(d: Declared) -> str:
+    """The declaration's help, with its default when there is one worth showing."""
+    shown = d.spec.shown
+    if shown is None and not is_unset(d.default):
+        default = d.default
+        shown = ",".join(default) if isinstance(default, list) else str(default)
+    return f"{d.spec.help} ({shown})" if shown and not d.spec.negate else d.spec.help
+
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """Every ``RunOptions`` field as a flag, from its one declaration (``loadtests.options``)."""
     S = argparse.SUPPRESS
-    g = p.add_argument_group("target")
-    g.add_argument("--plan", metavar="FILE", help="TOML test plan; flags override it")
-    g.add_argument("--target", help="base URL, path prefix kept (e.g. https://host/llm)")
-    g.add_argument("--model", help="model name (default: first of the target's /v1/models)")
-    g.add_argument("--protocol", help="openai-chat (default), openai-completions, gradio, tgi")
-    g.add_argument("--api-name", help="--protocol gradio: the fn's endpoint (default: the app's)")
-    g.add_argument("--api-key-env", metavar="VAR", help="send $VAR as 'Authorization: Bearer'")
-    g.add_argument("--header", action="append", metavar="K:V", help="extra header (repeatable)")
-    g.add_argument("--ca-bundle", metavar="PEM", help="CA bundle for TLS verification")
-    g.add_argument("--insecure", action="store_true", default=S, help="skip TLS verification")
-    g.add_argument(
-        "--http-client",
-        choices=HTTP_CLIENTS,
-        help="lean: one socket per user, read directly (default); httpx: the general client",
-    )
-    g = p.add_argument_group("load shape")
-    g.add_argument("--users", type=int, help="closed loop users (open loop: concurrency cap); 20")
-    g.add_argument(
-        "--max-concurrency",
-        type=int,
-        metavar="N",
-        help="vLLM/guidellm name for --users; without --rate/--pacing: back-to-back requests",
-    )
-    g.add_argument("--spawn-rate", type=float, help="users started per second (20)")
-    g.add_argument("--pacing", help="start-to-start interval per user, 0s = back-to-back (3s)")
-    g.add_argument("--duration", help="length of each measured phase (60s)")
-    g.add_argument(
-        "--num-prompts",
-        type=int,
-        metavar="N",
-        help="end each measured phase after N requests (then --duration, if given, bounds it)",
-    )
-    g.add_argument(
-        "--rate",
-        "--request-rate",
-        dest="rate",
-        type=float,
-        help="open loop: requests per second (all users); --request-rate is the vLLM name",
-    )
-    g.add_argument("--arrival", choices=ARRIVALS, help="open-loop arrivals (poisson)")
-    g.add_argument(
-        "--first-start",
-        choices=FIRST_STARTS,
-        help="closed loop: each user's first request at a seeded random point of one --pacing "
-        "interval (back to back: of the second its spawn batch fills) (spread, default), or "
-        "all together as spawned (lock-step bursts)",
-    )
-    g.add_argument("--shape", help="steps:start=5,step=5,every=30s | spike:base=10,peak=100,...")
-    g.add_argument("--modes", help="phases to run, in order: sync,stream (default)")
-    g.add_argument("--warmup", help="warm-up phase length (recorded, excluded from stats)")
-    g.add_argument("--cooldown", help="pause between measured phases")
-    g.add_argument("--seed", type=int, help="seed for prompt choice and arrivals (0)")
-    g = p.add_argument_group("workload")
-    g.add_argument("--scenario", help="mix (default), short_qa, code_gen, long_summary, a:5,b:1")
-    g.add_argument(
-        "--dataset",
-        metavar="FILE|random",
-        help="JSONL prompts (messages or prompt), ShareGPT JSON, or 'random' (exact lengths)",
-    )
-    g.add_argument("--input-len", type=int, help="--dataset random: prompt tokens (1024)")
-    g.add_argument(
-        "--output-len", type=int, help="--dataset random/ShareGPT: output tokens (random: 128)"
-    )
-    g.add_argument(
-        "--range-ratio", type=float, help="--dataset random: lengths uniform in len*(1+-r) (0)"
-    )
-    g.add_argument("--max-tokens", type=int, help="override every prompt's max_tokens")
-    g.add_argument("--turns", type=int, help="turns per conversation (1)")
-    g.add_argument("--temperature", type=float, help="sampling temperature sent")
-    g.add_argument("--ignore-eos", action="store_true", default=S, help="ask for max_tokens")
-    g.add_argument(
-        "--tokenizer",
-        metavar="PATH",
-        help="the target's tokenizer: counts output tokens, builds random/ShareGPT lengths",
-    )
-    g = p.add_argument_group("failures")
-    g.add_argument("--request-timeout", help="whole-request limit -> 'timeout' (300s)")
-    g.add_argument("--stall-timeout", help="streaming: no bytes this long -> 'stall' (60s)")
-    g = p.add_argument_group("output")
-    g.add_argument("--out", metavar="DIR", help="run directory (runs/<UTC>-<label>/)")
-    g.add_argument("--label", help="run label")
-    g.add_argument(
-        "--no-report",
-        dest="report",
-        action="store_false",
-        default=S,
-        help="skip summary.json, summary.md and report.html at the end (`report build` later)",
-    )
-    g.add_argument(
-        "--max-error-rate",
-        metavar="FRACTION",
-        help="exit 3 when more than this share of measured requests failed, e.g. 5%% "
-        "(default: only when every one failed)",
-    )
-    g.add_argument("--slo", help="goodput SLOs: ttft=600ms,tpot=50ms,e2e=5s (the default)")
-    g.add_argument(
-        "--goodput",
-        nargs="+",
-        metavar="KEY:MS",
-        help="vLLM-style SLOs, e.g. ttft:600 tpot:50 e2el:5000 (same as --slo)",
-    )
-    g.add_argument("--status-interval", help="status line period (1s)")
-    g.add_argument("--metrics-port", type=int, help="serve client metrics on this port (0: any)")
-    g.add_argument("--metrics-host", help="interface for --metrics-port (127.0.0.1)")
-    g.add_argument("--pushgateway", metavar="URL", help="push client metrics at the end")
-    g.add_argument("--grafana-url", metavar="URL", help="annotate phases (token: $GRAFANA_TOKEN)")
-    g.add_argument("--web", action="store_true", default=S, help="serve locust's web UI")
-    g.add_argument("--web-host", help="web UI interface (127.0.0.1)")
-    g.add_argument("--web-port", type=int, help="web UI port (8089)")
-    g = p.add_argument_group("distributed")
-    g.add_argument("--workers", type=int, help="spawn N local locust worker processes")
-    g.add_argument("--master", action="store_true", default=S, help="be a master for --worker")
-    g.add_argument("--expect-workers", type=int, help="--master: wait for N workers (1)")
-    g.add_argument("--master-host", help="master address (workers) / bind address (master)")
-    g.add_argument("--master-port", type=int, help="master port (5557)")
-    g.add_argument("--worker", action="store_true", default=S, help="be a worker of --master-host")
+    p.add_argument("--plan", metavar="FILE", help="TOML test plan; flags override it")
+    groups: dict[str, Any] = {}
+    for d in DECLARED.values():
+        if d.group not in groups:
+            groups[d.group] = p.add_argument_group(TITLES.get(d.group, d.group))
+        g = groups[d.group]
+        kw: dict[str, Any] = {"dest": d.name, "help": _help(d)}
+        if d.kind is bool:
+            if d.spec.negate:
+                flag = "--no-" + d.name.replace("_", "-")
+                g.add_argument(flag, action="store_false", default=S, **kw)
+            else:
+                g.add_argument(d.flag, action="store_true", default=S, **kw)
+            continue
+        if d.spec.repeat:
+            kw["action"] = "append"
+        elif d.spec.parse is None and d.kind in (int, float):
+            kw["type"] = d.kind
+        if d.spec.choices:
+            kw["choices"] = d.spec.choices
+        if d.spec.metavar:
+            kw["metavar"] = d.spec.metavar
+        elif d.kind is int:
+            kw["metavar"] = "N"
+        g.add_argument(d.flag, *d.spec.aliases, **kw)
+    for a in ALIASES:
+        g = groups[DECLARED[a.to].group]
+        kw = {"dest": a.name, "help": a.help, "metavar": a.metavar}
+        if a.type is not None:
+            kw["type"] = a.type
+        if a.nargs is not None:
+            kw["nargs"] = a.nargs
+        g.add_argument("--" + a.name.replace("_", "-"), **kw)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -204,7 +142,7 @@ def parse(argv: Sequence[str] | None = None) -> Invocation:
     plan = load_plan(given.pop("plan")) if given.get("plan") else {}
     given.pop("plan", None)
     opts = build_options(plan, given)
-    if opts.worker:
-        host, port = opts.master_host, opts.master_port
+    if opts.distributed.worker:
+        host, port = opts.distributed.master_host, opts.distributed.master_port
         return Invocation("worker", argv_full, master_host=host, master_port=port)
     return Invocation(command, argv_full, opts, engine or "", list(server_args))

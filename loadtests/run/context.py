@@ -163,7 +163,7 @@ class UsageError(Exception):
 
 def connect_target(opts: RunOptions) -> Target:
     """The target, its reachability checked (and this process's client warmed up)."""
-    if not opts.target:
+    if not opts.connection.target:
         raise UsageError("--target URL is required (`loadtest` starts the bundled server)")
     try:
         target = Target.from_options(opts.connection)
@@ -193,7 +193,7 @@ def build_context(
             scenario=w.scenario,
             dataset=w.dataset,
             max_tokens=w.max_tokens,
-            seed=w.seed,
+            seed=opts.load.seed,
             turns=w.turns,
             tokenizer=w.tokenizer,
             input_len=w.input_len,
@@ -202,7 +202,7 @@ def build_context(
         )
         if w.tokenizer:
             tokenizer = tokencount.load(w.tokenizer)
-        facts = discover(target, opts.protocol, model, opts.api_name)
+        facts = discover(target, opts.connection.protocol, model, opts.connection.api_name)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
     if worker == "local":

@@ -161,7 +161,7 @@ class MasterDriver:
             print(f"master: waiting for {self.expect} worker(s) on port {self.port}", flush=True)
         try:
             self._wait(lambda: len(self.runner.clients.ready) >= self.expect, "workers to connect")
-            setup = {"options": asdict(opts), "model": model, "shards": self.expect}
+            setup = {"options": opts.flat(), "model": model, "shards": self.expect}
             for shard, client in enumerate(sorted(self.runner.clients.ready, key=lambda c: c.id)):
                 self.names[client.id] = f"worker-{shard}"
                 self.runner.send_message("llmload_setup", {**setup, "shard": shard}, client.id)
@@ -377,7 +377,7 @@ class WorkerState:
         data = msg.data
         self.name = f"worker-{data['shard']}"
         try:
-            opts = RunOptions(**data["options"]).validate()
+            opts = RunOptions.of(**data["options"]).validate()
             target = connect_target(opts)
             self.forwarder = Forwarder(self.runner, self.name)
             shard, shards = data["shard"], data["shards"]

@@ -159,7 +159,7 @@ class Session:
             self._users_changed(driver)
             if elapsed >= next_status:
                 self.status.tick()
-                next_status = elapsed + self.opts.status_interval
+                next_status = elapsed + self.opts.output.status_interval
             self.wake.wait(min(0.2, max(0.0, phase.duration - elapsed)))
         driver.stop(force=self.interrupted)
         issued = driver.finish(phase)

@@ -61,10 +61,10 @@ def run_info(opts: RunOptions, argv: list[str], run_id: str, model: str, workloa
     """The static part of ``run.json``."""
     return {
         "run_id": run_id,
-        "label": opts.label or "run",
-        "target": redact_url(opts.target),
+        "label": opts.output.label or "run",
+        "target": redact_url(opts.connection.target),
         "model": model,
-        "protocol": opts.protocol,
+        "protocol": opts.connection.protocol,
         "command": redact_argv(argv),
         "config": opts.config(),
         "workload": workload.describe(),
@@ -171,13 +171,13 @@ def run(
     hub = RecordHub()
     try:
         target = connect_target(opts)
-        model = opts.model or target.detect_model() or "default"
+        model = opts.connection.model or target.detect_model() or "default"
         ctx = build_context(opts, target, model, hub)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    label = opts.label or "run"
-    out_dir = Path(opts.out) if opts.out else default_out(label)
+    label = opts.output.label or "run"
+    out_dir = Path(opts.output.out) if opts.output.out else default_out(label)
     if (out_dir / "run.json").exists():
         print(f"warning: replacing the previous run in {out_dir}", file=sys.stderr, flush=True)
     info = {**run_info(opts, argv, out_dir.name, model, ctx.workload), **(extra_info or {})}
@@ -189,7 +189,7 @@ def run(
     for sink in extra:
         hub.add(sink)
     env = Environment(user_classes=[LLMUser], host=target.base_url)
-    env.stop_timeout = opts.request_timeout + DRAIN_SLACK_S
+    env.stop_timeout = opts.connection.request_timeout + DRAIN_SLACK_S
     session = Session(opts, hub, status)
     session.after_phase.append(lambda phase: save_locust_stats(env, out_dir, phase))
     session.install_signals()
@@ -207,19 +207,21 @@ def run(
             ctx.watch(env)
             driver = LocalDriver(env, ctx)
             sampler = _health(hub, ctx)
-        if opts.web:
+        if opts.output.web:
             # locust's web UI re-parses sys.argv with its own parser (on every page view):
             # our flags are parsed already, and would make it exit
             del sys.argv[1:]
-            web_ui = env.create_web_ui(opts.web_host, opts.web_port)
+            web_ui = env.create_web_ui(opts.output.web_host, opts.output.web_port)
             for sink in extra:
                 if isinstance(sink, WebTab):
                     sink.attach(web_ui)
-            print(f"web UI: http://{opts.web_host}:{opts.web_port}", file=sys.stderr)
+            print(f"web UI: http://{opts.output.web_host}:{opts.output.web_port}", file=sys.stderr)
         try:
             previous: Phase | None = None
             for phase in phases if phases is not None else plan_phases(opts.load):
-                cooldown = opts.cooldown if previous is not None and not previous.warmup else 0.0
+                cooldown = (
+                    opts.load.cooldown if previous is not None and not previous.warmup else 0.0
+                )
                 session.run_phase(driver, phase, cooldown)
                 previous = phase
                 if phases is not None:
@@ -260,12 +262,12 @@ def run(
         writer.set_status(outcome)
         hub.close()
     print(f"run directory: {out_dir} ({writer.records} records, {outcome})", flush=True)
-    if report is not None and opts.report and writer.records:
-        finish_report(out_dir, opts.slo, status, report)
+    if report is not None and opts.output.report and writer.records:
+        finish_report(out_dir, opts.output.slo, status, report)
     else:
         print(status.summary(), flush=True)
     if outcome == "completed":
-        breach = error_rate_breach(status.phases, opts.max_error_rate)
+        breach = error_rate_breach(status.phases, opts.output.max_error_rate)
         if breach:
             print(f"error: {breach} (exit {EXIT_ERROR_RATE})", file=sys.stderr, flush=True)
             return EXIT_ERROR_RATE

@@ -66,7 +66,12 @@ def reachable(host: str, port: int) -> bool:
 def test_loopback_unless_a_host_is_given() -> None:
     assert Settings().host == "127.0.0.1"
     options = RunOptions()
-    assert options.metrics_host == options.web_host == options.master_host == "127.0.0.1"
+    assert (
+        options.output.metrics_host
+        == options.output.web_host
+        == options.distributed.master_host
+        == "127.0.0.1"
+    )
     outside = outside_address()
     proc, url = listen()
     try:

@@ -45,5 +45,8 @@ def test_bad_max_error_rate_is_a_usage_error(text: str) -> None:
 
 
 def test_plan_key_and_flag() -> None:
-    assert build_options({"max_error_rate": "2%"}, {"target": "http://x"}).max_error_rate == 0.02
-    assert build_options({}, {"target": "http://x"}).max_error_rate is None
+    assert (
+        build_options({"max_error_rate": "2%"}, {"target": "http://x"}).output.max_error_rate
+        == 0.02
+    )
+    assert build_options({}, {"target": "http://x"}).output.max_error_rate is None

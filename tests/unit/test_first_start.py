@@ -36,7 +36,7 @@ def test_back_to_back_users_spread_over_their_spawn_batch() -> None:
 
 
 def test_the_option_defaults_to_spread_and_is_checked() -> None:
-    assert build_options({}, {}).first_start == "spread"
-    assert build_options({}, {"first_start": "together"}).first_start == "together"
+    assert build_options({}, {}).load.first_start == "spread"
+    assert build_options({}, {"first_start": "together"}).load.first_start == "together"
     with pytest.raises(ValueError, match="--first-start"):
         build_options({}, {"first_start": "sometimes"})

@@ -54,15 +54,17 @@ def test_the_pieces_agree() -> None:
     worker = parse(_argv(_container(workers)))
     assert master.command == "run" and worker.command == "worker"
     opts = master.options
-    assert opts is not None and opts.master and opts.master_host == "0.0.0.0"
-    assert opts.expect_workers == workers["spec"]["replicas"]
+    assert (
+        opts is not None and opts.distributed.master and opts.distributed.master_host == "0.0.0.0"
+    )
+    assert opts.distributed.expect_workers == workers["spec"]["replicas"]
     (port,) = service["spec"]["ports"]
     assert worker.master_host == service["metadata"]["name"]
-    assert worker.master_port == opts.master_port == port["port"] == port["targetPort"]
+    assert worker.master_port == opts.distributed.master_port == port["port"] == port["targetPort"]
     # the workers read the API key from the same variable the master names
     env = {e["name"] for e in _container(workers).get("env", [])}
-    assert opts.api_key_env in env
+    assert opts.connection.api_key_env in env
     # one core per worker process, and no more users than the workers carry (docs/scale.md)
     limits = _container(workers)["resources"]["limits"]
     assert limits["cpu"] == "1"
-    assert opts.users <= 1000 * workers["spec"]["replicas"]
+    assert opts.load.users <= 1000 * workers["spec"]["replicas"]

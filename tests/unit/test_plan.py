@@ -37,11 +37,11 @@ def test_plan_then_flags_override(tmp_path: Path) -> None:
     )
     plan = load_plan(plan_file)
     opts = build_options(plan, {"users": 9, "header": ["X-Run: a"], "duration": "1m"})
-    assert opts.users == 9 and opts.spawn_rate == 2 and opts.pacing == 2.0
-    assert opts.duration == 60 and opts.modes == ["stream"]
-    assert opts.header == ["X-Team: infra", "X-Run: a"]
-    assert opts.shape == {"kind": "steps", "start": 1}
-    assert build_options({}, {}).modes == ["sync", "stream"]
+    assert opts.load.users == 9 and opts.load.spawn_rate == 2 and opts.load.pacing == 2.0
+    assert opts.load.duration == 60 and opts.load.modes == ["stream"]
+    assert opts.connection.header == ["X-Team: infra", "X-Run: a"]
+    assert opts.load.shape == {"kind": "steps", "start": 1}
+    assert build_options({}, {}).load.modes == ["sync", "stream"]
 
 
 def test_unknown_plan_keys_are_refused(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_invalid_options(cli: dict) -> None:
 
 
 def test_config_never_holds_secrets() -> None:
-    opts = RunOptions(
+    opts = RunOptions.of(
         target="https://bob:hunter2@api.example/llm?api-key=s3cret&v=1",
         header=["Authorization: Bearer s3cret", "X-Team: infra"],
         api_key_env="MY_KEY",
@@ -96,10 +96,10 @@ def test_api_key_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch
     from llmload.loadtests.transport.target import Target
 
     monkeypatch.setenv("MY_KEY", "s3cret")
-    opts = RunOptions(target="http://h", api_key_env="MY_KEY", header=["X-A: 1"]).validate()
+    opts = RunOptions.of(target="http://h", api_key_env="MY_KEY", header=["X-A: 1"]).validate()
     target = Target.from_options(opts.connection)
     assert target.headers == {"X-A": "1", "Authorization": "Bearer s3cret"}
-    explicit = RunOptions(target="http://h", api_key_env="MY_KEY", header=["authorization: x"])
+    explicit = RunOptions.of(target="http://h", api_key_env="MY_KEY", header=["authorization: x"])
     assert Target.from_options(explicit.validate().connection).headers == {"authorization": "x"}
     monkeypatch.delenv("MY_KEY")
     with pytest.raises(ValueError, match="MY_KEY"):
@@ -117,32 +117,74 @@ def test_command_line_flags_reach_the_options() -> None:
     assert given.pop("command") == "run" and given.pop("log_level") == "WARNING"
     assert "users" not in given  # unset flags stay unset, so a plan's value survives
     opts = build_options({"users": 7}, given)
-    assert opts.modes == ["stream"] and opts.header == ["A: b", "C: d"]
-    assert opts.report is False and opts.pacing == 0 and opts.workers == 2 and opts.users == 7
+    assert opts.load.modes == ["stream"] and opts.connection.header == ["A: b", "C: d"]
+    assert opts.output.report is False and opts.load.pacing == 0 and opts.load.users == 7
+    assert opts.distributed.workers == 2
 
 
-def test_every_option_is_in_a_group_and_validate_returns_a_new_frozen_value() -> None:
+def test_each_option_is_declared_once_and_validate_returns_a_new_frozen_value() -> None:
     import dataclasses
 
-    from llmload.loadtests.options import GROUPS
+    from llmload.loadtests.options import DECLARED, GROUPS, Spec
 
     grouped = [f.name for g in GROUPS.values() for f in dataclasses.fields(g)]
-    names = [f.name for f in dataclasses.fields(RunOptions)]
-    shared = {"seed"}  # fixes both the arrivals (load) and the prompts (workload)
-    assert sorted(set(names) - set(grouped)) == [], "add the new option to a group in plan.py"
-    assert sorted(set(grouped) - set(names)) == []
-    assert [n for n in set(grouped) if grouped.count(n) > 1 and n not in shared] == []
-    types = {f.name: f.type for f in dataclasses.fields(RunOptions)}
-    assert {
-        f"{g.__name__}.{f.name}": f.type
-        for g in GROUPS.values()
-        for f in dataclasses.fields(g)
-        if f.type != types[f.name]
-    } == {}
-    raw = RunOptions(pacing="2s", modes="stream", header="X-Team: infra")  # type: ignore[arg-type]
+    assert len(grouped) == len(set(grouped)) == len(DECLARED)  # one group each, once
+    assert [f.name for f in dataclasses.fields(RunOptions)] == list(GROUPS)
+    assert all(isinstance(d.spec, Spec) and d.spec.help for d in DECLARED.values())
+    with pytest.raises(TypeError, match="unknown run option"):
+        RunOptions.of(userz=3)
+    raw = RunOptions.of(pacing="2s", modes="stream", header="X-Team: infra")  # type: ignore[arg-type]
     opts = raw.validate()
-    assert raw.pacing == "2s" and opts.pacing == 2.0 and opts.modes == ["stream"]
+    assert raw.load.pacing == "2s" and opts.load.pacing == 2.0 and opts.load.modes == ["stream"]
     assert opts.load.pacing == 2.0 and opts.connection.headers_dict() == {"X-Team": "infra"}
     assert opts.output.report is True and opts.distributed.workers == 0
     with pytest.raises(dataclasses.FrozenInstanceError):
-        opts.users = 3  # type: ignore[misc]
+        opts.load.users = 3  # type: ignore[misc]
+
+
+def test_a_new_declaration_is_a_flag_a_plan_key_and_a_docs_row(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Adding an option is one declaration: the parser, the plan and the docs table follow."""
+    import dataclasses
+
+    from llmload.loadtests import options
+    from llmload.loadtests.run import cli as run_cli
+
+    @dataclasses.dataclass(frozen=True)
+    class Extra:
+        """A group a future issue might add."""
+
+        think_time: float = options.option(
+            0.0, "pause between turns", parse=options._duration, shown="0s"
+        )
+
+    groups = {**options.GROUPS, "extra": Extra}
+    monkeypatch.setattr(options, "GROUPS", groups)
+    monkeypatch.setattr(options, "DECLARED", {d.name: d for d in options.declared()})
+    monkeypatch.setattr(run_cli, "DECLARED", options.DECLARED)
+    ns = run_cli.parser().parse_args(["run", "--think-time", "2s"])
+    assert vars(ns)["think_time"] == "2s"
+    sub = run_cli.parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    assert "pause between turns (0s)" in " ".join(sub.format_help().split())
+    assert "| `--think-time D` | 0s | pause between turns |" in options.options_table()
+    plan = tmp_path / "p.toml"
+    plan.write_text('think-time = "1s"\n')
+    assert options.load_plan(plan) == {"think_time": "1s"}
+
+
+def test_docs_table_is_the_declarations() -> None:
+    """docs/loadgen.md's option table is ``options_table()`` (LLMLOAD_UPDATE_DOCS=1 rewrites)."""
+    import os
+
+    from llmload.loadtests.options import options_table
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "loadgen.md"
+    text = doc.read_text(encoding="utf-8")
+    begin, end = "<!-- run-options: begin -->\n", "<!-- run-options: end -->"
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    fresh = head + begin + options_table() + end + tail
+    if os.environ.get("LLMLOAD_UPDATE_DOCS"):
+        doc.write_text(fresh, encoding="utf-8")
+    assert begin in text and text == fresh, "run: LLMLOAD_UPDATE_DOCS=1 pytest " + __file__

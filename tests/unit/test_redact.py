@@ -87,7 +87,7 @@ def test_text_argv_and_json() -> None:
 
 
 def test_canaries_through_every_output(tmp_path: Path) -> None:
-    opts = RunOptions(
+    opts = RunOptions.of(
         target=TARGET,
         header=[f"Authorization: Bearer {HEADER}", "X-Team: infra"],
         grafana_url=GRAFANA,
@@ -95,7 +95,7 @@ def test_canaries_through_every_output(tmp_path: Path) -> None:
     ).validate()
     argv = ["llmload", "run", "--target", TARGET, "--header", f"X-Api-Key: {HEADER}"]
     # what loadtests.run.runner.run_info puts in run.json (importing the runner means locust)
-    info = {"target": redact_url(opts.target), "command": redact_argv(argv)}
+    info = {"target": redact_url(opts.connection.target), "command": redact_argv(argv)}
     info["config"] = opts.config()
     assert not leaks(json.dumps(info)), "run.json"
     assert "X-Team: infra" in json.dumps(info) and "api-version=2" in info["target"]

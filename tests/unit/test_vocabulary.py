@@ -24,14 +24,14 @@ def _cli(*argv: str) -> dict:
 
 def test_request_rate_is_rate_and_max_concurrency_is_users() -> None:
     opts = build_options({}, _cli("--request-rate", "4.5", "--max-concurrency", "7"))
-    assert opts.rate == 4.5 and opts.users == 7
-    assert build_options({}, _cli("--rate", "2")).rate == 2
+    assert opts.load.rate == 4.5 and opts.load.users == 7
+    assert build_options({}, _cli("--rate", "2")).load.rate == 2
 
 
 def test_max_concurrency_alone_means_back_to_back() -> None:
-    assert build_options({}, _cli("--max-concurrency", "8")).pacing == 0.0
-    assert build_options({}, _cli("--max-concurrency", "8", "--pacing", "2s")).pacing == 2.0
-    assert build_options({}, _cli("--users", "8")).pacing == 3.0  # our default stays
+    assert build_options({}, _cli("--max-concurrency", "8")).load.pacing == 0.0
+    assert build_options({}, _cli("--max-concurrency", "8", "--pacing", "2s")).load.pacing == 2.0
+    assert build_options({}, _cli("--users", "8")).load.pacing == 3.0  # our default stays
 
 
 def test_alias_and_name_together_are_refused() -> None:
@@ -49,18 +49,22 @@ def test_plan_accepts_the_field_names(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     opts = build_options(load_plan(plan_file), {})
-    assert (opts.rate, opts.users, opts.num_prompts) == (3, 6, 50)
-    assert parse_slo(opts.slo) == {"ttft": 600.0, "tpot": 50.0}
-    assert (opts.input_len, opts.output_len, opts.range_ratio) == (64, 16, 0.25)
+    assert (opts.load.rate, opts.load.users, opts.load.num_prompts) == (3, 6, 50)
+    assert parse_slo(opts.output.slo) == {"ttft": 600.0, "tpot": 50.0}
+    assert (opts.workload.input_len, opts.workload.output_len, opts.workload.range_ratio) == (
+        64,
+        16,
+        0.25,
+    )
     # the command line overrides a plan's alias with our name, and vice versa
-    assert build_options(load_plan(plan_file), _cli("--rate", "9")).rate == 9
+    assert build_options(load_plan(plan_file), _cli("--rate", "9")).load.rate == 9
 
 
 def test_goodput_and_slo_are_one_parser() -> None:
     ours = parse_slo("ttft=600ms,tpot=50ms,e2e=5s")
     assert parse_slo("ttft:600 tpot:50 e2el:5000") == ours
     opts = build_options({}, _cli("--goodput", "ttft:600", "tpot:50", "e2el:5000"))
-    assert parse_slo(opts.slo) == ours
+    assert parse_slo(opts.output.slo) == ours
     assert parse_slo("ttft:0.5s") == {"ttft": 500.0}
 
 
@@ -86,12 +90,12 @@ def test_bad_vocabulary_is_a_one_line_error(argv: tuple[str, ...]) -> None:
 
 def test_num_prompts_without_duration_has_no_time_limit() -> None:
     opts = build_options({}, _cli("--num-prompts", "40", "--warmup", "5s"))
-    assert math.isinf(opts.duration) and opts.config()["duration"] is None
+    assert math.isinf(opts.load.duration) and opts.config()["duration"] is None
     warm, *measured = plan_phases(opts.load)
     assert warm.requests is None and warm.duration == 5
     assert [p.requests for p in measured] == [40, 40]
     capped = build_options({}, _cli("--num-prompts", "40", "--duration", "30s"))
-    assert capped.duration == 30 and plan_phases(capped.load)[0].requests == 40
+    assert capped.load.duration == 30 and plan_phases(capped.load)[0].requests == 40
 
 
 @pytest.mark.parametrize("shards", [1, 2, 3, 7])
