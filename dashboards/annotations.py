@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from llmload.dashboards.grafana import connect, credential_from_env
-from llmload.dashboards.llm_load import PHASE_TAG, UID
+from llmload.dashboards.names import PHASE_TAG, UID
 from llmload.loadtests.redact import redact_url
 from llmload.loadtests.run.sinks import NullSink
 

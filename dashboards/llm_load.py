@@ -4,24 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.models import dashboard as dm
+
+from llmload.dashboards.names import PHASE_TAG, TITLE, UID
 from llmload.dashboards.panels import (
     CLIENT,
     JOB,
     RATE,
-    SCHEMA_VERSION,
     Grid,
     Panel,
     heatmap,
     mean,
     quantile,
+    query_variable,
     stat,
     timeseries,
+    to_json,
 )
 
-UID = "llmload-load-test"
-TITLE = "LLM load test"
-#: Tag on every annotation the load generator posts (``dashboards.annotations``).
-PHASE_TAG = "llmload"
 #: TTFT p95 SLO, seconds: the same threshold as the LLMTTFTP95SLOBreach alert rule.
 TTFT_SLO_S = 2.0
 #: Error-ratio alert threshold, percent (LLMErrorRateHigh).
@@ -310,98 +312,70 @@ def harness() -> list[Panel]:
     ]
 
 
-def _templating() -> dict[str, Any]:
-    def query_var(name: str, query: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "label": name,
-            "type": "query",
-            "datasource": {"type": "prometheus", "uid": "${datasource}"},
-            "query": {"query": query, "refId": f"{name}-var"},
-            "definition": query,
-            "refresh": 2,
-            "includeAll": True,
-            "multi": True,
-            "allValue": ".*",
-            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-            "sort": 1,
-            "hide": 0,
-            "options": [],
-            "regex": "",
-        }
-
-    datasource = {
-        "name": "datasource",
-        "label": "Prometheus",
-        "type": "datasource",
-        "query": "prometheus",
-        "refresh": 1,
-        "hide": 0,
-        "current": {},
-        "options": [],
-        "regex": "",
-    }
-    return {
-        "list": [
-            datasource,
-            query_var("job", "label_values(up, job)"),
-            query_var("mode", f'label_values({C_REQS}{{job=~"$job"}}, mode)'),
-            query_var("scenario", f'label_values({C_REQS}{{job=~"$job"}}, scenario)'),
-        ]
-    }
+def _variables() -> list[Builder[dm.VariableModel]]:
+    datasource = (
+        db.DatasourceVariable("datasource")
+        .label("Prometheus")
+        .type("prometheus")
+        .hide(dm.VariableHide.DONT_HIDE)
+        .regex("")
+    )
+    return [
+        datasource,
+        query_variable("job", "label_values(up, job)"),
+        query_variable("mode", f'label_values({C_REQS}{{job=~"$job"}}, mode)'),
+        query_variable("scenario", f'label_values({C_REQS}{{job=~"$job"}}, scenario)'),
+    ]
 
 
-def _annotations() -> dict[str, Any]:
-    grafana = {"type": "grafana", "uid": "-- Grafana --"}
-    return {
-        "list": [
-            {
-                "builtIn": 1,
-                "datasource": grafana,
-                "enable": True,
-                "hide": True,
-                "iconColor": "rgba(0, 211, 255, 1)",
-                "name": "Annotations & Alerts",
-                "type": "dashboard",
-            },
-            {
-                "datasource": grafana,
-                "enable": True,
-                "hide": False,
-                "iconColor": "rgba(255, 152, 48, 1)",
-                "name": "Run phases",
-                "target": {"type": "tags", "tags": [PHASE_TAG], "matchAny": False, "limit": 100},
-            },
-        ]
-    }
+def _annotations() -> list[Builder[dm.AnnotationQuery]]:
+    grafana = dm.DataSourceRef(type_val="grafana", uid="-- Grafana --")
+    builtin = (
+        db.AnnotationQuery()
+        .built_in(1)
+        .datasource(grafana)
+        .enable(True)
+        .hide(True)
+        .icon_color("rgba(0, 211, 255, 1)")
+        .name("Annotations & Alerts")
+        .type("dashboard")
+    )
+    phases = (
+        db.AnnotationQuery()
+        .datasource(grafana)
+        .enable(True)
+        .hide(False)
+        .icon_color("rgba(255, 152, 48, 1)")
+        .name("Run phases")
+        .target(db.AnnotationTarget().type("tags").tags([PHASE_TAG]).match_any(False).limit(100))
+    )
+    return [builtin, phases]
 
 
 def build() -> dict[str, Any]:
     """The dashboard as a JSON-ready dict."""
-    grid = Grid()
+    dashboard = (
+        db.Dashboard(TITLE)
+        .uid(UID)
+        .description("llmload: client-side (what users feel) vs server-side latency.")
+        .tags(["llmload", "llm"])
+        .editable()
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .refresh("5s")
+        .time("now-30m", "now")
+        .timezone("browser")
+        .fiscal_year_start_month(0)
+        .live_now(False)
+        .links([])
+        .version(1)
+        .annotations(_annotations())
+        .variables(_variables())
+    )
+    grid = Grid(dashboard)
     grid.add_row("Overview", overview())
     grid.add_row("Latency", latency())
     grid.add_row("Throughput", throughput())
     grid.add_row("Server", server())
     grid.add_row("Is the target saturated?", saturation())
     grid.add_row("Harness health", harness())
-    return {
-        "uid": UID,
-        "title": TITLE,
-        "description": "llmload: client-side (what users feel) vs server-side latency.",
-        "tags": ["llmload", "llm"],
-        "schemaVersion": SCHEMA_VERSION,
-        "editable": True,
-        "graphTooltip": 1,
-        "refresh": "5s",
-        "time": {"from": "now-30m", "to": "now"},
-        "timepicker": {},
-        "timezone": "browser",
-        "fiscalYearStartMonth": 0,
-        "liveNow": False,
-        "links": [],
-        "version": 1,
-        "annotations": _annotations(),
-        "templating": _templating(),
-        "panels": grid.panels,
-    }
+    return to_json(dashboard)

@@ -1,39 +1,64 @@
-"""Small builders for Grafana dashboard JSON (plain dicts, Grafana 11/12 schema).
+"""Panel builders on Grafana's Foundation SDK (``grafana-foundation-sdk``, Grafana 11.6 types).
 
 Every panel and target points at the ``${datasource}`` template variable, so a
 dashboard works against whichever Prometheus the user picks.  ``Grid`` hands out
-panel ids and ``gridPos`` left to right, wrapping at Grafana's 24 columns.
+panel ids and ``gridPos`` left to right, wrapping at Grafana's 24 columns (the
+SDK's own layout gives no ids and wraps only after a line is full).  ``to_json``
+turns the SDK's dashboard into the plain dict that ``build`` writes and ``push``
+sends.
+
+The SDK's typed defaults are not always Grafana's UI defaults (a bare legend has
+``showLegend: false``), so every option a panel shows is set here explicitly.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, TypeVar
 
-#: Grafana's dashboard schema version the JSON is written for (Grafana 11.0+;
-#: Grafana 11.x and 12.x load it and migrate forward on read).
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import heatmap as hb
+from grafana_foundation_sdk.builders import prometheus as pb
+from grafana_foundation_sdk.builders import stat as sb
+from grafana_foundation_sdk.builders import timeseries as tb
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import heatmap as hm
+from grafana_foundation_sdk.models import prometheus as pm
+
+#: Grafana's dashboard schema version the JSON is written as (Grafana 11.0's; 11.x and
+#: 12.x migrate forward on read).  The SDK would write 41 (Grafana 11.6); nothing here is
+#: touched by the 40 and 41 migrations (``refresh`` is a string, no ``timepicker``).
 SCHEMA_VERSION = 39
 GRID_WIDTH = 24
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 #: Label selector shared by the client-side (``llmload_``) series.
 CLIENT = 'job=~"$job", mode=~"$mode", scenario=~"$scenario"'
 #: Label selector for series that carry only ``job`` (server side, vLLM).
 JOB = 'job=~"$job"'
 RATE = "$__rate_interval"
 
-Panel = dict[str, Any]
+#: A data panel's builder, sized (``span``/``height``) but not yet placed.
+Panel = tb.Panel | sb.Panel | hb.Panel
+P = TypeVar("P", tb.Panel, sb.Panel, hb.Panel)
 
 
-def target(expr: str, legend: str, ref: str, *, fmt: str = "time_series") -> dict[str, Any]:
+def target(
+    expr: str, legend: str, ref: str, *, fmt: pm.PromQueryFormat = pm.PromQueryFormat.TIME_SERIES
+) -> pb.Dataquery:
     """One PromQL query of a panel."""
-    return {
-        "datasource": dict(DATASOURCE),
-        "editorMode": "code",
-        "expr": expr,
-        "format": fmt,
-        "legendFormat": legend,
-        "range": True,
-        "refId": ref,
-    }
+    return (
+        pb.Dataquery()
+        .datasource(DATASOURCE)
+        .editor_mode(pm.QueryEditorMode.CODE)
+        .expr(expr)
+        .format(fmt)
+        .legend_format(legend)
+        .range()
+        .ref_id(ref)
+    )
 
 
 def quantile(q: float, metric: str, selector: str, by: str = "") -> str:
@@ -51,32 +76,20 @@ def mean(metric: str, selector: str, by: str = "") -> str:
     )
 
 
-def _targets(queries: list[tuple[str, str]], fmt: str = "time_series") -> list[dict[str, Any]]:
-    refs = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    return [target(expr, legend, refs[i], fmt=fmt) for i, (expr, legend) in enumerate(queries)]
-
-
-def _panel(
-    kind: str,
+def _envelope(
+    panel: P,
     title: str,
     description: str,
-    defaults: dict[str, Any],
-    options: dict[str, Any],
-    targets: list[dict[str, Any]],
+    queries: list[tuple[str, str]],
     width: int,
     height: int,
-) -> Panel:
-    """The envelope every data panel shares; ``defaults`` and ``options`` are the kind's own."""
-    return {
-        "type": kind,
-        "title": title,
-        "description": description,
-        "datasource": dict(DATASOURCE),
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": options,
-        "targets": targets,
-        "gridPos": {"w": width, "h": height},
-    }
+    fmt: pm.PromQueryFormat = pm.PromQueryFormat.TIME_SERIES,
+) -> P:
+    """What every data panel shares: title, datasource, size, and (PromQL, legend) queries."""
+    panel.title(title).description(description).datasource(DATASOURCE).span(width).height(height)
+    for i, (expr, legend) in enumerate(queries):
+        panel.with_target(target(expr, legend, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[i], fmt=fmt))
+    return panel
 
 
 def timeseries(
@@ -88,24 +101,33 @@ def timeseries(
     width: int = 12,
     height: int = 8,
     stack: bool = False,
-) -> Panel:
+) -> tb.Panel:
     """A time-series panel; ``queries`` are (PromQL, legend) pairs."""
-    custom = {
-        "drawStyle": "line",
-        "lineWidth": 1,
-        "fillOpacity": 10 if stack else 0,
-        "showPoints": "never",
-        "spanNulls": False,
-        "stacking": {"mode": "normal" if stack else "none", "group": "A"},
-    }
-    options = {
-        "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull"]},
-        "tooltip": {"mode": "multi", "sort": "desc"},
-    }
-    defaults = {"unit": unit, "custom": custom}
-    return _panel(
-        "timeseries", title, description, defaults, options, _targets(queries), width, height
+    panel = (
+        tb.Panel()
+        .unit(unit)
+        .draw_style(cm.GraphDrawStyle.LINE)
+        .line_width(1)
+        .fill_opacity(10 if stack else 0)
+        .show_points(cm.VisibilityMode.NEVER)
+        .span_nulls(False)
+        .stacking(
+            cb.StackingConfig()
+            .mode(cm.StackingMode.NORMAL if stack else cm.StackingMode.NONE)
+            .group("A")
+        )
+        .legend(
+            cb.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(cm.LegendDisplayMode.TABLE)
+            .placement(cm.LegendPlacement.BOTTOM)
+            .calcs(["lastNotNull"])
+        )
+        .tooltip(
+            cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING)
+        )
     )
+    return _envelope(panel, title, description, queries, width, height)
 
 
 def stat(
@@ -117,74 +139,84 @@ def stat(
     steps: tuple[tuple[float, str], ...] = (),
     width: int = 4,
     height: int = 4,
-) -> Panel:
+) -> sb.Panel:
     """A single-value stat panel showing the last value; ``steps`` are (from, colour)."""
-    thresholds: list[dict[str, Any]] = [{"color": "green", "value": None}]
-    thresholds += [{"color": color, "value": value} for value, color in steps]
-    defaults = {
-        "unit": unit,
-        "decimals": 2,
-        "color": {"mode": "thresholds"},
-        "thresholds": {"mode": "absolute", "steps": thresholds},
-    }
-    options = {
-        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-        "colorMode": "value",
-        "graphMode": "area",
-        "textMode": "auto",
-    }
-    return _panel(
-        "stat", title, description, defaults, options, _targets([(expr, title)]), width, height
+    thresholds = [dm.Threshold(value=None, color="green")]
+    thresholds += [dm.Threshold(value=value, color=color) for value, color in steps]
+    panel = (
+        sb.Panel()
+        .unit(unit)
+        .decimals(2)
+        .color_scheme(db.FieldColor().mode(dm.FieldColorModeId.THRESHOLDS))
+        .thresholds(db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(thresholds))
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False))
+        .color_mode(cm.BigValueColorMode.VALUE)
+        .graph_mode(cm.BigValueGraphMode.AREA)
+        .text_mode(cm.BigValueTextMode.AUTO)
     )
+    return _envelope(panel, title, description, [(expr, title)], width, height)
 
 
 def heatmap(
     title: str, expr: str, *, description: str = "", width: int = 24, height: int = 8
-) -> Panel:
+) -> hb.Panel:
     """A heatmap of a Prometheus histogram's per-interval bucket increases."""
-    options = {
-        "calculate": False,
-        "cellGap": 1,
-        "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
-        "yAxis": {"unit": "s"},
-        "rowsFrame": {"layout": "auto"},
-        "tooltip": {"mode": "single", "yHistogram": True},
-    }
-    targets = _targets([(expr, "{{le}}")], fmt="heatmap")
-    return _panel("heatmap", title, description, {}, options, targets, width, height)
+    panel = (
+        hb.Panel()
+        .calculate(False)
+        .cell_gap(1)
+        .color(
+            hb.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges").steps(64)
+        )
+        .y_axis(hb.YAxisConfig().unit("s"))
+        .rows_frame(hb.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.AUTO))
+        .mode(cm.TooltipDisplayMode.SINGLE)
+        .show_y_histogram()
+    )
+    queries = [(expr, "{{le}}")]
+    return _envelope(
+        panel, title, description, queries, width, height, fmt=pm.PromQueryFormat.HEATMAP
+    )
 
 
-def row(title: str) -> Panel:
-    """A full-width, expanded row header."""
-    return {
-        "type": "row",
-        "title": title,
-        "collapsed": False,
-        "panels": [],
-        "gridPos": {"w": GRID_WIDTH, "h": 1},
-    }
+def query_variable(name: str, query: str) -> db.QueryVariable:
+    """A multi-value Prometheus ``label_values`` variable, "All" (``.*``) by default."""
+    return (
+        db.QueryVariable(name)
+        .label(name)
+        .datasource(DATASOURCE)
+        .query({"query": query, "refId": f"{name}-var"})
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .include_all(True)
+        .multi(True)
+        .all_value(".*")
+        .current(dm.VariableOption(selected=True, text=["All"], value=["$__all"]))
+        .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        .hide(dm.VariableHide.DONT_HIDE)
+        .options([])
+        .regex("")
+    )
 
 
 class Grid:
-    """Assigns ids and positions: rows start a new line, panels flow left to right."""
+    """Adds rows and panels to a dashboard: ids in order, rows start a new line, panels
+    flow left to right."""
 
-    def __init__(self) -> None:
-        self.panels: list[Panel] = []
+    def __init__(self, dashboard: db.Dashboard) -> None:
+        self.dashboard = dashboard
         self._next_id = 1
         self._x = 0
         self._y = 0
         self._line_height = 0
 
-    def _place(self, panel: Panel) -> Panel:
-        w, h = panel["gridPos"]["w"], panel["gridPos"]["h"]
+    def _place(self, w: int, h: int) -> tuple[int, dm.GridPos]:
         if self._x + w > GRID_WIDTH:
             self._newline()
-        panel["id"] = self._next_id
-        panel["gridPos"] = {"h": h, "w": w, "x": self._x, "y": self._y}
+        placed = (self._next_id, dm.GridPos(h=h, w=w, x=self._x, y=self._y))
         self._next_id += 1
         self._x += w
         self._line_height = max(self._line_height, h)
-        return panel
+        return placed
 
     def _newline(self) -> None:
         self._y += self._line_height
@@ -192,9 +224,29 @@ class Grid:
         self._line_height = 0
 
     def add_row(self, title: str, panels: list[Panel]) -> None:
-        """Add a row header followed by its panels."""
+        """Add an expanded, full-width row header followed by its panels."""
         if self._x:
             self._newline()
-        self.panels.append(self._place(row(title)))
+        row_id, pos = self._place(GRID_WIDTH, 1)
+        self.dashboard.with_row(db.Row(title).collapsed(False).id(row_id).grid_pos(pos))
         self._newline()
-        self.panels.extend(self._place(p) for p in panels)
+        for panel in panels:
+            size = panel.build().grid_pos
+            assert size is not None, "panels are sized by _envelope"
+            panel_id, pos = self._place(size.w, size.h)
+            self.dashboard.with_panel(panel.id(panel_id).grid_pos(pos))
+
+
+def to_json(dashboard: db.Dashboard) -> dict[str, Any]:
+    """The dashboard as a JSON-ready dict, at ``SCHEMA_VERSION``.
+
+    The SDK's variable schema has no ``definition`` (the query text Grafana's variable
+    list shows, which Grafana's UI writes on save): it is copied from each query here.
+    """
+    model = dashboard.build()
+    model.schema_version = SCHEMA_VERSION
+    out: dict[str, Any] = json.loads(JSONEncoder().encode(model))
+    for var in out.get("templating", {}).get("list", []):
+        if var.get("type") == "query" and isinstance(var.get("query"), dict):
+            var["definition"] = var["query"]["query"]
+    return out

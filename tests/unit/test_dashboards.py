@@ -262,3 +262,24 @@ def test_stat_thresholds_match_the_alert_rules(dashboard: dict) -> None:
     assert steps[-1] == {"color": "red", "value": llm_load.TTFT_SLO_S}
     steps = stats["Error %"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert steps[-1] == {"color": "red", "value": llm_load.ERROR_SLO_PCT}
+
+
+def test_every_legend_and_option_is_set_not_left_to_the_sdk(dashboard: dict) -> None:
+    # the SDK's bare legend writes showLegend: false, which would hide every legend
+    series = [p for p in dashboard["panels"] if p["type"] == "timeseries"]
+    assert series and all(p["options"]["legend"]["showLegend"] is True for p in series)
+    assert all(p["options"]["tooltip"]["mode"] == "multi" for p in series)
+    variables = [v for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert all(v["definition"] == v["query"]["query"] for v in variables)
+
+
+def test_the_load_generator_does_not_import_the_grafana_sdk() -> None:
+    probe = (
+        "import sys, llmload.dashboards.annotations; "
+        "print(any(m.startswith('grafana_foundation_sdk') for m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
