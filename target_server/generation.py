@@ -8,12 +8,12 @@ iterator is ``aclose``d, the request counts as ``cancelled``).  A client that
 stops reading is dropped by the connection's write deadline
 (``target_server.write_deadline``, ``--send-timeout``), which ends the same way.
 
-Per token, two paths.  An engine with a ``timetable`` (the synthetic one: every
-token's due time known in advance) is streamed from the pacer's tick
-(``_Ticker``): the tick that a token is due in encodes it and writes it straight to
-the connection (``write_deadline.ChunkWriter``), so the request's task sleeps from
-the first token to the last — no task wake-up, no coroutine chain through the
-framework, no ASGI message per token.  A piece the tick cannot write (a fault to act
+Per token, two paths.  A ``TimetableEngine`` (``engine.is_timetable_engine``; the
+synthetic one: every token's due time known in advance) is streamed from the
+pacer's tick (``_Ticker``): the tick that a token is due in encodes it and writes
+it straight to the connection (``write_deadline.ChunkWriter``), so the request's
+task sleeps from the first token to the last — no task wake-up, no coroutine chain
+through the framework, no ASGI message per token.  A piece the tick cannot write (a fault to act
 out, a client that is not reading, one that left) goes back to the task and out
 through ``send``.  Other engines yield pieces from an async iterator and each goes
 out through the server's own ``send`` (past the framework's wrappers:
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
@@ -33,8 +33,14 @@ from starlette.responses import Response
 
 from llmload.target_server.admission import Rejected
 from llmload.target_server.chunks import DONE, ChunkEncoder, error_event, json_string
-from llmload.target_server.engine import PreparedRequest, TokenPiece
+from llmload.target_server.engine import (
+    PreparedRequest,
+    Timetable,
+    TokenPiece,
+    is_timetable_engine,
+)
 from llmload.target_server.errors import ApiError
+from llmload.target_server.pacer import Pacer
 from llmload.target_server.schemas import ParsedRequest
 from llmload.target_server.state import RequestContext, ServerState
 from llmload.target_server.write_deadline import CHUNK_WRITER, ChunkWriter
@@ -124,9 +130,9 @@ class _Ticker:
 
     def __init__(
         self,
-        table: Iterator[tuple[float, TokenPiece]],
+        table: Timetable,
         writer: ChunkWriter,
-        pacer: Any,
+        pacer: Pacer,
         encoder: ChunkEncoder,
         tally: _Tally,
     ):
@@ -160,8 +166,8 @@ class _Ticker:
         self._go(piece)
 
     def _go(self, piece: TokenPiece | None) -> None:
-        waiter = self.waiter
-        assert waiter is not None
+        waiter, on_tick = self.waiter, self.on_tick
+        assert waiter is not None and on_tick is not None  # live: no run or tick after stop()
         try:
             if piece is not None and not self._emit(piece, waiter):
                 return
@@ -169,7 +175,7 @@ class _Ticker:
                 exact, self.exact = self.exact, False
                 if deadline > (now := perf_counter()):
                     self.piece = nxt
-                    self.call_at(deadline, self.on_tick, exact, now)
+                    self.call_at(deadline, on_tick, exact, now)
                     return
                 if not self._emit(nxt, waiter):
                     return
@@ -289,18 +295,20 @@ class GenerationCall(Response):
                 ctx.admitted = perf_counter()
                 ctx.admitted_ok = True
                 try:
-                    timetable = getattr(st.engine, "timetable", None)
-                    # written from the pacer's tick only when streamed
-                    ticked = bool(timetable and self.parsed.stream and self.writer)
+                    engine = st.engine
+                    # a timetable engine's pacer, when its ticks write the pieces: streamed only
+                    ticks: Pacer | None = None
                     try:
-                        if timetable is not None:
+                        if is_timetable_engine(engine):
+                            if self.parsed.stream and self.writer:
+                                ticks = engine.pacer
                             # the configured TTFT counts from the arrival (+ the wait for a slot)
                             since = ctx.arrival + (ctx.admitted - asked)
-                            gen: Any = timetable(self.prepared, since=since)
-                            if not ticked:
-                                gen = st.engine.pacer.paced(gen)  # type: ignore[attr-defined]
+                            gen: Any = engine.timetable(self.prepared, since=since)
+                            if ticks is None:
+                                gen = engine.pacer.paced(gen)
                         else:
-                            gen = st.engine.generate(self.prepared)
+                            gen = engine.generate(self.prepared)
                     except Exception as exc:
                         ctx.status = "error"
                         await self._fail(
@@ -308,7 +316,7 @@ class GenerationCall(Response):
                         )
                         return
                     if self.parsed.stream:
-                        await self._stream(gen, send, ticked)
+                        await self._stream(gen, send, ticks)
                     else:
                         await self._body(gen, send)
                 finally:
@@ -345,8 +353,9 @@ class GenerationCall(Response):
         ctx.status = ctx.fault if ctx.fault in ("stall", "malformed") else "ok"
         return ctx.timings()
 
-    async def _stream(self, gen: Any, send: Any, ticked: bool) -> None:
-        """SSE: ``gen`` is the engine's async iterator, or its timetable when ``ticked``."""
+    async def _stream(self, gen: Any, send: Any, ticks: Pacer | None) -> None:
+        """SSE: ``gen`` is the engine's async iterator, or its timetable when ``ticks`` (the
+        engine's pacer, whose ticks then write the pieces) is given."""
         ctx, enc = self.ctx, self.encoder
         self.headers_sent = True
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
@@ -360,8 +369,8 @@ class GenerationCall(Response):
             msg["body"] = prefix + jstr(text) + suffix
             await send(msg)
 
-        if ticked:
-            reason = await self._ticked(gen, send, emit)
+        if ticks is not None:
+            reason = await self._ticked(gen, ticks, send, emit)
         else:
             reason = await self._generate(gen, send, emit)
         n = ctx.output_tokens
@@ -398,7 +407,8 @@ class GenerationCall(Response):
 
     async def _ticked(
         self,
-        table: Iterator[tuple[float, TokenPiece]],
+        table: Timetable,
+        pacer: Pacer,
         send: Any,
         emit: Callable[[str], Awaitable[None]],
     ) -> str | None:
@@ -406,7 +416,6 @@ class GenerationCall(Response):
         this task only sends what a tick hands back.  Returns the finish reason."""
         assert self.writer is not None
         tally = self._tally()
-        pacer = self.state.engine.pacer  # type: ignore[attr-defined]  # a timetable engine's
         ticker = _Ticker(table, self.writer, pacer, self.encoder, tally)
         try:
             while (piece := await ticker.run()) is not None:
@@ -416,7 +425,7 @@ class GenerationCall(Response):
         finally:
             ticker.stop()
             tally.close()
-            table.close()  # type: ignore[attr-defined]
+            table.close()
         return ticker.reason
 
     def _tally(self) -> _Tally:

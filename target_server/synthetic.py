@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from time import perf_counter
 from typing import Any
 
@@ -30,6 +30,7 @@ from llmload.target_server.engine import (
     EngineFault,
     GenerationRequest,
     PreparedRequest,
+    Timetable,
     TokenPiece,
     register,
 )
@@ -107,9 +108,7 @@ class SyntheticEngine:
         """Draw this request's plan; raise ``EngineFault`` now for an injected failure."""
         return self.pacer.paced(self.timetable(prepared))
 
-    def timetable(
-        self, prepared: PreparedRequest, since: float | None = None
-    ) -> Iterator[tuple[float, TokenPiece]]:
+    def timetable(self, prepared: PreparedRequest, since: float | None = None) -> Timetable:
         """The plan as ``(deadline, piece)`` pairs: each piece is due at its ``perf_counter``
         deadline, the first never before it (``exact``).  Lazy: a deadline is drawn when
         the previous piece has gone out (so a late first token delays the decode, and the
@@ -153,7 +152,7 @@ class SyntheticEngine:
         faults: dict[int, str],
         stop: tuple[str, ...],
         by_length: bool,
-    ) -> Iterator[tuple[float, TokenPiece]]:
+    ) -> Timetable:
         s, rng, pieces, k = self.settings, self._rng, _PIECES, len(_PIECES)
         itl, growth, jitter = s.itl_ms / 1000.0, s.itl_growth_ms / 1000.0, s.jitter_ms / 1000.0
         nominal, prev, tail, fault = first, 0.0, "", None
