@@ -3,7 +3,7 @@
 Old proxies, simple servers and some gateways answer ``Connection: close`` with
 no length and no chunked framing: the body ends when the connection does, and
 every request opens a new connection.  The harness must read such a stream as
-it arrives (FACTS.md: ``requests`` buffers it to the end), and send each
+it arrives (``requests`` buffers such a body to the end), and send each
 request in one write (``loadtests.transport.connect``) — checked here on the server side:
 its first read of every connection holds the whole request.
 """
