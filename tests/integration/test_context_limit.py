@@ -1,7 +1,7 @@
 """Keeping prompt + max_tokens inside a target's context length, against a vLLM stand-in.
 
 A real vLLM cannot start inside ``make test`` (the CPU build takes minutes to
-load; it runs in an opt-in bench), so this loopback FastAPI app does what vLLM does at its
+load), so this loopback FastAPI app does what vLLM does at its
 context limit: ``/v1/models`` reports ``max_model_len``, and a chat request
 whose prompt (counted with the served model's tokenizer and chat template) plus
 ``max_tokens`` exceeds it is an HTTP 400 before any token.  The default ``mix``
