@@ -36,6 +36,7 @@ from llmload.loadtests.run.capacity import (
 from llmload.loadtests.run.healthlog import HealthLog
 from llmload.loadtests.run.phaseloop import scheduled_arrivals
 from llmload.loadtests.run.phases import Phase
+from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import HarnessHealth, NullSink
 from llmload.reports.capacity.curve import answer_text, plateau
 from llmload.reports.capacity.judge import (
@@ -116,6 +117,8 @@ class CapacitySearch(NullSink):
         self._times: dict[str, list[float]] = {}
         self._health = HealthLog()
         self._health_by_phase: dict[str, dict[str, Any]] = {}
+        #: the scraper of the target's own metrics (``llmload.servermetrics``), when it has one
+        self.server: ServerScraper | None = None
         self._started = 0.0
         #: the step under way: judged when its phase ends (its records are all in by then),
         #: so run.json's capacity block, rewritten right after, already holds it
