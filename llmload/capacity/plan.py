@@ -46,6 +46,7 @@ from llmload.reports.capacity.judge import (
     samples_needed,
 )
 from llmload.reports.fmt import fmt_ms
+from llmload.reports.server.saturation import server_saturation
 
 #: open loop: concurrency cap; reaching it (the schedule slips) is a sign of saturation
 OPEN_LOOP_CAP = 64
@@ -253,6 +254,9 @@ class CapacitySearch(NullSink):
             for key in ("criteria", "verdict", "ratio"):
                 point[key] = pooled[key]
             point["pooled_with"] = [e["phase"] for e in earlier_here]
+        if self.server is not None and len(times) == 2 and records:
+            last = max(r.started_at for r in records)
+            point["saturated"] += server_saturation(self.server.samples, times[0], last, times[1])
         health = self._health_by_phase.get(phase.name) or {}
         starved = list(health.get("starved") or [])
         if not c.open_loop:

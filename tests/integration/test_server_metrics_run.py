@@ -178,3 +178,30 @@ def test_server_metrics_off_scrapes_nothing(start_server, tmp_path) -> None:
     assert "server metrics" not in done.stderr
     assert not (out / "server_metrics.jsonl").exists()
     assert "server_metrics" not in json.loads((out / "summary.json").read_text())
+
+
+def test_capacity_search_takes_the_server_queue_as_evidence(start_server_proc, tmp_path) -> None:
+    """Past ``--max-concurrency`` the server queues in every scrape: the search stops there,
+    saying so, although the (loose) SLO still passes."""
+    server = start_server_proc("--max-concurrency", "2", "--ttft-ms", "200", "--itl-ms", "20")
+    out = tmp_path / "cap"
+    done = subprocess.run(
+        [sys.executable, "-m", "llmload", "capacity", "--target", server.url, "--users", "2"]
+        + ["--max", "8", "--slo", "ttft_p50=20s", "--step-requests", "24", "--min-step", "1s"]
+        + ["--warmup", "1s", "--budget", "120s", "--max-tokens", "6", "--ignore-eos"]
+        + ["--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    cap = json.loads((out / "run.json").read_text())["capacity"]
+    assert cap["answer"]["reason"] == "saturated", cap["steps"]
+    assert [s["load"] for s in cap["steps"]] == [2, 4]
+    assert "server queue: the bundled server had requests waiting" in done.stderr
+    curve = json.loads((out / "summary.json").read_text())["capacity"]["curve"]
+    at4 = next(p for p in curve if p["load"] == 4)
+    assert any(s.startswith("server queue:") for s in at4["saturated"]), at4["saturated"]
+    at2 = next(p for p in curve if p["load"] == 2)
+    assert not any(s.startswith("server") for s in at2["saturated"]), at2["saturated"]
