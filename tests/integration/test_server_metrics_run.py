@@ -205,3 +205,37 @@ def test_capacity_search_takes_the_server_queue_as_evidence(start_server_proc, t
     assert any(s.startswith("server queue:") for s in at4["saturated"]), at4["saturated"]
     at2 = next(p for p in curve if p["load"] == 2)
     assert not any(s.startswith("server") for s in at2["saturated"]), at2["saturated"]
+
+
+def test_compare_and_gate_show_the_server_beside_the_client(start_server_proc, tmp_path) -> None:
+    server = start_server_proc("--max-concurrency", "2", "--ttft-ms", "60", "--itl-ms", "5")
+    runs = []
+    for users in (2, 4):  # B has twice the users: the server's queue takes the difference
+        out = tmp_path / f"run{users}"
+        done = llmload_run(
+            out,
+            *("--target", server.url, "--users", str(users), "--pacing", "0s"),
+            *("--spawn-rate", "100", "--duration", "3s", "--modes", "stream"),
+            *("--max-tokens", "9", "--ignore-eos"),
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(out)
+    cli = [sys.executable, "-m", "llmload", "report"]
+
+    def report(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*cli, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    cmp = report("compare", str(runs[0]), str(runs[1]), "--out", str(tmp_path / "cmp"))
+    assert cmp.returncode == 0, cmp.stderr
+    row = next(x for x in cmp.stdout.splitlines() if x.startswith("| server queue mean (ms)"))
+    a, b = (float(c) for c in row.split("|")[2:4])
+    assert a < 10 < b and "worse" in row  # 2 users fit the 2 slots; 4 users queue
+    assert "| path: client − server mean (ms)" in cmp.stdout
+    base = tmp_path / "base.json"
+    assert report("baseline", str(runs[0]), "--out", str(base)).returncode == 0
+    assert json.loads(base.read_text())["server"]["stream"]["queue_mean_ms"] == pytest.approx(
+        a, abs=0.5
+    )
+    gate = report("gate", str(runs[1]), "--baseline", str(base), "--min-samples", "10")
+    line = next(x for x in gate.stdout.splitlines() if "server side" in x)
+    assert "the bundled server's /metrics" in line and "queue mean" in line, gate.stdout
