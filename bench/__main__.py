@@ -14,6 +14,7 @@ BENCHES: dict[str, str] = {
     "harness": "bench.harness",
     "server": "bench.server_timing",
     "exporter": "bench.exporter",
+    "server-scrape": "bench.server_scrape",
     "reliability": "bench.reliability",
     "model": "bench.model",
     "engine-process": "bench.engine_process",

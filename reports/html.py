@@ -15,6 +15,7 @@ from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.loader import Run
 from llmload.reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
 from llmload.reports.schema import MetricStats, Summary
+from llmload.reports.server.view import server_html
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
@@ -374,6 +375,7 @@ def render_html(run: Run, summary: Summary) -> str:
         + f'<p class="note">{escape(PHASE_NOTE.replace("`", ""))}</p></div>'
     )
     parts.append("<h2>Charts</h2>" + _charts(run))
+    parts.append(server_html(run, summary))
     details = _details(summary)
     if details:
         parts.append("<h2>Details</h2>" + details)
