@@ -15,6 +15,7 @@ BENCHES: dict[str, str] = {
     "server": "bench.server_timing",
     "exporter": "bench.exporter",
     "server-scrape": "bench.server_scrape",
+    "vllm-cpu": "bench.vllm_cpu",
     "reliability": "bench.reliability",
     "model": "bench.model",
     "engine-process": "bench.engine_process",
