@@ -13,6 +13,7 @@ BENCHES: dict[str, str] = {
     "gate": "bench.gate_accuracy",
     "harness": "bench.harness",
     "server": "bench.server_timing",
+    "streams": "bench.streams",
     "exporter": "bench.exporter",
     "reliability": "bench.reliability",
     "model": "bench.model",

@@ -314,6 +314,9 @@ def token_count_mismatch(records: Sequence[RequestRecord]) -> Diagnostic | None:
         r
         for r in records
         if r.ok and r.usage_output_tokens is not None and r.client_output_tokens is not None
+        # usage counts a call's markup, which no client sees as text; an answer with no
+        # visible output is counted on its own (``reports.answers``)
+        if not r.tool_calls and not r.no_output
     ]
     bad = [r for r in both if _tokenizer_disagrees(r)]
     if len(both) < MIN_REQUESTS or len(bad) < MISMATCH_FLAG_RATE * len(both):

@@ -83,6 +83,8 @@ class LoadContext:
             opts["temperature"] = self.sampling.temperature
         if self.sampling.ignore_eos:
             opts["ignore_eos"] = True
+        if self.sampling.extra_body:
+            opts["extra_body"] = self.sampling.extra_body
         if self.connection.api_name:
             opts["api_name"] = self.connection.api_name
         opts.update(self.adapter_options)

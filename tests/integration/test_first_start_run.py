@@ -11,40 +11,19 @@ of a phase's starts, not times: they hold on a busy machine.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from bench.streams import densest_slice, starts_by_phase
 from tests.fixtures.loadtests import run_cli
 from tests.fixtures.server_proc import start_server_process
 
-SLICE_S = 0.1
 #: the issue's bound: no 100 ms slice of the pacing interval holds more than this share
 MAX_SHARE = 0.25
 PACING = 2.0
 USERS = ("--users", "20", "--spawn-rate", "20", "--max-tokens", "4", "--ignore-eos")
-
-
-def densest_slice(times: list[float], period: float | None) -> float:
-    """The largest share of ``times`` inside one ``SLICE_S`` window; with a ``period``,
-    of the times folded into one interval (a window may wrap around its end)."""
-    if period:
-        t0 = min(times)
-        points = sorted((t - t0) % period for t in times)
-        points += [p + period for p in points]  # the windows that wrap around
-    else:
-        points = sorted(times)
-    n = len(times)
-    return max(bisect_left(points, points[i] + SLICE_S) - i for i in range(n)) / n
-
-
-def starts_by_phase(records: list[dict]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = defaultdict(list)
-    for r in records:
-        out[r["phase"]].append(r["started_at"])
-    return out
 
 
 def first_starts(records: list[dict]) -> dict[str, list[float]]:
