@@ -30,6 +30,9 @@ StreamEnd = Literal["done", "eof"]
 ERROR_CLASSES = (
     "http_4xx",
     "http_5xx",
+    # a 4xx saying prompt + max_tokens exceed the target's context length
+    # (``loadtests.measure.overflow``)
+    "context_overflow",
     "timeout",
     "stall",
     "disconnect",

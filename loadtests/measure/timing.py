@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmload.loadtests.measure.adapters.base import Adapter, EventInfo
+from llmload.loadtests.measure.overflow import is_context_overflow
 from llmload.loadtests.measure.record import Mode, RequestRecord, StreamEnd, TokenSource
 from llmload.loadtests.measure.sse import SSEParser
 
@@ -357,6 +358,10 @@ class StreamTimer:
             raise ValueError(f"unknown status {status!r}")
         code = self._http_status
         if code is not None and code >= 400:
+            if code < 500 and is_context_overflow(
+                bytes(self._error_body or b"").decode("utf-8", "replace")
+            ):
+                return "context_overflow", self._http_error(code)
             return ("http_4xx" if code < 500 else "http_5xx"), self._http_error(code)
         if self._protocol_error is not None:
             return "protocol", _clip(self._protocol_error)
