@@ -65,25 +65,22 @@ def test_paced_users_start_spread_in_every_phase(server, tmp_path: Path, where: 
         assert len(first_starts(run.records)[phase]) == 20
 
 
-def test_back_to_back_users_spread_their_first_requests(server, tmp_path: Path) -> None:
-    run = run_cli(
-        tmp_path / "run",
-        *("--target", server.url, *USERS, "--pacing", "0", "--duration", "3s"),
-        *("--modes", "stream"),
-    )
+@pytest.mark.parametrize(
+    "how, spread",
+    [
+        # back to back: each user's first request at its point of the spawn second
+        (("--pacing", "0", "--duration", "3s"), True),
+        # together: a burst of all the users at spawn (lock-step, on purpose)
+        (("--pacing", f"{PACING}s", "--duration", "2s", "--first-start", "together"), False),
+    ],
+    ids=["back-to-back", "together"],
+)
+def test_the_users_first_requests(
+    server, tmp_path: Path, how: tuple[str, ...], spread: bool
+) -> None:
+    run = run_cli(tmp_path / "run", "--target", server.url, *USERS, *how, "--modes", "stream")
     assert run.rc == 0, run.stderr[-3000:]
     firsts = first_starts(run.records)["stream"]
     assert len(firsts) == 20
-    assert densest_slice(firsts, None) <= MAX_SHARE
-
-
-def test_together_keeps_the_lock_step(server, tmp_path: Path) -> None:
-    run = run_cli(
-        tmp_path / "run",
-        *("--target", server.url, *USERS, "--pacing", f"{PACING}s", "--duration", "2s"),
-        *("--modes", "stream", "--first-start", "together"),
-    )
-    assert run.rc == 0, run.stderr[-3000:]
-    firsts = first_starts(run.records)["stream"]
-    assert len(firsts) == 20
-    assert densest_slice(firsts, None) > 0.75  # a burst of all the users at spawn
+    share = densest_slice(firsts, None)
+    assert share <= MAX_SHARE if spread else share > 0.75, share
