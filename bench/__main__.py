@@ -13,6 +13,7 @@ BENCHES: dict[str, str] = {
     "gate": "bench.gate_accuracy",
     "harness": "bench.harness",
     "server": "bench.server_timing",
+    "streams": "bench.streams",
     "exporter": "bench.exporter",
     "server-scrape": "bench.server_scrape",
     "vllm-cpu": "bench.vllm_cpu",

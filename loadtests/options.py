@@ -26,6 +26,7 @@ The shape (read this before adding an option):
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 import typing
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.loadtests.durations import parse_duration, parse_fraction
-from llmload.loadtests.redact import redact_header, redact_url
+from llmload.loadtests.redact import redact_header, redact_url, redact_value
 from llmload.loadtests.slo import parse_slo
 
 MODES = ("sync", "stream")
@@ -122,6 +123,19 @@ def _duration(value: Any) -> float:
 
 def _fraction(value: Any) -> float | None:
     return None if value is None else parse_fraction(value)
+
+
+def _json_object(value: Any) -> dict[str, Any] | None:
+    """``--extra-body``: a JSON object (a plan may give a table)."""
+    if value is None or isinstance(value, dict):
+        return value
+    try:
+        obj = json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"must be a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def _positive(v: float) -> bool:
@@ -249,9 +263,9 @@ class LoadOptions:
     arrival: str = option("poisson", "open-loop arrivals", choices=ARRIVALS)
     first_start: str = option(
         "spread",
-        "closed loop: each user's first request at a seeded random point of one --pacing "
-        "interval (back to back: of the second its spawn batch fills), or all together as "
-        "spawned (lock-step bursts)",
+        "closed loop: each user's first request at a seeded point of one --pacing interval, "
+        "a spawn batch's users in equal slots of it (back to back: of the second the batch "
+        "fills), or all together as spawned (lock-step bursts)",
         choices=FIRST_STARTS,
     )
     shape: str | dict[str, Any] | None = option(
@@ -304,6 +318,12 @@ class WorkloadOptions:
     turns: int = option(1, "turns per conversation", check=(_at_least_1, "must be >= 1"))
     temperature: float | None = option(None, "sampling temperature sent", shown="server's")
     ignore_eos: bool = option(False, "ask for max_tokens (ignore_eos)")
+    extra_body: dict[str, Any] | None = option(
+        None,
+        "JSON object merged into every OpenAI request body (tools, chat_template_kwargs, ...)",
+        metavar="JSON",
+        parse=_json_object,
+    )
     tokenizer: str | None = option(
         None,
         "the target's tokenizer: counts output tokens, builds random/ShareGPT lengths",
@@ -538,6 +558,8 @@ class RunOptions:
             raise ValueError("--output-len needs --dataset random or a ShareGPT file")
         if work.dataset == "random" and work.max_tokens is not None:
             raise ValueError("--dataset random: give output lengths with --output-len")
+        if work.extra_body and not self.connection.protocol.startswith("openai"):
+            raise ValueError("--extra-body goes with --protocol openai-chat or openai-completions")
 
     def config(self) -> dict[str, Any]:
         """All options for ``run.json``: secrets redacted, the API key never present."""
@@ -549,6 +571,7 @@ class RunOptions:
         for key in ("pushgateway", "grafana_url", "server_metrics"):
             if data[key]:
                 data[key] = redact_url(data[key])
+        data["extra_body"] = redact_value(data["extra_body"])
         return data
 
 

@@ -19,7 +19,7 @@ SCHEMA = 1
 KIND = "llmload-baseline"
 #: a group with more values than this is stored as that many evenly spaced quantiles
 MAX_VALUES = 4000
-GATED_METRICS = ("ttft", "e2e", "tpot", "itl", "ttft_from_intended", "e2e_from_intended")
+GATED_METRICS = ("ttft", "e2e", "tpot", "itl", "ttft_from_intended", "e2e_from_intended", "ttfo")
 #: open-loop metrics: latency counted from the intended send time (``+ schedule_delay_s``)
 FROM_INTENDED = {"ttft_from_intended": "ttft_s", "e2e_from_intended": "e2e_s"}
 
@@ -42,7 +42,7 @@ def metric_values(records: list[RequestRecord], metric: str) -> list[float]:
         return [
             (v + d) * 1000 for v, d in late if v is not None and d is not None and math.isfinite(v)
         ]
-    attr = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}[metric]
+    attr = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s", "ttfo": "ttfo_s"}[metric]
     vals = (getattr(r, attr) for r in ok)
     return [v * 1000 for v in vals if v is not None and math.isfinite(v)]
 

@@ -106,8 +106,9 @@ def add_gate_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
     g.add_argument(
         "--metric",
         default="ttft",
-        choices=("ttft", "e2e", "tpot", "itl", "capacity"),
-        help="per-request latency to gate (ttft); capacity: two `llmload capacity` searches",
+        choices=("ttft", "e2e", "tpot", "itl", "ttfo", "capacity"),
+        help="per-request latency to gate (ttft; ttfo: to the first output token, after "
+        "reasoning); capacity: two `llmload capacity` searches",
     )
     g.add_argument("--percentile", type=float, default=95.0, help="percentile compared (95)")
     g.add_argument(

@@ -45,6 +45,10 @@ connection is opened once per user): flagged when at least
 ``NEW_CONNECTION_SHARE`` of at least ``MIN_REQUESTS`` of them opened one
 (record field ``connect_s``).
 
+``context_overflow``: requests the target refused because prompt + ``max_tokens``
+exceeded its context length (``loadtests.measure.overflow``); the hint says what
+to change.
+
 ``no_done_marker``: the server ends its streams without ``data: [DONE]`` (for
 example ``transformers serve``); each such stream delivered its finish_reason
 and a clean end of body, so it counted as ``ok`` (record field ``stream_end``
@@ -58,6 +62,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmload.loadtests.measure import overflow
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.reports import saturation
 
@@ -314,6 +319,9 @@ def token_count_mismatch(records: Sequence[RequestRecord]) -> Diagnostic | None:
         r
         for r in records
         if r.ok and r.usage_output_tokens is not None and r.client_output_tokens is not None
+        # usage counts a call's markup, which no client sees as text; an answer with no
+        # visible output is counted on its own (``reports.answers``)
+        if not r.tool_calls and not r.no_output
     ]
     bad = [r for r in both if _tokenizer_disagrees(r)]
     if len(both) < MIN_REQUESTS or len(bad) < MISMATCH_FLAG_RATE * len(both):
@@ -330,6 +338,19 @@ def token_count_mismatch(records: Sequence[RequestRecord]) -> Diagnostic | None:
         f"{len(both)} responses (median difference {statistics.median(diffs):+g} tokens)."
     )
     return Diagnostic("token_count_mismatch", message, MISMATCH_HINT, evidence)
+
+
+def context_overflow(records: Sequence[RequestRecord]) -> Diagnostic | None:
+    """The ``context_overflow`` diagnostic when requests exceeded the target's context."""
+    over = [r for r in records if r.status == "context_overflow"]
+    if not over:
+        return None
+    message = (
+        f"{len(over)} of {len(records)} requests exceeded the target's context length "
+        f"(HTTP {over[0].http_status}: {over[0].error})"
+    )
+    evidence = {"requests": len(records), "context_overflow": len(over)}
+    return Diagnostic("context_overflow", message, overflow.HINT, evidence)
 
 
 def detect(
@@ -350,6 +371,7 @@ def detect(
         found.append(no_done_marker(records))
     found.append(connection_per_request(records))
     found.append(token_count_mismatch(records))
+    found.append(context_overflow(records))
     saturated = saturation.target_saturated(records)
     if saturated is not None:
         found.append(Diagnostic("target_saturated", *saturated))

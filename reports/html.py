@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 
 from llmload.reports import timeseries as ts
+from llmload.reports.answers import answer_lines
 from llmload.reports.capacity.view import capacity_html
 from llmload.reports.charts import Axes, render
 from llmload.reports.fmt import fmt_ms, fmt_rate
@@ -141,6 +142,8 @@ def _cards(summary: Summary) -> str:
         cards.append((_p50_p95(g.dist("ttft_ms")), f"TTFT p50 / p95 · {mode}", ""))
         if mode == "stream" and g.dist("ttst_ms").n:
             cards.append((_p50_p95(g.dist("ttst_ms")), "TTST p50 / p95 · stream", ""))
+        if (g.extra.get("answers") or {}).get("reasoning"):
+            cards.append((_p50_p95(g.dist("ttfo_ms")), f"TTFO p50 / p95 · {mode}", ""))
         if "ttft_from_intended_ms" in g.dists:
             label = f"TTFT from intended send p50 / p95 · {mode}"
             cards.append((_p50_p95(g.dists["ttft_from_intended_ms"]), label, ""))
@@ -261,6 +264,7 @@ def _charts(run: Run) -> str:
 
 
 DETAIL_ROWS = (
+    ("time to first output token (TTFO)", "ttfo_ms"),
     ("time to second token", "ttst_ms"),
     ("ITL per token", "itl_per_token_ms"),
     ("time to headers", "headers_ms"),
@@ -387,6 +391,7 @@ def render_html(run: Run, summary: Summary) -> str:
     parts.append(
         f"<h2>Data</h2><p>{inp.records} records, {inp.warmup_records} warm-up "
         f"(left out of statistics), {inp.corrupt_lines} corrupt lines skipped.</p>"
+        + "".join(f'<p class="answers">{escape(line)}.</p>' for line in answer_lines(summary))
     )
     parts.append("<h2>Run metadata</h2>" + _metadata(summary))
     return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmload.reports.answers import answer_lines
 from llmload.reports.capacity.view import capacity_markdown
 from llmload.reports.fmt import fmt_ms, table
 from llmload.reports.rows import (
@@ -150,6 +151,7 @@ def _extras(summary: Summary) -> list[str]:
                 f"- {name}: client − server TTFT p50 {fmt_ms(d.p50)} ms, "
                 f"p95 {fmt_ms(d.p95)} ms (network + proxy + client)"
             )
+    quality += [f"- {line}" for line in answer_lines(summary)]
     out.append("## Data quality\n\n" + "\n".join(quality))
     out.append(f"Percentiles: {summary.percentile_method}.")
     diags = summary.diagnostics

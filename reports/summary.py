@@ -13,6 +13,7 @@ from llmload.loadtests.measure.record import ERROR_CLASSES, RequestRecord
 from llmload.loadtests.redact import redact_value
 from llmload.loadtests.slo import format_slo, parse_slo
 from llmload.reports import diagnostics
+from llmload.reports.answers import answer_stats
 from llmload.reports.capacity.curve import capacity_summary
 from llmload.reports.loader import Run, is_warmup
 from llmload.reports.schema import (
@@ -98,6 +99,8 @@ def phase_stats(
         )
         dists["server_ttft_ms"] = of((r.server_ttft_s for r in timed), MS)
         dists["server_queue_ms"] = of((r.server_queue_s for r in timed), MS)
+    shapes, answers = answer_stats(ok)
+    dists.update(shapes)
     turns = sorted({r.turn for r in ok})
     by_turn = (
         {str(t): of((r.ttft_s for r in ok if r.turn == t), MS) for t in turns}
@@ -107,7 +110,10 @@ def phase_stats(
     multi: dict[str, int] | None = None
     mismatch: dict[str, float] | None = None
     both = [r for r in records if r.usage_output_tokens is not None]
+    # a tool call's usage counts the call's markup, which the client never sees as text; an
+    # answer with no visible output is counted on its own (``reports.answers``)
     both = [r for r in both if r.client_output_tokens is not None]
+    both = [r for r in both if not r.tool_calls and not r.no_output]
     if both and client_counts_events:
         more = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
         if more:
@@ -134,6 +140,7 @@ def phase_stats(
         ttft_by_turn_ms=by_turn,
         multi_token_events=multi,
         token_count_mismatch=mismatch,
+        extra={"answers": answers} if answers else {},
     )
 
 

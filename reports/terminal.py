@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmload.reports.answers import answer_lines
 from llmload.reports.capacity.view import capacity_terminal
 from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.rows import comparison_rows, diag_hint, harness_lines, open_loop_phases
@@ -54,6 +55,10 @@ def render_terminal(summary: Summary) -> str:
             f"E2E p50 {fmt_ms(e.p50)} p95 {fmt_ms(e.p95)}   "
             f"schedule delay p95 {fmt_ms(g.dist('schedule_delay_ms').p95)}"
         )
+    answers = answer_lines(summary)
+    if answers:
+        lines.append("answers (reasoning, tool calls, no visible output):")
+        lines += [f"  {line}" for line in answers]
     harness = harness_lines(summary)
     if harness:
         lines.append("harness health (the load generator itself):")

@@ -30,6 +30,8 @@ GAP_RED = (50.0, 0.20)
 HARNESS_RED = (10.0, 0.10)
 #: open loop: schedule delay p95 (ms)
 DELAY_AMBER_MS, DELAY_RED_MS = 10.0, 50.0
+#: share of ok responses with no visible output: any is amber, this much is red
+NO_OUTPUT_RED = 0.10
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,31 @@ def _lost_item(summary: Summary) -> TrustItem:
     return TrustItem("lost records", GREEN, "every request issued has its record")
 
 
+def _output_item(summary: Summary) -> TrustItem:
+    """Ok responses with no visible output: they have no TTFT, so the percentiles leave them
+    out (``reports.answers``)."""
+    counts = {
+        n: (g.extra.get("answers") or {}).get("no_output", 0) for n, g in summary.phases.items()
+    }
+    empty = {n: k for n, k in counts.items() if k}
+    ok = sum(g.ok for g in summary.phases.values())
+    if not ok:
+        return TrustItem("visible output", NA, "no ok responses")
+    if not empty:
+        return TrustItem("visible output", GREEN, f"every ok response showed output ({ok})")
+    k = sum(empty.values())
+    where = ", ".join(f"{n} {c} of {summary.phases[n].ok}" for n, c in empty.items())
+    level = RED if k / ok >= NO_OUTPUT_RED else AMBER
+    return TrustItem(
+        "visible output",
+        level,
+        f"{k} of {ok} ok responses had no visible output ({where}): the server counted "
+        "their tokens but sent no text, so TTFT and TTFO percentiles are of the others only",
+    )
+
+
 def assess(summary: Summary) -> dict[str, Any]:
     """The trust box: ``{"level", "items": [{"check", "level", "reason"}]}``."""
-    items = [f(summary) for f in (_harness_item, _tokens_item, _gap_item, _delay_item, _lost_item)]
+    checks = (_harness_item, _tokens_item, _gap_item, _delay_item, _lost_item, _output_item)
+    items = [f(summary) for f in checks]
     return {"level": worst([i.level for i in items]), "items": [asdict(i) for i in items]}

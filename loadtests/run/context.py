@@ -20,6 +20,7 @@ from llmload.loadtests.run.shapes import ArrivalSchedule
 from llmload.loadtests.run.sinks import RecordSink
 from llmload.loadtests.transport.discovery import discover
 from llmload.loadtests.transport.target import Target, TargetUnreachable, clock
+from llmload.loadtests.transport.tokenize import RemoteCounter
 from llmload.loadtests.workload import load_workload, tokencount
 from llmload.loadtests.workload.fit import ContextFit
 
@@ -83,6 +84,8 @@ class LoadContext:
             opts["temperature"] = self.sampling.temperature
         if self.sampling.ignore_eos:
             opts["ignore_eos"] = True
+        if self.sampling.extra_body:
+            opts["extra_body"] = self.sampling.extra_body
         if self.connection.api_name:
             opts["api_name"] = self.connection.api_name
         opts.update(self.adapter_options)
@@ -209,6 +212,8 @@ def build_context(
         for note in facts.notes:
             print(note, file=sys.stderr, flush=True)
     limit = facts.context_limit
+    # the target counts prompt tokens itself when it can (/tokenize): preferred to any estimate
+    remote = None if facts.tokenize is None else RemoteCounter(target, facts.tokenize, model)
     return LoadContext(
         connection=opts.connection,
         load=opts.load,
@@ -221,6 +226,6 @@ def build_context(
         shard=shard,
         shards=shards,
         tokenizer=tokenizer,
-        fit=None if limit is None else ContextFit(limit, tokenizer),
+        fit=None if limit is None else ContextFit(limit, tokenizer, remote=remote),
         adapter_options=facts.adapter_options,
     )
