@@ -176,7 +176,7 @@ def test_server_metrics_off_scrapes_nothing(start_server, tmp_path) -> None:
     done = llmload_run(
         out,
         *("--target", server.url, "--users", "1", "--duration", "1s", "--modes", "stream"),
-        *("--max-tokens", "4", "--server-metrics", "off"),
+        *("--pacing", "0s", "--max-tokens", "4", "--server-metrics", "off"),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "server metrics" not in done.stderr
