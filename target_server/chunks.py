@@ -94,10 +94,16 @@ class ChunkEncoder:
             + b"}\n\n"
         )
 
-    def usage(self, prompt_tokens: int, output_tokens: int, timings: dict[str, Any]) -> bytes:
+    def usage(
+        self,
+        prompt_tokens: int,
+        output_tokens: int,
+        timings: dict[str, Any],
+        cached_tokens: int | None = None,
+    ) -> bytes:
         """The usage chunk (``choices: []``), last before ``[DONE]``."""
         obj = self._chunk([], x_llmload=timings)
-        obj["usage"] = _usage(prompt_tokens, output_tokens)
+        obj["usage"] = _usage(prompt_tokens, output_tokens, cached_tokens)
         return b"data: " + _dumps(obj) + b"\n\n"
 
     def malformed(self) -> bytes:
@@ -111,6 +117,7 @@ class ChunkEncoder:
         prompt_tokens: int,
         output_tokens: int,
         timings: dict[str, Any],
+        cached_tokens: int | None = None,
     ) -> bytes:
         """The non-streaming response body."""
         choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": reason}
@@ -124,7 +131,7 @@ class ChunkEncoder:
             "created": self.created,
             "model": self.model,
             "choices": [choice],
-            "usage": _usage(prompt_tokens, output_tokens),
+            "usage": _usage(prompt_tokens, output_tokens, cached_tokens),
             "x_llmload": timings,
         }
         return _dumps(obj)
@@ -136,9 +143,12 @@ def error_event(message: str, type_: str, code: str | None = None) -> bytes:
     return b"data: " + _dumps(err) + b"\n\n"
 
 
-def _usage(prompt_tokens: int, output_tokens: int) -> dict[str, int]:
-    return {
+def _usage(prompt_tokens: int, output_tokens: int, cached: int | None = None) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": output_tokens,
         "total_tokens": prompt_tokens + output_tokens,
     }
+    if cached is not None:  # a prefix cache: vLLM's --enable-prompt-tokens-details shape
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage

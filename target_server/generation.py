@@ -315,6 +315,8 @@ class GenerationCall(Response):
                             send, ApiError(500, f"engine failure: {exc}", code="engine_error")
                         )
                         return
+                    if self.prepared.prefix is not None:  # the engine looked it up as it planned
+                        ctx.cached_tokens = self.prepared.prefix.tokens
                     if self.parsed.stream:
                         await self._stream(gen, send, ticks)
                     else:
@@ -377,7 +379,10 @@ class GenerationCall(Response):
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
         if enc.include_usage:
-            tail = enc.finish(ctx.finish_reason, None) + enc.usage(ctx.prompt_tokens, n, timings)
+            cached = ctx.cached_tokens
+            tail = enc.finish(ctx.finish_reason, None) + enc.usage(
+                ctx.prompt_tokens, n, timings, cached
+            )
         else:
             tail = enc.finish(ctx.finish_reason, timings)
         await send(_chunk(tail + DONE, more=False))
@@ -476,7 +481,9 @@ class GenerationCall(Response):
         n = ctx.output_tokens
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
-        body = self.encoder.body("".join(texts), ctx.finish_reason, ctx.prompt_tokens, n, timings)
+        body = self.encoder.body(
+            "".join(texts), ctx.finish_reason, ctx.prompt_tokens, n, timings, ctx.cached_tokens
+        )
         if ctx.fault == "malformed":
             body = body[:-1]  # complete HTTP message, broken JSON
         self.headers_sent = True
