@@ -34,7 +34,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from pathlib import Path
 from typing import Any
 
-from llmload.loadtests.durations import parse_duration, parse_fraction
+from llmload.loadtests.durations import parse_duration, parse_fraction, parse_span
 from llmload.loadtests.redact import redact_header, redact_url
 from llmload.loadtests.slo import parse_slo
 
@@ -95,6 +95,8 @@ class Spec:
     repeat: bool = False
     #: shown in the docs table instead of the default value
     shown: str | None = None
+    #: argparse's nargs (``--dataset trace FILE``: one or two words)
+    nargs: str | None = None
 
 
 def option(default: Any, help: str, **spec: Any) -> Any:
@@ -144,6 +146,33 @@ def _check_headers(headers: list[str]) -> bool:
             # never echo the rest: a header missing its colon still carries the secret
             name = h.split(None, 1)[0] if h.strip() else h
             raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
+    return True
+
+
+#: ``--dataset trace FILE`` is kept as ``trace:FILE``
+TRACE = "trace:"
+
+
+def trace_file(dataset: str | None) -> str | None:
+    """The trace file of ``--dataset trace FILE``, else None."""
+    return dataset[len(TRACE) :] if dataset and dataset.startswith(TRACE) else None
+
+
+def _dataset(value: Any) -> str | None:
+    """``--dataset`` as given (a word, or ``trace FILE``; a plan's string or list) -> a string."""
+    if value is None or isinstance(value, str):
+        return value
+    words = [str(v) for v in value]
+    if len(words) == 1:
+        return words[0]
+    if len(words) == 2 and words[0] == "trace":
+        return TRACE + words[1]
+    raise ValueError(f"expected FILE, random or 'trace FILE', got {' '.join(words)!r}")
+
+
+def _check_span(spec: str | None) -> bool:
+    if spec is not None:
+        parse_span(spec)  # raises with its own message
     return True
 
 
@@ -278,8 +307,11 @@ class WorkloadOptions:
     scenario: str = option("mix", "mix, short_qa, code_gen, long_summary, or weights a:5,b:1")
     dataset: str | None = option(
         None,
-        "JSONL prompts (messages or prompt), ShareGPT JSON, or 'random' (exact lengths)",
-        metavar="FILE|random",
+        "JSONL prompts (messages or prompt), ShareGPT JSON, 'random' (exact lengths), or "
+        "'trace FILE' (Mooncake JSONL, BurstGPT or Azure CSV, replayed at its times)",
+        metavar="FILE|random|trace FILE",
+        nargs="+",
+        parse=_dataset,
     )
     input_len: int | None = option(
         None,
@@ -297,6 +329,19 @@ class WorkloadOptions:
         0.0,
         "--dataset random: lengths uniform in len*(1+-r)",
         check=(lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+    )
+    speedup: float = option(
+        1.0,
+        "--dataset trace: replay X times as fast",
+        metavar="X",
+        check=(_positive, "must be > 0"),
+    )
+    trace_window: str | None = option(
+        None,
+        "--dataset trace: replay only this part of the trace (its seconds; 60:120, 1m:, :30s)",
+        metavar="START:END",
+        check=(_check_span, ""),
+        shown="whole trace",
     )
     max_tokens: int | None = option(
         None, "override every prompt's max_tokens", shown="per scenario"
@@ -518,6 +563,31 @@ class RunOptions:
             raise ValueError("--output-len needs --dataset random or a ShareGPT file")
         if work.dataset == "random" and work.max_tokens is not None:
             raise ValueError("--dataset random: give output lengths with --output-len")
+        self._trace_relations()
+
+    def _trace_relations(self) -> None:
+        """``--dataset trace FILE``: the trace sets the times and the lengths."""
+        load, work = self.load, self.workload
+        if not trace_file(work.dataset):
+            if work.speedup != 1.0 or work.trace_window is not None:
+                raise ValueError("--speedup and --trace-window need --dataset trace FILE")
+            return
+        given = [
+            flag
+            for flag, value in (
+                ("--rate", load.rate is not None),
+                ("--shape", bool(load.shape)),
+                ("--turns", work.turns > 1),
+                ("--max-tokens", work.max_tokens is not None),
+                ("--output-len", work.output_len is not None),
+            )
+            if value
+        ]
+        if given:
+            raise ValueError(
+                f"--dataset trace sends the trace's requests at its times with its lengths: "
+                f"{', '.join(given)} cannot be combined with it (--speedup changes the pace)"
+            )
 
     def config(self) -> dict[str, Any]:
         """All options for ``run.json``: secrets redacted, the API key never present."""
@@ -584,6 +654,12 @@ def build_options(plan: dict[str, Any], cli: dict[str, Any]) -> RunOptions:
         merged["pacing"] = 0.0
     if merged.get("num_prompts") is not None and "duration" not in merged:
         merged["duration"] = math.inf
+    try:
+        replay = trace_file(_dataset(merged.get("dataset")))
+    except ValueError:
+        replay = None  # validate() says what is wrong with it
+    if replay and "duration" not in merged:
+        merged["duration"] = math.inf  # a replay's phase ends with the trace's last record
     return RunOptions.of(**merged).validate()
 
 

@@ -34,6 +34,17 @@ from llmload.loadtests.run.shapes import first_start_offset, spawn_window
 from llmload.loadtests.transport.target import clock, perform
 
 CANCELLED = "cancelled by the client: run stopped"
+#: a trace replay's send: the event loop's timers wake up to a millisecond late (epoll's
+#: resolution), so the last stretch before a send time is spent yielding instead
+SPIN_S = 0.0015
+
+
+def sleep_until(deadline: float, spin: float = 0.0) -> None:
+    """Sleep until ``clock()`` reaches ``deadline``; the last ``spin`` seconds by yielding to
+    the other greenlets (no timer), so the wake-up is not late by the timer's resolution."""
+    gevent.sleep(max(0.0, deadline - spin - clock()))
+    while clock() < deadline:
+        gevent.sleep(0)
 
 
 class RequestFailed(Exception):
@@ -53,6 +64,8 @@ class LLMUser(User):
         self.prompts = ctx.workload.for_user(self.index)
         self.last_start: float | None = None
         self.slot: tuple[int, float] | None = None
+        #: open loop: the claimed arrival's prompt, made before the wait for its send time
+        self.pending: Prompt | None = None
 
     def on_stop(self) -> None:
         self.http.close()
@@ -63,7 +76,9 @@ class LLMUser(User):
             self.slot = ctx.schedule.claim()
             if self.slot is None:
                 return 0.5  # the phase's arrivals are all handed out: idle until stopped
-            return max(0.0, ctx.phase_t0 + self.slot[1] - clock())
+            self.pending = ctx.draw(ctx.workload.for_user(self.slot[0]))
+            spin = SPIN_S if ctx.phase is not None and ctx.phase.timed else 0.0
+            return max(0.0, ctx.phase_t0 + self.slot[1] - spin - clock())
         if self.last_start is None:
             opts = ctx.load
             if opts.first_start == "together":
@@ -90,15 +105,18 @@ class LLMUser(User):
                 return
             self.issue(phase, prompt, self.prompts)
             return
-        slot, self.slot = self.slot or ctx.schedule.claim(), None
-        if slot is None:
-            return
-        index, offset = slot
-        intended = ctx.phase_t0 + offset
-        gevent.sleep(max(0.0, intended - clock()))
+        slot, prompt = self.slot, self.pending
+        self.slot = self.pending = None
+        if slot is None:  # the first arrival (later ones are claimed in wait_time)
+            slot = ctx.schedule.claim()
+            if slot is None:
+                return
+            prompt = ctx.draw(ctx.workload.for_user(slot[0]))
+        # the prompt is made before the wait: its making does not make the send late
+        intended = ctx.phase_t0 + slot[1]
+        sleep_until(intended, SPIN_S if phase.timed else 0.0)
         if not ctx.accepting:
             return
-        prompt = ctx.draw(ctx.workload.for_user(index))
         if prompt is not None:
             self.issue(phase, prompt, None, intended=intended)
 

@@ -16,7 +16,6 @@ from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.workload import random_dataset, sharegpt
 from llmload.loadtests.workload.dataset import file_sha256, load_dataset
 from llmload.loadtests.workload.items import BUILTIN, Item, builtin_items, followups_for
-from llmload.loadtests.workload.tokencount import Codec, load_codec
 
 MIX = "mix"
 RANDOM = "random"
@@ -226,7 +225,7 @@ def load_workload(
         if max_tokens is not None:
             raise ValueError("--dataset random: give output lengths with --output-len")
         make = random_dataset.RandomPrompts(
-            _codec(tokenizer),
+            random_dataset.codec_for(tokenizer),
             input_len or random_dataset.INPUT_LEN,
             output_len or random_dataset.OUTPUT_LEN,
             range_ratio,
@@ -252,10 +251,6 @@ def load_workload(
     )
 
 
-def _codec(tokenizer: str | None) -> Codec:
-    return load_codec(tokenizer) if tokenizer else random_dataset.default_codec()
-
-
 def _file_items(
     path: Path, tokenizer: str | None, seed: int, output_len: int | None
 ) -> tuple[Item, ...]:
@@ -270,4 +265,4 @@ def _file_items(
             raise ValueError("--output-len applies to --dataset random or a ShareGPT file")
         return load_dataset(path)
     text = path.read_text(encoding="utf-8")
-    return sharegpt.load_sharegpt(path, text, _codec(tokenizer), seed, output_len)
+    return sharegpt.load_sharegpt(path, text, random_dataset.codec_for(tokenizer), seed, output_len)

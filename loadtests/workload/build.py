@@ -1,0 +1,38 @@
+"""The run's workload from its options: built-in scenarios, a dataset, or a generated workload.
+
+``build_workload`` is the one place that reads ``--dataset``: a trace
+(``--dataset trace FILE``: ``replay.TraceReplay``) or anything
+``sampler.load_workload`` reads (scenarios, JSONL, ShareGPT, ``random``).
+"""
+
+from __future__ import annotations
+
+from llmload.loadtests.options import WorkloadOptions, trace_file
+from llmload.loadtests.workload import random_dataset
+from llmload.loadtests.workload.replay import TraceReplay
+from llmload.loadtests.workload.sampler import Workload, load_workload
+from llmload.loadtests.workload.traces import read_trace
+
+
+def build_workload(w: WorkloadOptions, seed: int) -> Workload | TraceReplay:
+    """What the users send (``ValueError`` with a one-line reason for a bad file or option)."""
+    trace = trace_file(w.dataset)
+    if trace is not None:
+        return TraceReplay(
+            read_trace(trace),
+            random_dataset.RandomPrompts(random_dataset.codec_for(w.tokenizer)),
+            seed=seed,
+            speedup=w.speedup,
+            window=w.trace_window,
+        )
+    return load_workload(
+        scenario=w.scenario,
+        dataset=w.dataset,
+        max_tokens=w.max_tokens,
+        seed=seed,
+        turns=w.turns,
+        tokenizer=w.tokenizer,
+        input_len=w.input_len,
+        output_len=w.output_len,
+        range_ratio=w.range_ratio,
+    )
