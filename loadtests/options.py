@@ -151,6 +151,8 @@ def _check_headers(headers: list[str]) -> bool:
 
 #: ``--dataset trace FILE`` is kept as ``trace:FILE``
 TRACE = "trace:"
+#: ``--dataset prefix``: groups of prompts sharing a prefix
+PREFIX = "prefix"
 
 
 def trace_file(dataset: str | None) -> str | None:
@@ -307,9 +309,10 @@ class WorkloadOptions:
     scenario: str = option("mix", "mix, short_qa, code_gen, long_summary, or weights a:5,b:1")
     dataset: str | None = option(
         None,
-        "JSONL prompts (messages or prompt), ShareGPT JSON, 'random' (exact lengths), or "
-        "'trace FILE' (Mooncake JSONL, BurstGPT or Azure CSV, replayed at its times)",
-        metavar="FILE|random|trace FILE",
+        "JSONL prompts (messages or prompt), ShareGPT JSON, 'random' (exact lengths), "
+        "'prefix' (groups sharing a prefix), or 'trace FILE' (Mooncake JSONL, BurstGPT or "
+        "Azure CSV, replayed at its times)",
+        metavar="FILE|random|prefix|trace FILE",
         nargs="+",
         parse=_dataset,
     )
@@ -321,14 +324,38 @@ class WorkloadOptions:
     )
     output_len: int | None = option(
         None,
-        "--dataset random/ShareGPT: output tokens",
+        "--dataset random/prefix/ShareGPT: output tokens",
         check=(_at_least_1, "must be >= 1"),
-        shown="random: 128",
+        shown="random, prefix: 128",
     )
     range_ratio: float = option(
         0.0,
         "--dataset random: lengths uniform in len*(1+-r)",
         check=(lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+    )
+    prefix_groups: int | None = option(
+        None,
+        "--dataset prefix: groups, each with its own shared prefix",
+        check=(_at_least_1, "must be >= 1"),
+        shown="10",
+    )
+    prefix_len: int | None = option(
+        None,
+        "--dataset prefix: tokens of each group's shared prefix",
+        check=(_at_least_1, "must be >= 1"),
+        shown="256",
+    )
+    suffix_len: int | None = option(
+        None,
+        "--dataset prefix: tokens of each request's own suffix",
+        check=(_at_least_1, "must be >= 1"),
+        shown="256",
+    )
+    prefix_skew: float = option(
+        0.0,
+        "--dataset prefix: Zipf exponent of the group draw (0 = uniform)",
+        metavar="S",
+        check=(lambda v: v >= 0, "must be >= 0"),
     )
     speedup: float = option(
         1.0,
@@ -560,9 +587,16 @@ class RunOptions:
         if work.dataset != "random" and (work.input_len is not None or work.range_ratio):
             raise ValueError("--input-len and --range-ratio need --dataset random")
         if work.output_len is not None and not work.dataset:
-            raise ValueError("--output-len needs --dataset random or a ShareGPT file")
-        if work.dataset == "random" and work.max_tokens is not None:
-            raise ValueError("--dataset random: give output lengths with --output-len")
+            raise ValueError("--output-len needs --dataset random, prefix or a ShareGPT file")
+        if work.dataset in ("random", PREFIX) and work.max_tokens is not None:
+            raise ValueError(f"--dataset {work.dataset}: give output lengths with --output-len")
+        prefix_given = (work.prefix_groups, work.prefix_len, work.suffix_len)
+        if work.dataset != PREFIX and (
+            any(v is not None for v in prefix_given) or work.prefix_skew
+        ):
+            raise ValueError(
+                "--prefix-groups, --prefix-len, --suffix-len, --prefix-skew need --dataset prefix"
+            )
         self._trace_relations()
 
     def _trace_relations(self) -> None:

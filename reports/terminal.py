@@ -6,6 +6,7 @@ from llmload.reports.capacity.view import capacity_terminal
 from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.rows import comparison_rows, diag_hint, harness_lines, open_loop_phases
 from llmload.reports.schema import Summary
+from llmload.reports.workloads_view import workloads_terminal
 
 
 def render_terminal(summary: Summary) -> str:
@@ -54,6 +55,7 @@ def render_terminal(summary: Summary) -> str:
             f"E2E p50 {fmt_ms(e.p50)} p95 {fmt_ms(e.p95)}   "
             f"schedule delay p95 {fmt_ms(g.dist('schedule_delay_ms').p95)}"
         )
+    lines += workloads_terminal(summary)
     harness = harness_lines(summary)
     if harness:
         lines.append("harness health (the load generator itself):")

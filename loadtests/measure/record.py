@@ -90,6 +90,9 @@ class RequestRecord:
     # set-up of the connection this request opened (TCP, plus TLS for https), inside its
     # TTFT; None when it reused a kept-alive connection
     connect_s: float | None = None
+    # prompt tokens the server's prefix cache served (usage.prompt_tokens_details.cached_tokens);
+    # None when the server does not say
+    cached_tokens: int | None = None
 
     @property
     def ok(self) -> bool:

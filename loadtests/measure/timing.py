@@ -69,6 +69,7 @@ class StreamTimer:
         "_protocol_error",
         "_usage_out",
         "_usage_prompt",
+        "_usage_cached",
         "_usage_at",
         "_server",
         "_finish_reason",
@@ -96,6 +97,7 @@ class StreamTimer:
         self._protocol_error: str | None = None
         self._usage_out: int | None = None
         self._usage_prompt: int | None = None
+        self._usage_cached: int | None = None
         self._usage_at: dict[int, int] = {}  # content-event index -> cumulative usage
         self._server: dict[str, float] | None = None
         self._finish_reason: str | None = None
@@ -202,6 +204,8 @@ class StreamTimer:
             self._usage_out = info.usage_output_tokens
         if info.usage_prompt_tokens is not None:
             self._usage_prompt = info.usage_prompt_tokens
+        if info.usage_cached_tokens is not None:
+            self._usage_cached = info.usage_cached_tokens
         if info.server:
             self._server = info.server if self._server is None else {**self._server, **info.server}
         if info.finish_reason:
@@ -274,6 +278,7 @@ class StreamTimer:
             output_tokens=output_tokens,
             token_source=source,
             prompt_tokens=self._usage_prompt,
+            cached_tokens=self._usage_cached,
             error=error,
             ttst_s=ttst,
             tokens_per_event=self._tokens_per_event(output_tokens, source),

@@ -1,16 +1,17 @@
 """The run's workload from its options: built-in scenarios, a dataset, or a generated workload.
 
 ``build_workload`` is the one place that reads ``--dataset``: a trace
-(``--dataset trace FILE``: ``replay.TraceReplay``) or anything
-``sampler.load_workload`` reads (scenarios, JSONL, ShareGPT, ``random``).
+(``--dataset trace FILE``: ``replay.TraceReplay``), shared prefixes
+(``--dataset prefix``: ``prefix_dataset.PrefixPrompts`` in a ``sampler.Workload``),
+or anything ``sampler.load_workload`` reads (scenarios, JSONL, ShareGPT, ``random``).
 """
 
 from __future__ import annotations
 
-from llmload.loadtests.options import WorkloadOptions, trace_file
-from llmload.loadtests.workload import random_dataset
+from llmload.loadtests.options import PREFIX, WorkloadOptions, trace_file
+from llmload.loadtests.workload import prefix_dataset, random_dataset
 from llmload.loadtests.workload.replay import TraceReplay
-from llmload.loadtests.workload.sampler import Workload, load_workload
+from llmload.loadtests.workload.sampler import Pool, Workload, load_workload
 from llmload.loadtests.workload.traces import read_trace
 
 
@@ -25,6 +26,20 @@ def build_workload(w: WorkloadOptions, seed: int) -> Workload | TraceReplay:
             speedup=w.speedup,
             window=w.trace_window,
         )
+    if w.dataset == PREFIX:
+        P = prefix_dataset
+        make = P.PrefixPrompts(
+            random_dataset.RandomPrompts(random_dataset.codec_for(w.tokenizer)),
+            groups=w.prefix_groups or P.GROUPS,
+            prefix_len=w.prefix_len or P.PREFIX_LEN,
+            suffix_len=w.suffix_len or P.SUFFIX_LEN,
+            output_len=w.output_len or P.OUTPUT_LEN,
+            skew=w.prefix_skew,
+            seed=seed,
+        )
+        make.prefixes  # noqa: B018  (a tokenizer without word tokens fails here, before the run)
+        pool = Pool(P.SCENARIO, (), 1.0, make.output_len, make=make)
+        return Workload([pool], scenario=w.scenario, seed=seed, turns=w.turns, max_tokens=None)
     return load_workload(
         scenario=w.scenario,
         dataset=w.dataset,

@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.workload import random_dataset, sharegpt
@@ -21,6 +21,15 @@ MIX = "mix"
 RANDOM = "random"
 #: ``max_tokens`` of dataset lines that name none
 DATASET_MAX_TOKENS = 256
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A pool's prompt maker that says what it makes (``random``, ``prefix``): ``run.json``."""
+
+    def __call__(self, rng: random.Random) -> Item: ...
+
+    def describe(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +111,7 @@ class Workload:
                     "prompts": len(p.items),
                     "weight": p.weight,
                     "max_tokens": self.max_tokens or p.max_tokens,
-                    **(
-                        {"generator": p.make.describe()}
-                        if isinstance(p.make, random_dataset.RandomPrompts)
-                        else {}
-                    ),
+                    **({"generator": p.make.describe()} if isinstance(p.make, Generator) else {}),
                 }
                 for p in self.pools
             },

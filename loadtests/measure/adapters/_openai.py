@@ -110,10 +110,13 @@ def info_from(
 ) -> EventInfo:
     """Assemble the ``EventInfo`` of one decoded chunk or body."""
     usage = obj.get("usage")
-    out_tokens = prompt_tokens = None
+    out_tokens = prompt_tokens = cached = None
     if isinstance(usage, dict):
         out_tokens = usage.get("completion_tokens")
         prompt_tokens = usage.get("prompt_tokens")
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            cached = details["cached_tokens"]
     server = server_timings(obj) if "x_llmload" in obj else None
     if out_tokens is None and not server and not finish_reason and not reasoning:
         return _plain(content) if content else _EMPTY
@@ -122,6 +125,7 @@ def info_from(
         reasoning=reasoning,
         usage_output_tokens=out_tokens,
         usage_prompt_tokens=prompt_tokens,
+        usage_cached_tokens=cached,
         server=server,
         finish_reason=finish_reason,
     )

@@ -84,6 +84,8 @@ class EventInfo:
     reasoning: bool = False
     usage_output_tokens: int | None = None
     usage_prompt_tokens: int | None = None
+    #: ``usage.prompt_tokens_details.cached_tokens``: prompt tokens from the prefix cache
+    usage_cached_tokens: int | None = None
     server: dict[str, float] | None = None
     finish_reason: str | None = None
     error: str | None = None
