@@ -280,9 +280,9 @@ class LoadOptions:
     arrival: str = option("poisson", "open-loop arrivals", choices=ARRIVALS)
     first_start: str = option(
         "spread",
-        "closed loop: each user's first request at a seeded random point of one --pacing "
-        "interval (back to back: of the second its spawn batch fills), or all together as "
-        "spawned (lock-step bursts)",
+        "closed loop: each user's first request at a seeded point of one --pacing interval, "
+        "a spawn batch's users in equal slots of it (back to back: of the second the batch "
+        "fills), or all together as spawned (lock-step bursts)",
         choices=FIRST_STARTS,
     )
     shape: str | dict[str, Any] | None = option(

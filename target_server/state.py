@@ -28,6 +28,7 @@ class RequestContext:
         "end",
         "prompt_tokens",
         "output_tokens",
+        "reasoning_tokens",
         "status",
         "http_status",
         "finish_reason",
@@ -49,6 +50,7 @@ class RequestContext:
         self.end: float | None = None
         self.prompt_tokens = 0
         self.output_tokens = 0
+        self.reasoning_tokens = 0
         self.status: str | None = None
         self.http_status = 200
         self.finish_reason: str | None = None

@@ -19,6 +19,15 @@ and the hit is reported as ``usage.prompt_tokens_details.cached_tokens``.
 Output length is ``max_tokens`` with ``ignore_eos``; otherwise a seeded uniform
 draw in ``[max(min_tokens, 1), max_tokens]`` ending with ``finish_reason
 "stop"`` when shorter than ``max_tokens``.
+
+Answer shapes (chat only; ``target_server.chunks`` writes them as vLLM does): the
+first ``--reasoning-tokens`` of the output are reasoning; a request that carries
+``tools`` is answered, with probability ``--tool-call-rate``, by a call of its first
+(or its ``tool_choice``) function instead of text — one piece with the name, then
+the arguments ``{"query": "<words>"}`` one token a piece, ``finish_reason
+"tool_calls"``; ``--empty-rate`` answers with tokens that carry no text (what a
+server sends for special tokens it skips: usage counts them, nothing shows).  The
+same timetable in every case: a tool call's name is its first token.
 """
 
 from __future__ import annotations
@@ -51,7 +60,12 @@ VOCAB = tuple(
     ).split()
 )
 _PIECES = tuple(TokenPiece(w) for w in VOCAB)
+_REASONING = tuple(TokenPiece(w, kind="reasoning") for w in VOCAB)
+_EMPTY = TokenPiece("")
 DEFAULT_MAX_CONTEXT = 32768
+#: a synthetic tool call's arguments: this opening, one word a token, then ``ARGS_CLOSE``
+ARGS_OPEN = '{"query": "'
+ARGS_CLOSE = '"}'
 
 
 def count_tokens(request: GenerationRequest) -> int:
@@ -177,7 +191,43 @@ class SyntheticEngine:
             computed -= prepared.prefix.tokens
         first = start + (s.ttft_ms + s.prefill_ms_per_token * computed) / 1000.0
         offset = lrng.randrange(len(VOCAB))
-        return self._plan(n, first, offset, faults, req.stop, n == req.max_tokens)
+        shape = self._shape(req, n, offset)
+        return self._plan(n, first, offset, faults, req.stop, n == req.max_tokens, shape)
+
+    def _shape(self, req: GenerationRequest, n: int, offset: int) -> list[TokenPiece] | None:
+        """The answer's pieces when it is not plain text (module docstring), else None.
+
+        Drawn after the faults, and only for a rate strictly between 0 and 1, so that a
+        server without these flags draws exactly what it drew before them.
+        """
+        s, rng = self.settings, self._rng
+        if s.empty_rate and (s.empty_rate >= 1 or rng.random() < s.empty_rate):
+            return [_EMPTY] * n
+        if req.messages is None:
+            return None
+        rate = s.tool_call_rate
+        tool = bool(req.tools) and (
+            req.tool_required or rate >= 1 or (rate > 0 and rng.random() < rate)
+        )
+        reasoning = min(s.reasoning_tokens, n)
+        if not reasoning and not tool:
+            return None
+        k = len(VOCAB)
+        out = [_REASONING[(offset + i) % k] for i in range(reasoning)]
+        if tool:
+            for i in range(reasoning, n):
+                if i == reasoning:
+                    out.append(TokenPiece(req.tools[0], kind="tool_name"))
+                    continue
+                text = VOCAB[(offset + i) % k]
+                if i == reasoning + 1:
+                    text = ARGS_OPEN + text.lstrip()
+                if i == n - 1:
+                    text += ARGS_CLOSE
+                out.append(TokenPiece(text, kind="tool_args"))
+        else:
+            out += [_PIECES[(offset + i) % k] for i in range(reasoning, n)]
+        return out
 
     def _plan(
         self,
@@ -187,6 +237,7 @@ class SyntheticEngine:
         faults: dict[int, str],
         stop: tuple[str, ...],
         by_length: bool,
+        shape: list[TokenPiece] | None = None,
     ) -> Timetable:
         s, rng, pieces, k = self.settings, self._rng, _PIECES, len(_PIECES)
         itl, growth, jitter = s.itl_ms / 1000.0, s.itl_growth_ms / 1000.0, s.jitter_ms / 1000.0
@@ -205,16 +256,20 @@ class SyntheticEngine:
                 if deadline < prev:  # jitter never reorders tokens
                     deadline = prev
                 prev = deadline
-                piece = pieces[(offset + i) % k]
-                if stop:
+                piece = pieces[(offset + i) % k] if shape is None else shape[i]
+                if stop and piece.kind == "content":  # stop strings end the answer's text
                     tail = (tail + piece.text)[-64:]
                     if any(x in tail for x in stop):
                         yield deadline, TokenPiece("", finish_reason="stop")
                         return
                 last = i == n - 1
                 if fault is not None or last:
-                    reason = ("length" if by_length else "stop") if last else None
-                    piece = TokenPiece(piece.text, finish_reason=reason, fault=fault)  # type: ignore[arg-type]
+                    reason = None
+                    if last:
+                        reason = "length" if by_length else "stop"
+                        if piece.kind.startswith("tool"):
+                            reason = "tool_calls"
+                    piece = TokenPiece(piece.text, reason, fault, piece.kind)  # type: ignore[arg-type]
                 yield deadline, piece
                 if i == 0:  # decode starts when the first token really went out, as after a
                     nominal += max(0.0, perf_counter() - deadline)  # real (late) prefill

@@ -12,6 +12,11 @@ What a user does is read from the process's ``LoadContext``: the current
 phase (name, mode, warm-up flag), closed-loop pacing (start-to-start; each
 user's first request at a seeded offset inside one interval unless
 ``--first-start together``) or the open-loop arrival schedule.
+
+The first-start offset is waited in locust's own wait, before the first
+request: locust runs a user's task first and calls ``wait_time`` after it, so
+the user's first task call only arms the offset and returns.  Waiting there, not
+with a sleep inside the task, also lets a phase end stop the user at once.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 from llmload.loadtests.run.context import context_of
 from llmload.loadtests.run.phases import Phase
-from llmload.loadtests.run.shapes import first_start_offset, spawn_window
+from llmload.loadtests.run.shapes import first_start_offset, spawn_batch, spawn_window
 from llmload.loadtests.transport.target import clock, perform
 
 CANCELLED = "cancelled by the client: run stopped"
@@ -66,6 +71,13 @@ class LLMUser(User):
         self.slot: tuple[int, float] | None = None
         #: open loop: the claimed arrival's prompt, made before the wait for its send time
         self.pending: Prompt | None = None
+        #: closed loop: seconds to wait before the first request (``--first-start``)
+        self.first_wait = 0.0
+        opts = ctx.load
+        if opts.first_start != "together":
+            window = spawn_window(opts.users, opts.spawn_rate)
+            batch = spawn_batch(opts.users, opts.spawn_rate)
+            self.first_wait = first_start_offset(opts.seed, self.index, opts.pacing, window, batch)
 
     def on_stop(self) -> None:
         self.http.close()
@@ -80,11 +92,8 @@ class LLMUser(User):
             spin = SPIN_S if ctx.phase is not None and ctx.phase.timed else 0.0
             return max(0.0, ctx.phase_t0 + self.slot[1] - spin - clock())
         if self.last_start is None:
-            opts = ctx.load
-            if opts.first_start == "together":
-                return 0.0
-            window = spawn_window(opts.users, opts.spawn_rate)
-            return first_start_offset(opts.seed, self.index, opts.pacing, window)
+            wait, self.first_wait = self.first_wait, 0.0
+            return wait
         return max(0.0, self.last_start + ctx.load.pacing - clock())
 
     @task
@@ -95,6 +104,8 @@ class LLMUser(User):
             gevent.sleep(0.1)
             return
         if ctx.schedule is None:
+            if self.first_wait > 0.0:
+                return  # the first request waits for this user's offset (wait_time)
             if not ctx.take():
                 gevent.sleep(0.2)  # the phase's requests are all started: idle until stopped
                 return
