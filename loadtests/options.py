@@ -122,6 +122,10 @@ def _duration(value: Any) -> float:
     return parse_duration(value)
 
 
+def _maybe_duration(value: Any) -> float | None:
+    return None if value is None else parse_duration(value)
+
+
 def _fraction(value: Any) -> float | None:
     return None if value is None else parse_fraction(value)
 
@@ -153,6 +157,8 @@ def _check_headers(headers: list[str]) -> bool:
 TRACE = "trace:"
 #: ``--dataset prefix``: groups of prompts sharing a prefix
 PREFIX = "prefix"
+#: ``--dataset agent``: sessions of tool calls and their results
+AGENT = "agent"
 
 
 def trace_file(dataset: str | None) -> str | None:
@@ -310,9 +316,9 @@ class WorkloadOptions:
     dataset: str | None = option(
         None,
         "JSONL prompts (messages or prompt), ShareGPT JSON, 'random' (exact lengths), "
-        "'prefix' (groups sharing a prefix), or 'trace FILE' (Mooncake JSONL, BurstGPT or "
-        "Azure CSV, replayed at its times)",
-        metavar="FILE|random|prefix|trace FILE",
+        "'prefix' (groups sharing a prefix), 'agent' (tool-calling sessions), or 'trace FILE' "
+        "(Mooncake JSONL, BurstGPT or Azure CSV, replayed at its times)",
+        metavar="FILE|random|prefix|agent|trace FILE",
         nargs="+",
         parse=_dataset,
     )
@@ -356,6 +362,25 @@ class WorkloadOptions:
         "--dataset prefix: Zipf exponent of the group draw (0 = uniform)",
         metavar="S",
         check=(lambda v: v >= 0, "must be >= 0"),
+    )
+    agent_steps: int | None = option(
+        None,
+        "--dataset agent: model calls per session (tool calls, then the final answer)",
+        check=(_at_least_1, "must be >= 1"),
+        shown="4",
+    )
+    tool_result_tokens: int | None = option(
+        None,
+        "--dataset agent: tokens of each tool result sent back",
+        check=(_at_least_1, "must be >= 1"),
+        shown="256",
+    )
+    think_time: float | None = option(
+        None,
+        "--dataset agent: wait between a tool call and its result (the tool running)",
+        parse=_maybe_duration,
+        metavar="D",
+        shown="0s",
     )
     speedup: float = option(
         1.0,
@@ -598,6 +623,25 @@ class RunOptions:
                 "--prefix-groups, --prefix-len, --suffix-len, --prefix-skew need --dataset prefix"
             )
         self._trace_relations()
+        self._agent_relations()
+
+    def _agent_relations(self) -> None:
+        """``--dataset agent``: sessions on the chat endpoint, their length set by the steps."""
+        work = self.workload
+        agent = (work.agent_steps, work.tool_result_tokens, work.think_time)
+        if work.dataset != AGENT:
+            if any(v is not None for v in agent):
+                raise ValueError(
+                    "--agent-steps, --tool-result-tokens and --think-time need --dataset agent"
+                )
+            return
+        if self.connection.protocol != "openai-chat":
+            raise ValueError("--dataset agent sends tools: it needs --protocol openai-chat")
+        if work.turns > 1 or self.load.num_prompts is not None or self.load.shape:
+            raise ValueError(
+                "--dataset agent runs sessions of --agent-steps requests: --turns, "
+                "--num-prompts and --shape do not apply (use --duration, --users or --rate)"
+            )
 
     def _trace_relations(self) -> None:
         """``--dataset trace FILE``: the trace sets the times and the lengths."""

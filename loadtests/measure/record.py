@@ -93,6 +93,9 @@ class RequestRecord:
     # prompt tokens the server's prefix cache served (usage.prompt_tokens_details.cached_tokens);
     # None when the server does not say
     cached_tokens: int | None = None
+    # agent sessions (``--dataset agent``): which session, and its 0-based step (model call)
+    session_id: str | None = None
+    step: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -47,6 +47,8 @@ class RecordMeta:
     worker: str = "local"
     user_id: int | None = None
     warmup: bool = False
+    session_id: str | None = None
+    step: int | None = None
 
 
 class StreamTimer:
@@ -296,6 +298,8 @@ class StreamTimer:
             finish_reason=self._finish_reason,
             stream_end=stream_end,
             connect_s=self._connect_s,
+            session_id=meta.session_id,
+            step=meta.step,
         )
 
     def _stream_end(self, transport_status: str | None) -> StreamEnd | None:
