@@ -82,7 +82,7 @@ def sleep_lateness(samples: int = 200, nap: float = 0.003) -> list[float]:
 def replay(url: str, trace: Path, out: Path, *extra: str, timeout: float = 180) -> Path:
     """``llmload run --dataset trace TRACE --modes stream`` against ``url``; the run directory."""
     cmd = [sys.executable, "-m", "llmload", "run", "--target", url, "--dataset", "trace"]
-    cmd += [str(trace), "--modes", "stream", "--users", "50", "--out", str(out), "--no-report"]
+    cmd += [str(trace), "--modes", "stream", "--users", "16", "--out", str(out), "--no-report"]
     proc = subprocess.run([*cmd, *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             "`python -m bench replay`: a 1,000-request Mooncake trace of our own "
             "(`bench.replay.dense_trace`: Poisson arrivals at 125/s, ~8 s, prompts of "
             "16–64 tokens, 2–6 tokens out), replayed at `--speedup 1` by `llmload run "
-            "--dataset trace FILE --modes stream --users 50` against the bundled synthetic "
+            "--dataset trace FILE --modes stream --users 16` against the bundled synthetic "
             f"server (`{' '.join(SERVER_ARGS)}`). Lateness: a request's `started_at` minus "
             "its trace time, less the smallest such difference (from `requests.jsonl`); "
             "schedule delay: the records' own `schedule_delay_s`; the machine: how late a "

@@ -11,7 +11,7 @@ import pytest
 from bench.replay import dense_trace, lateness, trace_times
 from llmload.loadtests.percentile import percentile_of
 from llmload.loadtests.workload.traces import read_trace
-from tests.fixtures.loadtests import harness_slack, run_cli, server_requests
+from tests.fixtures.loadtests import CliRun, harness_slack, run_cli, server_requests
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
@@ -24,6 +24,14 @@ def server():
         yield proc
 
 
+def replay(out: Path, server, trace: Path, *args: str) -> CliRun:
+    """``llmload run --target SERVER --dataset trace TRACE --modes stream ARGS``, exit 0."""
+    cmd = ("--target", server.url, "--dataset", "trace", str(trace), "--modes", "stream")
+    run = run_cli(out, *cmd, *args, timeout=120)
+    assert run.rc == 0, run.stderr[-2000:]
+    return run
+
+
 def intended_offsets(records: list[dict]) -> list[float]:
     """Each request's intended send time (its start less its schedule delay), from the first."""
     intended = sorted(r["started_at"] - r["schedule_delay_s"] for r in records)
@@ -33,20 +41,7 @@ def intended_offsets(records: list[dict]) -> list[float]:
 def test_a_1000_request_replay_starts_each_request_at_its_trace_time(server, tmp_path):
     trace = dense_trace(tmp_path / "dense.jsonl")  # 1,000 Poisson arrivals at 125/s
     times = trace_times(trace)
-    run = run_cli(
-        tmp_path / "run",
-        "--target",
-        server.url,
-        "--dataset",
-        "trace",
-        str(trace),
-        "--modes",
-        "stream",
-        "--users",
-        "16",
-        timeout=120,
-    )
-    assert run.rc == 0, run.stderr[-2000:]
+    run = replay(tmp_path / "run", server, trace, "--users", "16")
     records = run.records
     assert len(records) == 1000 and all(r["status"] == "ok" for r in records)
     assert {r["scenario"] for r in records} == {"trace"}
@@ -68,20 +63,7 @@ def test_a_1000_request_replay_starts_each_request_at_its_trace_time(server, tmp
 @pytest.mark.parametrize("name", ["mooncake.jsonl", "burstgpt.csv", "azure.csv"])
 def test_each_trace_format_replays_through_llmload_run(server, tmp_path, name):
     trace = read_trace(TRACES / name)
-    run = run_cli(
-        tmp_path / "run",
-        "--target",
-        server.url,
-        "--dataset",
-        "trace",
-        str(TRACES / name),
-        "--speedup",
-        "2",
-        "--modes",
-        "stream",
-    )
-    assert run.rc == 0, run.stderr[-2000:]
-    records = run.records
+    records = replay(tmp_path / "run", server, TRACES / name, "--speedup", "2").records
     assert len(records) == len(trace.requests) and all(r["status"] == "ok" for r in records)
     assert intended_offsets(records) == pytest.approx(
         [r.at_s / 2 for r in trace.requests], abs=2e-4
@@ -89,7 +71,7 @@ def test_each_trace_format_replays_through_llmload_run(server, tmp_path, name):
     assert sorted(r["usage_output_tokens"] for r in records) == sorted(
         r.output_len for r in trace.requests
     )
-    info = run.run_json["workload"]["trace"]
+    info = CliRun(0, "", "", tmp_path / "run").run_json["workload"]["trace"]
     assert info["format"] == trace.format and info["replayed"] == len(trace.requests)
     assert info["skipped"] == trace.skipped
 
@@ -97,25 +79,8 @@ def test_each_trace_format_replays_through_llmload_run(server, tmp_path, name):
 def test_a_window_of_the_trace_across_two_workers(server, tmp_path):
     trace = read_trace(TRACES / "mooncake.jsonl")
     inside = [r for r in trace.requests if 0.5 <= r.at_s < 1.6]
-    run = run_cli(
-        tmp_path / "run",
-        "--target",
-        server.url,
-        "--dataset",
-        "trace",
-        str(TRACES / "mooncake.jsonl"),
-        "--trace-window",
-        "0.5:1.6",
-        "--workers",
-        "2",
-        "--users",
-        "4",
-        "--modes",
-        "stream",
-        timeout=120,
-    )
-    assert run.rc == 0, run.stderr[-2000:]
-    records = run.records
+    window = ("--trace-window", "0.5:1.6", "--workers", "2", "--users", "4")
+    records = replay(tmp_path / "run", server, TRACES / "mooncake.jsonl", *window).records
     assert len(records) == len(inside) and len({r["request_id"] for r in records}) == len(inside)
     assert {r["worker"] for r in records} == {"worker-0", "worker-1"}
     # each worker keeps its own clock: the offsets within one worker are the trace's

@@ -16,6 +16,7 @@ from llmload.loadtests.workload.prefix_dataset import PrefixPrompts, zipf_weight
 from llmload.loadtests.workload.random_dataset import RandomPrompts, default_codec
 from llmload.loadtests.workload.tokencount import Codec
 from llmload.reports.workloads import prefix_cache
+from tests.fixtures.tokenizer import merging_codec
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +42,7 @@ def test_prompts_are_prefix_plus_suffix_tokens_exactly(embedded: Codec) -> None:
 
 
 def test_a_tokenizer_that_merges_across_words_gets_its_suffix_corrected(embedded: Codec) -> None:
-    odd = Codec(
-        lambda t: embedded.encode(t) + ([0] if len(t) > 600 else []),
-        embedded.decode,
-        embedded.vocab_size,
-        "odd",
-    )
+    odd = merging_codec(embedded, 600)
     make = PrefixPrompts(RandomPrompts(odd), groups=2, prefix_len=120, suffix_len=10)
     assert make.make.additive is False
     rng = random.Random(2)

@@ -14,6 +14,7 @@ from llmload.loadtests.workload.random_dataset import RandomPrompts, default_cod
 from llmload.loadtests.workload.replay import TraceReplay, TraceSchedule
 from llmload.loadtests.workload.tokencount import Codec
 from llmload.loadtests.workload.traces import MOONCAKE_BLOCK, TraceError, read_trace
+from tests.fixtures.tokenizer import merging_codec
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
@@ -171,12 +172,7 @@ def test_prompts_have_the_traces_lengths_and_its_shared_blocks(embedded: Codec) 
 
 
 def test_a_tokenizer_that_merges_across_words_still_gets_exact_lengths(embedded: Codec) -> None:
-    odd = Codec(
-        lambda t: embedded.encode(t) + ([0] if len(t) > 2000 else []),
-        embedded.decode,
-        embedded.vocab_size,
-        "odd",
-    )
+    odd = merging_codec(embedded, 2000)
     replay = TraceReplay(read_trace(TRACES / "mooncake.jsonl"), RandomPrompts(odd))
     assert replay.make.additive is False
     for i in range(replay.count):
