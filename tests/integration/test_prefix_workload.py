@@ -4,6 +4,8 @@ TTFT split by hit and miss that the report shows are what the engine's arithmeti
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from llmload.loadtests.options import RunOptions
 from llmload.loadtests.percentile import percentile_of
 from llmload.loadtests.workload.build import build_workload
 from tests.fixtures.drive import loadtest
-from tests.fixtures.loadtests import CliRun
+from tests.fixtures.loadtests import ROOT, CliRun
 
 #: the engine: TTFT = 50 ms + 0.5 ms per uncached prompt token; blocks of 16 tokens
 TTFT_MS, PREFILL_MS, BLOCK = 50.0, 0.5, 16
@@ -117,3 +119,12 @@ def test_hit_rate_and_ttft_split_match_the_engines_arithmetic(server, tmp_path: 
     html = (out / "report.html").read_text(encoding="utf-8")
     assert 'id="prefix-cache"' in html and f"{block['hit_rate']:.1%}" in html
     assert "## Prefix cache" in (out / "summary.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("workload", [("agent",), ("trace", "t.jsonl")])
+def test_capacity_search_refuses_traces_and_agent_sessions(workload: tuple[str, ...]) -> None:
+    cmd = [sys.executable, "-m", "llmload", "capacity", "--target", "http://127.0.0.1:9"]
+    cmd += ["--slo", "ttft_p95=600ms", "--rate", "2", "--dataset", *workload]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "a trace keeps its own times" in proc.stderr

@@ -125,14 +125,3 @@ def test_agent_options() -> None:
             build_options({}, bad)
     info = build_workload(build_options({}, {"dataset": ["agent"]}).workload, 0).describe()
     assert info["agent"]["steps"] == 4 and info["agent"]["tool_result_tokens"] == 256
-
-
-def test_capacity_search_takes_prefix_workloads_not_traces_or_sessions() -> None:
-    from llmload.capacity.command import parse
-
-    slo = ("--target", "http://127.0.0.1:9", "--slo", "ttft_p95=600ms", "--rate", "2")
-    _, opts, _ = parse([*slo, "--dataset", "prefix", "--prefix-groups", "3"])
-    assert opts.workload.dataset == "prefix"
-    for workload in (("--dataset", "agent"), ("--dataset", "trace", "t.jsonl")):
-        with pytest.raises(ValueError, match="a trace keeps its own times"):
-            parse([*slo, *workload])
