@@ -5,7 +5,7 @@
   prefix cache served, summed over the requests whose usage says so
   (``usage.prompt_tokens_details.cached_tokens``; vLLM's names, counted from the
   client's records): ``rate(hits) / rate(queries)`` is the hit rate, as in the report.
-* ``llmload_agent_step_ttft_seconds{mode,step}``: TTFT of agent-session requests
+* ``llmload_agent_step_ttft_seconds{mode,scenario,step}``: TTFT of agent-session requests
   (``--dataset agent``) by step, ok and not warm-up.  ``step`` is bounded: the first
   ``MAX_STEPS`` step numbers keep theirs, later ones are ``other``.
 
@@ -45,7 +45,7 @@ class WorkloadMetrics:
         self.step_ttft = LabelledHistogram(
             "llmload_agent_step_ttft_seconds",
             "Agent sessions: client-side TTFT by step (model call) of the session, ok requests.",
-            ("mode", "step"),
+            ("mode", "scenario", "step"),
             registry=registry,
             buckets=LATENCY_BUCKETS,
         )
@@ -63,4 +63,4 @@ class WorkloadMetrics:
         if record.step is None or not record.ok or record.warmup or record.ttft_s is None:
             return
         step = self._steps.value(str(record.step))
-        self.step_ttft.labels(record.mode, step).observe(record.ttft_s)
+        self.step_ttft.labels(key[0], key[1], step).observe(record.ttft_s)

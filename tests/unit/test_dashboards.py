@@ -110,6 +110,7 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Overview",
         "Latency",
         "Throughput",
+        "Workloads: prefix cache, agent sessions",
         "Server",
         "Is the target saturated?",
         "Harness health",
@@ -141,6 +142,8 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Client CPU %",
         "Event-loop lag",
         "Schedule delay (open loop)",
+        "Prefix-cache hit rate: client vs server",
+        "Agent sessions: TTFT by step",
     ):
         assert needed in titles
 
