@@ -168,9 +168,11 @@ def trace_file(dataset: str | None) -> str | None:
 
 def _dataset(value: Any) -> str | None:
     """``--dataset`` as given (a word, or ``trace FILE``; a plan's string or list) -> a string."""
-    if value is None or isinstance(value, str):
-        return value
-    words = [str(v) for v in value]
+    if value is None:
+        return None
+    words = [value] if isinstance(value, str) else [str(v) for v in value]
+    if words == ["trace"]:
+        raise ValueError("trace needs the trace's file: --dataset trace FILE")
     if len(words) == 1:
         return words[0]
     if len(words) == 2 and words[0] == "trace":
@@ -180,7 +182,10 @@ def _dataset(value: Any) -> str | None:
 
 def _check_span(spec: str | None) -> bool:
     if spec is not None:
-        parse_span(spec)  # raises with its own message
+        try:
+            parse_span(spec)
+        except ValueError as exc:
+            raise ValueError(f"--trace-window: {exc}") from None
     return True
 
 

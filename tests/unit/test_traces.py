@@ -223,6 +223,7 @@ def test_the_trace_options(tmp_path: Path) -> None:
         ({"dataset": ["trace", "t.jsonl"], "trace_window": "9:3"}, "START must come before END"),
         ({"speedup": 2.0}, "need --dataset trace FILE"),
         ({"dataset": ["a", "b"]}, "'trace FILE'"),
+        ({"dataset": ["trace"]}, "--dataset trace FILE"),
     ]:
         with pytest.raises(ValueError, match=msg):
             build_options({}, bad)
