@@ -15,6 +15,8 @@ BENCHES: dict[str, str] = {
     "harness": "bench.harness",
     "server": "bench.server_timing",
     "exporter": "bench.exporter",
+    "server-scrape": "bench.server_scrape",
+    "vllm-cpu": "bench.vllm_cpu",
     "reliability": "bench.reliability",
     "model": "bench.model",
     "engine-process": "bench.engine_process",

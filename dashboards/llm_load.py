@@ -8,6 +8,7 @@ from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.models import dashboard as dm
 
+from llmload.dashboards import servers
 from llmload.dashboards.names import PHASE_TAG, TITLE, UID
 from llmload.dashboards.panels import (
     CLIENT,
@@ -433,4 +434,6 @@ def build() -> dict[str, Any]:
     grid.add_row("Server", server())
     grid.add_row("Is the target saturated?", saturation())
     grid.add_row("Harness health", harness())
+    for known in servers.SERVERS:
+        grid.add_row(f"{known.name} (its own /metrics)", servers.row(known))
     return to_json(dashboard)

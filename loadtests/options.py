@@ -443,6 +443,26 @@ class OutputOptions:
     metrics_host: str = option("127.0.0.1", "interface for --metrics-port")
     pushgateway: str | None = option(None, "push client metrics at the end", metavar="URL")
     grafana_url: str | None = option(None, "annotate phases (token: $GRAFANA_TOKEN)", metavar="URL")
+    server_metrics: str = option(
+        "auto",
+        "scrape the target's Prometheus metrics into server_metrics.jsonl: auto (its own "
+        "/metrics, when that answers with Prometheus text), a URL, or off",
+        metavar="URL|auto|off",
+    )
+    server_metrics_interval: float = option(
+        1.0,
+        "--server-metrics period",
+        parse=_duration,
+        shown="1s",
+        check=(_positive, "must be positive"),
+    )
+    server_metrics_family: list[str] = option(
+        [],
+        "also keep this family of the server's metrics (repeatable)",
+        metavar="NAME",
+        repeat=True,
+        parse=_as_list,
+    )
     web: bool = option(False, "serve locust's web UI, with the llmload tabs")
     web_host: str = option("127.0.0.1", "web UI interface")
     web_port: int = option(8089, "web UI port")
@@ -679,7 +699,7 @@ class RunOptions:
             data["duration"] = None  # --num-prompts without a time limit (JSON has no inf)
         data["target"] = redact_url(self.connection.target)
         data["header"] = [redact_header(h) for h in self.connection.header]
-        for key in ("pushgateway", "grafana_url"):
+        for key in ("pushgateway", "grafana_url", "server_metrics"):
             if data[key]:
                 data[key] = redact_url(data[key])
         return data

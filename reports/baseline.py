@@ -12,6 +12,7 @@ from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_value
 from llmload.reports.capacity.curve import capacity_doc
 from llmload.reports.loader import Run
+from llmload.reports.server.compare import mode_means
 from llmload.reports.stats import percentile
 
 SCHEMA = 1
@@ -100,6 +101,7 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "metrics": metrics,
         "scenarios": scenarios,
         **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),
+        **({"server": server} if (server := mode_means(run)) else {}),
     }
 
 

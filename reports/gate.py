@@ -32,6 +32,7 @@ import numpy as np
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.reports.baseline import metric_values
 from llmload.reports.loader import Run
+from llmload.reports.server.compare import gate_lines
 from llmload.reports.trust import STARVED_SHARE, harness_delay_ms, starved
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
@@ -101,6 +102,8 @@ class GateResult:
     checks: list[Check]
     run_name: str = ""
     baseline_name: str = ""
+    #: the server's side beside the client's (``reports.server.compare.gate_lines``)
+    server: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -270,7 +273,8 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
     lost = _lost(run)
     if lost:
         checks.append(Check("records complete", INCONCLUSIVE, lost))
-    return GateResult(cfg, checks, run.name, str(baseline.get("source_run", "")))
+    server = gate_lines(run, baseline, gated_modes(baseline, run, cfg))
+    return GateResult(cfg, checks, run.name, str(baseline.get("source_run", "")), server)
 
 
 def scenario_scope(

@@ -44,6 +44,7 @@ def render_text(result: GateResult) -> str:
         lines.append("  no checks could run: the run and the baseline share no gated mode")
     for c in result.checks:
         lines.append(f"  [{c.verdict}] {c.reason}")
+    lines += [f"  {line}" for line in result.server]
     return "\n".join(lines)
 
 
@@ -74,6 +75,7 @@ def render_markdown(result: GateResult) -> str:
         )
     out.append("")
     out += [f"- {c.reason}" for c in result.checks] or ["- no checks could run"]
+    out += [f"- {line}" for line in result.server]
     return "\n".join(out) + "\n"
 
 

@@ -15,6 +15,7 @@ from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.loader import Run
 from llmload.reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
 from llmload.reports.schema import MetricStats, Summary
+from llmload.reports.server.view import server_html
 from llmload.reports.workloads_view import workloads_html
 
 CSS = """
@@ -376,6 +377,7 @@ def render_html(run: Run, summary: Summary) -> str:
     )
     parts.append(workloads_html(summary))
     parts.append("<h2>Charts</h2>" + _charts(run))
+    parts.append(server_html(run, summary))
     details = _details(summary)
     if details:
         parts.append("<h2>Details</h2>" + details)

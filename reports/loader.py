@@ -10,6 +10,7 @@ from typing import Any
 
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_url
+from llmload.reports.server.scrapes import ServerRun, read_server_run
 
 
 class RunError(Exception):
@@ -24,6 +25,8 @@ class Run:
     meta: dict[str, Any]
     records: list[RequestRecord]
     corrupt_lines: list[int] = field(default_factory=list)
+    #: the target's own metrics as scraped during the run (None: none were)
+    server: ServerRun | None = None
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -69,7 +72,8 @@ def load_run(path: Path | str) -> Run:
     if not records:
         detail = f" ({len(corrupt)} corrupt lines)" if corrupt else ""
         raise RunError(f"{requests_path} holds no readable records{detail}: the run is empty")
-    return Run(path=run_dir, meta=meta, records=records, corrupt_lines=corrupt)
+    server = read_server_run(run_dir)
+    return Run(path=run_dir, meta=meta, records=records, corrupt_lines=corrupt, server=server)
 
 
 _NUMBERS = (

@@ -23,6 +23,7 @@ from llmload.reports.schema import (
     PhaseStats,
     Summary,
 )
+from llmload.reports.server.attach import attach as attach_server
 from llmload.reports.stats import PERCENTILE_METHOD
 from llmload.reports.timeseries import per_token_gaps
 from llmload.reports.trust import assess, phase_health
@@ -213,6 +214,7 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
             harness=health.get(name),
             extra=phase_blocks(recs),
         )
+    phases, server = attach_server(run, phases)
     codes = {d.get("code"): d for p in phases.values() for d in p.diagnostics or []}
     meta = redact_value({k: v for k, v in run.meta.items() if not k.startswith("_")})
     summary = Summary(
@@ -235,5 +237,6 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
         diagnostics=list(codes.values()),
         capacity=capacity_summary(run),
         run=meta,
+        extra={"server_metrics": server} if server is not None else {},
     )
     return replace(summary, trust=assess(summary))

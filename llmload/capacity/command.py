@@ -25,6 +25,7 @@ from llmload.loadtests.options import AGENT, OutputOptions, RunOptions, trace_fi
 from llmload.loadtests.run import cli as loadtests_cli
 from llmload.loadtests.run import runner
 from llmload.loadtests.run.capacity import SearchConfig
+from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import RecordSink
 from llmload.reports.capacity.judge import Criterion, parse_capacity_slo
 
@@ -164,7 +165,9 @@ def search(
     plan = CapacitySearch(copts, opts)
 
     def sinks(o: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
-        return [*wiring.sinks(o, info), plan]
+        out = [*wiring.run_sinks(opts)(o, info), plan]
+        plan.server = next((s for s in out if isinstance(s, ServerScraper)), None)
+        return out
 
     return runner.run(opts, argv, extra_info, sinks=sinks, report=wiring.report, phases=plan)
 

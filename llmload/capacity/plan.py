@@ -36,6 +36,7 @@ from llmload.loadtests.run.capacity import (
 from llmload.loadtests.run.healthlog import HealthLog
 from llmload.loadtests.run.phaseloop import scheduled_arrivals
 from llmload.loadtests.run.phases import Phase
+from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import HarnessHealth, NullSink
 from llmload.reports.capacity.curve import answer_text, plateau
 from llmload.reports.capacity.judge import (
@@ -45,6 +46,7 @@ from llmload.reports.capacity.judge import (
     samples_needed,
 )
 from llmload.reports.fmt import fmt_ms
+from llmload.reports.server.saturation import server_saturation
 
 #: open loop: concurrency cap; reaching it (the schedule slips) is a sign of saturation
 OPEN_LOOP_CAP = 64
@@ -116,6 +118,8 @@ class CapacitySearch(NullSink):
         self._times: dict[str, list[float]] = {}
         self._health = HealthLog()
         self._health_by_phase: dict[str, dict[str, Any]] = {}
+        #: the scraper of the target's own metrics (``llmload.servermetrics``), when it has one
+        self.server: ServerScraper | None = None
         self._started = 0.0
         #: the step under way: judged when its phase ends (its records are all in by then),
         #: so run.json's capacity block, rewritten right after, already holds it
@@ -250,6 +254,9 @@ class CapacitySearch(NullSink):
             for key in ("criteria", "verdict", "ratio"):
                 point[key] = pooled[key]
             point["pooled_with"] = [e["phase"] for e in earlier_here]
+        if self.server is not None and len(times) == 2 and records:
+            last = max(r.started_at for r in records)
+            point["saturated"] += server_saturation(self.server.samples, times[0], last, times[1])
         health = self._health_by_phase.get(phase.name) or {}
         starved = list(health.get("starved") or [])
         if not c.open_loop:

@@ -186,7 +186,9 @@ def run(
     status = StatusLine()
     hub.add(writer)
     hub.add(status)
-    extra = list(sinks(opts.output, info)) if sinks is not None else []
+    # the factory sees where the run's files go (``--out``, or the default just chosen)
+    out_opts = opts.with_(out=str(out_dir)).output
+    extra = list(sinks(out_opts, info)) if sinks is not None else []
     for sink in extra:
         hub.add(sink)
     env = Environment(user_classes=[LLMUser], host=target.base_url)

@@ -14,6 +14,7 @@ from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.capacity import RATIO_CAP
 from llmload.reports.capacity.judge import Criterion, judge, scores
 from llmload.reports.fmt import fmt_ms
+from llmload.reports.server.saturation import server_saturation
 
 #: closed loop: more users adding less than this share of throughput is a plateau
 PLATEAU_GAIN = 0.05
@@ -140,6 +141,12 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
             for key in ("criteria", "verdict", "ratio"):
                 point[key] = both[key]
             point["pooled_with"] = pooled_with
+        window = _phase_times(run.meta, step.get("phase"))
+        recs = by_phase.get(step["phase"], [])
+        if run.server is not None and window is not None and recs:
+            scrapes = [(s.t, s.sample) for s in run.server.scrapes]
+            last = max(r.started_at for r in recs)
+            point["saturated"] += server_saturation(scrapes, window[0], last, window[1])
         extra = {k: step.get(k) for k in ("phase", "load", "why", "search_verdict", "starved")}
         if step.get("plateau"):
             point["plateau"] = step["plateau"]
@@ -163,6 +170,16 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
         "knee": knee([(p["load"], p["ratio"]) for p in curve if p.get("ratio") is not None]),
         "curve": curve,
     }
+
+
+def _phase_times(meta: dict[str, Any], name: Any) -> tuple[float, float] | None:
+    for ph in meta.get("phases") or []:
+        if isinstance(ph, dict) and ph.get("name") == name:
+            try:
+                return float(ph["started_at"]), float(ph["ended_at"])
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
 
 
 def capacity_doc(run: Any) -> dict[str, Any] | None:
