@@ -25,6 +25,9 @@ What feeds what:
   ``MAX_ENDPOINTS`` endpoints keep their names, later ones are exported as
   ``other`` (``exporter.labels``), so a dataset naming hundreds of scenarios
   cannot multiply the series count.
+* The field's workloads (``exporter.workloads``): prefix-cache prompt tokens and hits
+  (``--dataset prefix``, any run whose target reports ``cached_tokens``), agent
+  TTFT by session step (``--dataset agent``; steps capped like scenarios).
 * ``llmload_run_info{run,label,model,target_host} 1`` names the run
   (``describe_run``), so a dashboard can tell runs apart.
 * Harness health is the maximum over the load-generator processes that
@@ -48,6 +51,7 @@ from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest, p
 from llmload.exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
 from llmload.exporter.labels import CappedLabel, target_host
 from llmload.exporter.server import MetricsServer
+from llmload.exporter.workloads import WorkloadMetrics
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.sinks import HarnessHealth
 from llmload.target_server.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
@@ -125,6 +129,7 @@ class LiveMetrics:
 
     def _define(self, reg: CollectorRegistry) -> None:
         lat = LATENCY_LABELS
+        self._workloads = WorkloadMetrics(reg, lat)
         self._ttft = LabelledHistogram(
             "llmload_time_to_first_token_seconds",
             "Client-side time to first content token (sync: full response), ok requests.",
@@ -211,6 +216,7 @@ class LiveMetrics:
             self._reasoning_tokens,
             self._no_output,
             self._in_flight,
+            *self._workloads.families,
         )
         self._users = Gauge("llmload_active_users", "Simulated users running now.", registry=reg)
         self._run_info = Info(
@@ -338,6 +344,7 @@ class LiveMetrics:
             series.reasoning_tokens.inc(record.reasoning_tokens)
         if record.no_output:
             series.no_output.inc()
+        self._workloads.observe(series.key, record)
         if record.warmup:
             return
         if record.schedule_delay_s is not None:

@@ -35,7 +35,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from pathlib import Path
 from typing import Any
 
-from llmload.loadtests.durations import parse_duration, parse_fraction
+from llmload.loadtests.durations import parse_duration, parse_fraction, parse_span
 from llmload.loadtests.redact import redact_header, redact_url, redact_value
 from llmload.loadtests.slo import parse_slo
 
@@ -96,6 +96,8 @@ class Spec:
     repeat: bool = False
     #: shown in the docs table instead of the default value
     shown: str | None = None
+    #: argparse's nargs (``--dataset trace FILE``: one or two words)
+    nargs: str | None = None
 
 
 def option(default: Any, help: str, **spec: Any) -> Any:
@@ -119,6 +121,10 @@ def _as_list(value: Any) -> list[str]:
 
 def _duration(value: Any) -> float:
     return parse_duration(value)
+
+
+def _maybe_duration(value: Any) -> float | None:
+    return None if value is None else parse_duration(value)
 
 
 def _fraction(value: Any) -> float | None:
@@ -158,6 +164,42 @@ def _check_headers(headers: list[str]) -> bool:
             # never echo the rest: a header missing its colon still carries the secret
             name = h.split(None, 1)[0] if h.strip() else h
             raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
+    return True
+
+
+#: ``--dataset trace FILE`` is kept as ``trace:FILE``
+TRACE = "trace:"
+#: ``--dataset prefix``: groups of prompts sharing a prefix
+PREFIX = "prefix"
+#: ``--dataset agent``: sessions of tool calls and their results
+AGENT = "agent"
+
+
+def trace_file(dataset: str | None) -> str | None:
+    """The trace file of ``--dataset trace FILE``, else None."""
+    return dataset[len(TRACE) :] if dataset and dataset.startswith(TRACE) else None
+
+
+def _dataset(value: Any) -> str | None:
+    """``--dataset`` as given (a word, or ``trace FILE``; a plan's string or list) -> a string."""
+    if value is None:
+        return None
+    words = [value] if isinstance(value, str) else [str(v) for v in value]
+    if words == ["trace"]:
+        raise ValueError("trace needs the trace's file: --dataset trace FILE")
+    if len(words) == 1:
+        return words[0]
+    if len(words) == 2 and words[0] == "trace":
+        return TRACE + words[1]
+    raise ValueError(f"expected FILE, random or 'trace FILE', got {' '.join(words)!r}")
+
+
+def _check_span(spec: str | None) -> bool:
+    if spec is not None:
+        try:
+            parse_span(spec)
+        except ValueError as exc:
+            raise ValueError(f"--trace-window: {exc}") from None
     return True
 
 
@@ -292,8 +334,12 @@ class WorkloadOptions:
     scenario: str = option("mix", "mix, short_qa, code_gen, long_summary, or weights a:5,b:1")
     dataset: str | None = option(
         None,
-        "JSONL prompts (messages or prompt), ShareGPT JSON, or 'random' (exact lengths)",
-        metavar="FILE|random",
+        "JSONL prompts (messages or prompt), ShareGPT JSON, 'random' (exact lengths), "
+        "'prefix' (groups sharing a prefix), 'agent' (tool-calling sessions), or 'trace FILE' "
+        "(Mooncake JSONL, BurstGPT or Azure CSV, replayed at its times)",
+        metavar="FILE|random|prefix|agent|trace FILE",
+        nargs="+",
+        parse=_dataset,
     )
     input_len: int | None = option(
         None,
@@ -303,14 +349,70 @@ class WorkloadOptions:
     )
     output_len: int | None = option(
         None,
-        "--dataset random/ShareGPT: output tokens",
+        "--dataset random/prefix/ShareGPT: output tokens",
         check=(_at_least_1, "must be >= 1"),
-        shown="random: 128",
+        shown="random, prefix: 128",
     )
     range_ratio: float = option(
         0.0,
         "--dataset random: lengths uniform in len*(1+-r)",
         check=(lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+    )
+    prefix_groups: int | None = option(
+        None,
+        "--dataset prefix: groups, each with its own shared prefix",
+        check=(_at_least_1, "must be >= 1"),
+        shown="10",
+    )
+    prefix_len: int | None = option(
+        None,
+        "--dataset prefix: tokens of each group's shared prefix",
+        check=(_at_least_1, "must be >= 1"),
+        shown="256",
+    )
+    suffix_len: int | None = option(
+        None,
+        "--dataset prefix: tokens of each request's own suffix",
+        check=(_at_least_1, "must be >= 1"),
+        shown="256",
+    )
+    prefix_skew: float = option(
+        0.0,
+        "--dataset prefix: Zipf exponent of the group draw (0 = uniform)",
+        metavar="S",
+        check=(lambda v: v >= 0, "must be >= 0"),
+    )
+    agent_steps: int | None = option(
+        None,
+        "--dataset agent: model calls per session (tool calls, then the final answer)",
+        check=(_at_least_1, "must be >= 1"),
+        shown="4",
+    )
+    tool_result_tokens: int | None = option(
+        None,
+        "--dataset agent: tokens of each tool result sent back",
+        check=(_at_least_1, "must be >= 1"),
+        shown="256",
+    )
+    think_time: float | None = option(
+        None,
+        "--dataset agent: wait between a tool call and its result (the tool running)",
+        parse=_maybe_duration,
+        metavar="D",
+        shown="0s",
+    )
+    speedup: float = option(
+        1.0,
+        "--dataset trace: replay X times as fast",
+        metavar="X",
+        check=(_positive, "must be > 0"),
+    )
+    trace_window: str | None = option(
+        None,
+        "--dataset trace: replay only this part of the trace (its seconds; 60:120, 1m:, :30s)",
+        metavar="START:END",
+        check=(_check_span, ""),
+        shown="whole trace",
     )
     max_tokens: int | None = option(
         None, "override every prompt's max_tokens", shown="per scenario"
@@ -555,11 +657,62 @@ class RunOptions:
         if work.dataset != "random" and (work.input_len is not None or work.range_ratio):
             raise ValueError("--input-len and --range-ratio need --dataset random")
         if work.output_len is not None and not work.dataset:
-            raise ValueError("--output-len needs --dataset random or a ShareGPT file")
-        if work.dataset == "random" and work.max_tokens is not None:
-            raise ValueError("--dataset random: give output lengths with --output-len")
+            raise ValueError("--output-len needs --dataset random, prefix or a ShareGPT file")
+        if work.dataset in ("random", PREFIX) and work.max_tokens is not None:
+            raise ValueError(f"--dataset {work.dataset}: give output lengths with --output-len")
         if work.extra_body and not self.connection.protocol.startswith("openai"):
             raise ValueError("--extra-body goes with --protocol openai-chat or openai-completions")
+        prefix_given = (work.prefix_groups, work.prefix_len, work.suffix_len)
+        if work.dataset != PREFIX and (
+            any(v is not None for v in prefix_given) or work.prefix_skew
+        ):
+            raise ValueError(
+                "--prefix-groups, --prefix-len, --suffix-len, --prefix-skew need --dataset prefix"
+            )
+        self._trace_relations()
+        self._agent_relations()
+
+    def _agent_relations(self) -> None:
+        """``--dataset agent``: sessions on the chat endpoint, their length set by the steps."""
+        work = self.workload
+        agent = (work.agent_steps, work.tool_result_tokens, work.think_time)
+        if work.dataset != AGENT:
+            if any(v is not None for v in agent):
+                raise ValueError(
+                    "--agent-steps, --tool-result-tokens and --think-time need --dataset agent"
+                )
+            return
+        if self.connection.protocol != "openai-chat":
+            raise ValueError("--dataset agent sends tools: it needs --protocol openai-chat")
+        if work.turns > 1 or self.load.num_prompts is not None or self.load.shape:
+            raise ValueError(
+                "--dataset agent runs sessions of --agent-steps requests: --turns, "
+                "--num-prompts and --shape do not apply (use --duration, --users or --rate)"
+            )
+
+    def _trace_relations(self) -> None:
+        """``--dataset trace FILE``: the trace sets the times and the lengths."""
+        load, work = self.load, self.workload
+        if not trace_file(work.dataset):
+            if work.speedup != 1.0 or work.trace_window is not None:
+                raise ValueError("--speedup and --trace-window need --dataset trace FILE")
+            return
+        given = [
+            flag
+            for flag, value in (
+                ("--rate", load.rate is not None),
+                ("--shape", bool(load.shape)),
+                ("--turns", work.turns > 1),
+                ("--max-tokens", work.max_tokens is not None),
+                ("--output-len", work.output_len is not None),
+            )
+            if value
+        ]
+        if given:
+            raise ValueError(
+                f"--dataset trace sends the trace's requests at its times with its lengths: "
+                f"{', '.join(given)} cannot be combined with it (--speedup changes the pace)"
+            )
 
     def config(self) -> dict[str, Any]:
         """All options for ``run.json``: secrets redacted, the API key never present."""
@@ -627,6 +780,12 @@ def build_options(plan: dict[str, Any], cli: dict[str, Any]) -> RunOptions:
         merged["pacing"] = 0.0
     if merged.get("num_prompts") is not None and "duration" not in merged:
         merged["duration"] = math.inf
+    try:
+        replay = trace_file(_dataset(merged.get("dataset")))
+    except ValueError:
+        replay = None  # validate() says what is wrong with it
+    if replay and "duration" not in merged:
+        merged["duration"] = math.inf  # a replay's phase ends with the trace's last record
     return RunOptions.of(**merged).validate()
 
 

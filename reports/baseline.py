@@ -56,15 +56,26 @@ def compact(values: list[float]) -> dict[str, Any]:
     return {"n": n, "sketch": n > MAX_VALUES, "values_ms": [round(x, 2) for x in xs]}
 
 
-def make_baseline(run: Run) -> dict[str, Any]:
-    """The baseline document for ``run`` (warm-up excluded)."""
-    measured = run.measured
+def gated_values(records: list[RequestRecord]) -> dict[str, dict[str, Any]]:
+    """``{metric: {mode: compact values}}`` of ``records`` (what the gate compares)."""
     metrics: dict[str, dict[str, Any]] = {}
     for metric in GATED_METRICS:
-        for mode in sorted({r.mode for r in measured}):
-            vals = metric_values([r for r in measured if r.mode == mode], metric)
+        for mode in sorted({r.mode for r in records}):
+            vals = metric_values([r for r in records if r.mode == mode], metric)
             if vals:
                 metrics.setdefault(metric, {})[mode] = compact(vals)
+    return metrics
+
+
+def make_baseline(run: Run) -> dict[str, Any]:
+    """The baseline document for ``run`` (warm-up excluded); each scenario's values too, for
+    ``gate --scenario`` (a trace, prefix or agent workload is its own scenario)."""
+    measured = run.measured
+    metrics = gated_values(measured)
+    scenarios = {
+        name: gated_values([r for r in measured if r.scenario == name])
+        for name in sorted({r.scenario for r in measured})
+    }
     meta = redact_value(
         {
             k: run.meta.get(k)
@@ -88,6 +99,7 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "records": len(measured),
         "run": meta,
         "metrics": metrics,
+        "scenarios": scenarios,
         **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),
         **({"server": server} if (server := mode_means(run)) else {}),
     }

@@ -89,6 +89,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         from_intended=args.from_intended,
         starved_share=args.starved_share,
         inconclusive=args.inconclusive,
+        scenario=args.scenario,
     )
     result = (evaluate_capacity if args.metric == "capacity" else evaluate)(run, baseline, cfg)
     print(render_text(result))
@@ -137,6 +138,12 @@ def add_gate_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
         action="append",
         choices=("stream", "sync"),
         help="mode(s) to gate (default: stream when present, else all)",
+    )
+    g.add_argument(
+        "--scenario",
+        default=None,
+        help="gate one scenario's requests against the baseline's (a trace, prefix or agent "
+        "workload is one scenario; default: all requests)",
     )
     g.add_argument(
         "--from-intended",

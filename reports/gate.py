@@ -62,6 +62,8 @@ class GateConfig:
     starved_share: float = STARVED_SHARE
     #: exit-code policy for an inconclusive verdict: neutral (2), pass (0) or fail (1)
     inconclusive: str = "neutral"
+    #: gate one scenario's requests against the baseline's same scenario (None: all requests)
+    scenario: str | None = None
 
     @property
     def key(self) -> str:
@@ -70,8 +72,9 @@ class GateConfig:
 
     @property
     def label(self) -> str:
-        """The metric as people read it."""
-        return f"{self.metric} from intended send" if self.from_intended else self.metric
+        """The metric as people read it (and the scenario gated, when one is)."""
+        what = f"{self.metric} from intended send" if self.from_intended else self.metric
+        return what if self.scenario is None else f"{what} [{self.scenario}]"
 
     def needed(self) -> int:
         """Minimum samples per side: at least 3 expected beyond the percentile, and 30."""
@@ -233,10 +236,12 @@ def absolute_check(mode: str, vals: list[float], limit_ms: float, what: str = "t
     )
 
 
-def gated_modes(baseline: dict[str, Any], run: Run, cfg: GateConfig) -> list[str]:
+def gated_modes(
+    baseline: dict[str, Any], run: Run, cfg: GateConfig, records: list[RequestRecord] | None = None
+) -> list[str]:
     """The modes to gate: those asked for, else stream when both have it, else all shared."""
     base_modes = set(baseline["metrics"].get(cfg.key, {}))
-    run_modes = {r.mode for r in run.measured}
+    run_modes = {r.mode for r in (run.measured if records is None else records)}
     if cfg.modes:
         return list(cfg.modes)
     if "stream" in base_modes and "stream" in run_modes:
@@ -247,9 +252,12 @@ def gated_modes(baseline: dict[str, Any], run: Run, cfg: GateConfig) -> list[str
 def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
     """Every check for ``run`` against ``baseline`` (pure apart from the seeded bootstrap)."""
     checks: list[Check] = []
-    per_mode = baseline["metrics"].get(cfg.key, {})
-    for mode in gated_modes(baseline, run, cfg):
-        records = [r for r in run.measured if r.mode == mode]
+    measured, base, other = scenario_scope(run, baseline, cfg)
+    if other:
+        return GateResult(cfg, [Check(cfg.label, INCONCLUSIVE, other)], run.name)
+    per_mode = base.get(cfg.key, {})
+    for mode in gated_modes({"metrics": base}, run, cfg, measured):
+        records = [r for r in measured if r.mode == mode]
         vals = metric_values(records, cfg.key)
         missing = _missing(cfg, mode, mode in per_mode, records, vals)
         if missing:
@@ -267,6 +275,32 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
         checks.append(Check("records complete", INCONCLUSIVE, lost))
     server = gate_lines(run, baseline, gated_modes(baseline, run, cfg))
     return GateResult(cfg, checks, run.name, str(baseline.get("source_run", "")), server)
+
+
+def scenario_scope(
+    run: Run, baseline: dict[str, Any], cfg: GateConfig
+) -> tuple[list[RequestRecord], dict[str, Any], str]:
+    """The records and baseline values to compare, and why they cannot be compared ("": ok).
+
+    With ``cfg.scenario``, that scenario's on both sides.  Without, all of each — unless
+    the baseline says which scenarios it ran and the run shares none of them (a trace
+    replay gated against a prefix workload's baseline compares nothing alike).
+    """
+    scenarios = baseline.get("scenarios")
+    ran = sorted({r.scenario for r in run.measured})
+    if cfg.scenario is None:
+        if isinstance(scenarios, dict) and scenarios and not set(scenarios) & set(ran):
+            why = (
+                f"inconclusive: the baseline ran scenario(s) {', '.join(sorted(scenarios))}, "
+                f"this run {', '.join(ran) or 'none'}: nothing alike to compare"
+            )
+            return [], {}, why
+        return run.measured, baseline["metrics"], ""
+    if not isinstance(scenarios, dict) or cfg.scenario not in scenarios:
+        have = ", ".join(sorted(scenarios)) if isinstance(scenarios, dict) else "none recorded"
+        return [], {}, f"inconclusive: the baseline has no scenario {cfg.scenario!r} ({have})"
+    records = [r for r in run.measured if r.scenario == cfg.scenario]
+    return records, scenarios[cfg.scenario], ""
 
 
 def harness_doubt(run: Run, mode: str, share: float = STARVED_SHARE) -> tuple[str, float] | None:

@@ -17,6 +17,7 @@ from llmload.reports.loader import Run
 from llmload.reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
 from llmload.reports.schema import MetricStats, Summary
 from llmload.reports.server.view import server_html
+from llmload.reports.workloads_view import workloads_html
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
@@ -378,6 +379,7 @@ def render_html(run: Run, summary: Summary) -> str:
         + _table(PHASE_HEADER, phase_rows(summary))
         + f'<p class="note">{escape(PHASE_NOTE.replace("`", ""))}</p></div>'
     )
+    parts.append(workloads_html(summary))
     parts.append("<h2>Charts</h2>" + _charts(run))
     parts.append(server_html(run, summary))
     details = _details(summary)

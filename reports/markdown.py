@@ -16,6 +16,7 @@ from llmload.reports.rows import (
     phase_rows,
 )
 from llmload.reports.schema import Summary
+from llmload.reports.workloads_view import workloads_markdown
 
 TRUST_ICON = {"green": "🟢", "amber": "🟠", "red": "🔴", "n/a": "⚪"}
 
@@ -72,6 +73,7 @@ def render_markdown(summary: Summary) -> str:
     out.append(table(PHASE_HEADER, prow) if prow else "_No measured requests._")
     if prow:
         out.append(PHASE_NOTE)
+    out += [s for s in (workloads_markdown(summary),) if s]
     out += _extras(summary)
     return "\n\n".join(out) + "\n"
 

@@ -28,6 +28,7 @@ from llmload.reports.server.attach import attach as attach_server
 from llmload.reports.stats import PERCENTILE_METHOD
 from llmload.reports.timeseries import per_token_gaps
 from llmload.reports.trust import assess, phase_health
+from llmload.reports.workloads import phase_blocks
 
 MS = 1000.0
 
@@ -215,7 +216,10 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
         duration = durations.get(name) or _span_s(recs)
         stats = phase_with_scenarios(recs, duration, slo, events)
         phases[name] = replace(
-            stats, diagnostics=_diagnose(recs, stats.mode), harness=health.get(name)
+            stats,
+            diagnostics=_diagnose(recs, stats.mode),
+            harness=health.get(name),
+            extra=phase_blocks(recs),
         )
     phases, server = attach_server(run, phases)
     codes = {d.get("code"): d for p in phases.values() for d in p.diagnostics or []}

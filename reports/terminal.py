@@ -7,6 +7,7 @@ from llmload.reports.capacity.view import capacity_terminal
 from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.rows import comparison_rows, diag_hint, harness_lines, open_loop_phases
 from llmload.reports.schema import Summary
+from llmload.reports.workloads_view import workloads_terminal
 
 
 def render_terminal(summary: Summary) -> str:
@@ -59,6 +60,7 @@ def render_terminal(summary: Summary) -> str:
     if answers:
         lines.append("answers (reasoning, tool calls, no visible output):")
         lines += [f"  {line}" for line in answers]
+    lines += workloads_terminal(summary)
     harness = harness_lines(summary)
     if harness:
         lines.append("harness health (the load generator itself):")

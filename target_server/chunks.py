@@ -132,10 +132,11 @@ class ChunkEncoder:
         output_tokens: int,
         timings: dict[str, Any],
         reasoning_tokens: int = 0,
+        cached_tokens: int | None = None,
     ) -> bytes:
         """The usage chunk (``choices: []``), last before ``[DONE]``."""
         obj = self._chunk([], x_llmload=timings)
-        obj["usage"] = _usage(prompt_tokens, output_tokens, reasoning_tokens)
+        obj["usage"] = _usage(prompt_tokens, output_tokens, reasoning_tokens, cached_tokens)
         return b"data: " + _dumps(obj) + b"\n\n"
 
     def malformed(self) -> bytes:
@@ -149,6 +150,7 @@ class ChunkEncoder:
         prompt_tokens: int,
         output_tokens: int,
         timings: dict[str, Any],
+        cached_tokens: int | None = None,
     ) -> bytes:
         """The non-streaming response body, from the pieces generated."""
         choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": reason}
@@ -163,7 +165,7 @@ class ChunkEncoder:
             "created": self.created,
             "model": self.model,
             "choices": [choice],
-            "usage": _usage(prompt_tokens, output_tokens, reasoning),
+            "usage": _usage(prompt_tokens, output_tokens, reasoning, cached_tokens),
             "x_llmload": timings,
         }
         return _dumps(obj)
@@ -195,7 +197,9 @@ def error_event(message: str, type_: str, code: str | None = None) -> bytes:
     return b"data: " + _dumps(err) + b"\n\n"
 
 
-def _usage(prompt_tokens: int, output_tokens: int, reasoning_tokens: int = 0) -> dict[str, Any]:
+def _usage(
+    prompt_tokens: int, output_tokens: int, reasoning_tokens: int = 0, cached: int | None = None
+) -> dict[str, Any]:
     usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": output_tokens,
@@ -203,4 +207,6 @@ def _usage(prompt_tokens: int, output_tokens: int, reasoning_tokens: int = 0) ->
     }
     if reasoning_tokens:  # as OpenAI reports it: part of completion_tokens
         usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    if cached is not None:  # a prefix cache: vLLM's --enable-prompt-tokens-details shape
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
     return usage

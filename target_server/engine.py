@@ -106,6 +106,13 @@ class GenerationRequest:
     tool_required: bool = False
 
 
+@dataclass(slots=True)
+class PrefixHit:
+    """Prompt tokens an engine's prefix cache served; set when the request is scheduled."""
+
+    tokens: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:
     """A request after ``Engine.prepare``: tokenised and ready to generate."""
@@ -114,6 +121,9 @@ class PreparedRequest:
     prompt_tokens: int
     # engine-private payload (token ids, tensors, the synthetic plan, ...)
     payload: Any = None
+    #: an engine with a prefix cache: its hit, filled in when the request is scheduled
+    #: (``usage.prompt_tokens_details.cached_tokens``); None: the engine caches nothing
+    prefix: PrefixHit | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -324,6 +324,8 @@ class GenerationCall(Response):
                             send, ApiError(500, f"engine failure: {exc}", code="engine_error")
                         )
                         return
+                    if self.prepared.prefix is not None:  # the engine looked it up as it planned
+                        ctx.cached_tokens = self.prepared.prefix.tokens
                     if self.parsed.stream:
                         await self._stream(gen, send, ticks)
                     else:
@@ -389,7 +391,9 @@ class GenerationCall(Response):
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
         if enc.include_usage:
-            usage = enc.usage(ctx.prompt_tokens, n, timings, ctx.reasoning_tokens)
+            usage = enc.usage(
+                ctx.prompt_tokens, n, timings, ctx.reasoning_tokens, ctx.cached_tokens
+            )
             tail = enc.finish(ctx.finish_reason, None) + usage
         else:
             tail = enc.finish(ctx.finish_reason, timings)
@@ -490,7 +494,9 @@ class GenerationCall(Response):
         n = ctx.output_tokens
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
-        body = self.encoder.body(pieces, ctx.finish_reason, ctx.prompt_tokens, n, timings)
+        body = self.encoder.body(
+            pieces, ctx.finish_reason, ctx.prompt_tokens, n, timings, ctx.cached_tokens
+        )
         if ctx.fault == "malformed":
             body = body[:-1]  # complete HTTP message, broken JSON
         self.headers_sent = True

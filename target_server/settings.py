@@ -92,7 +92,13 @@ class Settings:
     generation_config: str | None = _flag("JSON file with GenerationConfig defaults", None)
     # synthetic engine
     ttft_ms: float = _flag("synthetic: time to first token, ms", default=100.0)
-    prefill_ms_per_token: float = _flag("synthetic: extra TTFT per prompt token, ms", 0.0)
+    prefill_ms_per_token: float = _flag(
+        "synthetic: extra TTFT per prompt token not served from the prefix cache, ms", 0.0
+    )
+    prefix_cache_blocks: int = _flag(
+        "synthetic: prefix cache size in blocks, LRU (0 = no prefix cache)", default=0
+    )
+    block_size: int = _flag("synthetic: tokens per prefix-cache block", default=16)
     itl_ms: float = _flag("synthetic: inter-token latency, ms", default=20.0)
     jitter_ms: float = _flag("synthetic: uniform +-jitter on every token time, ms", 0.0)
     itl_growth_ms: float = _flag("synthetic: extra ITL per other running request, ms", 0.0)
@@ -128,6 +134,8 @@ class Settings:
             raise ValueError("workers must be >= 1")
         if self.reasoning_tokens < 0:
             raise ValueError("reasoning_tokens must be >= 0")
+        if self.prefix_cache_blocks < 0 or self.block_size < 1:
+            raise ValueError("prefix_cache_blocks must be >= 0 and block_size >= 1")
         if self.max_concurrency < 0 or self.max_queue < 0 or self.max_output_tokens < 1:
             raise ValueError("max_concurrency/max_queue must be >= 0, max_output_tokens >= 1")
 

@@ -12,6 +12,10 @@ early, so a token is at most ~1 ms late from the grid and the first never early)
 ``[-jitter, +jitter]`` around its nominal time (it never accumulates).
 
 Prompt tokens are counted as ``ceil(utf8_bytes / 4)`` (+4 per chat message).
+With ``--prefix-cache-blocks N`` the engine keeps a prefix cache
+(``target_server.prefixcache``: an LRU of ``--block-size``-token blocks of those
+tokens); the per-token prefill is then charged for the uncached prompt tokens only,
+and the hit is reported as ``usage.prompt_tokens_details.cached_tokens``.
 Output length is ``max_tokens`` with ``ignore_eos``; otherwise a seeded uniform
 draw in ``[max(min_tokens, 1), max_tokens]`` ending with ``finish_reason
 "stop"`` when shorter than ``max_tokens``.
@@ -38,12 +42,14 @@ from llmload.target_server.busy import CpuMeter
 from llmload.target_server.engine import (
     EngineFault,
     GenerationRequest,
+    PrefixHit,
     PreparedRequest,
     Timetable,
     TokenPiece,
     register,
 )
 from llmload.target_server.pacer import Pacer
+from llmload.target_server.prefixcache import PrefixCache, block_keys
 
 VOCAB = tuple(
     " " + w
@@ -71,6 +77,24 @@ def count_tokens(request: GenerationRequest) -> int:
     return max(1, math.ceil(len((request.prompt or "").encode()) / 4))
 
 
+def _pieces(text: str) -> list[bytes]:
+    data = text.encode()
+    return [data[i : i + 4] for i in range(0, len(data), 4)]
+
+
+def prompt_tokens(request: GenerationRequest) -> list[object]:
+    """The tokens ``count_tokens`` counts: per chat message four tokens naming its role,
+    then its content's 4-byte pieces; a plain prompt's 4-byte pieces (at least one)."""
+    if request.messages is not None:
+        out: list[object] = []
+        for m in request.messages:
+            out += [("role", str(m.get("role")))] * 4
+            out += _pieces(str(m.get("content") or ""))
+        return out
+    pieces: list[object] = list(_pieces(request.prompt or ""))
+    return pieces or [b""]
+
+
 @register("synthetic")
 class SyntheticEngine:
     """Tokens on a timetable; see the module docstring for the rules."""
@@ -87,6 +111,9 @@ class SyntheticEngine:
         self._ready = False
         self.pacer = Pacer()  # every stream's token deadlines on one timer per millisecond
         self.busy = CpuMeter()  # its limit is the event loop's core
+        self.cache: PrefixCache | None = None
+        if settings.prefix_cache_blocks:
+            self.cache = PrefixCache(settings.prefix_cache_blocks, settings.block_size)
 
     @property
     def ready(self) -> bool:
@@ -115,8 +142,12 @@ class SyntheticEngine:
         }
 
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
-        """Count prompt tokens (no other work)."""
-        return PreparedRequest(request=request, prompt_tokens=count_tokens(request))
+        """Count prompt tokens; with a prefix cache, also key the prompt's blocks."""
+        n = count_tokens(request)
+        if self.cache is None:
+            return PreparedRequest(request=request, prompt_tokens=n)
+        keys = block_keys(prompt_tokens(request), self.cache.block_size)
+        return PreparedRequest(request, n, payload=keys, prefix=PrefixHit())
 
     def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
         """Draw this request's plan; raise ``EngineFault`` now for an injected failure."""
@@ -154,7 +185,11 @@ class SyntheticEngine:
         ):
             if rate and n > 1 and rng.random() < rate:
                 faults[rng.randint(1, n - 1)] = kind
-        first = start + (s.ttft_ms + s.prefill_ms_per_token * prepared.prompt_tokens) / 1000.0
+        computed = prepared.prompt_tokens
+        if self.cache is not None and prepared.prefix is not None:
+            prepared.prefix.tokens = self.cache.lookup(prepared.payload, computed)
+            computed -= prepared.prefix.tokens
+        first = start + (s.ttft_ms + s.prefill_ms_per_token * computed) / 1000.0
         offset = lrng.randrange(len(VOCAB))
         shape = self._shape(req, n, offset)
         return self._plan(n, first, offset, faults, req.stop, n == req.max_tokens, shape)

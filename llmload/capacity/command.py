@@ -21,7 +21,7 @@ from typing import Any
 import llmload.run as wiring  # before locust: gevent-patches the process
 from llmload.capacity.plan import OPEN_LOOP_CAP, CapacityOptions, CapacitySearch
 from llmload.loadtests.durations import parse_duration, parse_fraction
-from llmload.loadtests.options import OutputOptions, RunOptions
+from llmload.loadtests.options import AGENT, OutputOptions, RunOptions, trace_file
 from llmload.loadtests.run import cli as loadtests_cli
 from llmload.loadtests.run import runner
 from llmload.loadtests.run.capacity import SearchConfig
@@ -136,6 +136,12 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
     opts = inv.options.with_(slo=_goodput_spec(criteria), label=label)
     if opts.distributed.workers or opts.distributed.master:
         raise ValueError("llmload capacity runs in one process (no --workers/--master yet)")
+    if trace_file(opts.workload.dataset) or opts.workload.dataset == AGENT:
+        raise ValueError(
+            "llmload capacity varies the load per request; a trace keeps its own times "
+            "(replay it at several --speedup values) and an agent session is several "
+            "requests (run --dataset agent at several --rate values)"
+        )
     argv_full = ["llmload", "capacity", *argv]
     return copts, opts, argv_full
 

@@ -105,6 +105,9 @@ class RequestRecord:
     tool_calls: int = 0
     # ok, and usage says tokens were generated, but nothing visible arrived (no TTFT)
     no_output: bool = False
+    # agent sessions (``--dataset agent``): which session, and its 0-based step (model call)
+    session_id: str | None = None
+    step: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -48,6 +48,8 @@ class RecordMeta:
     worker: str = "local"
     user_id: int | None = None
     warmup: bool = False
+    session_id: str | None = None
+    step: int | None = None
 
 
 class StreamTimer:
@@ -327,6 +329,8 @@ class StreamTimer:
             tool_calls=len(self._tools),
             # the server generated tokens, and nothing of them showed (no content event)
             no_output=status == "ok" and not times and bool(self._usage_out),
+            session_id=meta.session_id,
+            step=meta.step,
         )
 
     def _reasoning_tokens(self) -> int | None:

@@ -21,13 +21,18 @@ from llmload.loadtests.run.sinks import RecordSink
 from llmload.loadtests.transport.discovery import discover
 from llmload.loadtests.transport.target import Target, TargetUnreachable, clock
 from llmload.loadtests.transport.tokenize import RemoteCounter
-from llmload.loadtests.workload import load_workload, tokencount
+from llmload.loadtests.workload import tokencount
+from llmload.loadtests.workload.build import build_workload
 from llmload.loadtests.workload.fit import ContextFit
+from llmload.loadtests.workload.replay import TraceReplay, TraceSchedule
 
 #: warm-up users draw prompts from a separate range, so measured phases do not repeat them
 WARMUP_USER_OFFSET = 1_000_000
 #: prompts drawn per request at most, looking for one that fits the target's context
 MAX_DRAWS = 20
+#: a trace replay starts this long after its phase: the users are spawned (up to 100 at
+#: once) and waiting on their first arrivals, so the trace's first requests are not late
+REPLAY_LEAD_S = 1.0
 
 
 @dataclass
@@ -52,7 +57,7 @@ class LoadContext:
     tokenizer: Callable[[str], int] | None = None
     phase: Phase | None = None
     phase_t0: float = 0.0
-    schedule: ArrivalSchedule | None = None
+    schedule: ArrivalSchedule | TraceSchedule | None = None
     inflight: int = 0
     issued: dict[str, int] = field(default_factory=dict)
     #: closed loop with a request budget: requests this process may still start in the phase
@@ -111,7 +116,12 @@ class LoadContext:
         self.issued.setdefault(phase.name, 0)
         self.budget = shard_share(phase.requests, self.shard, self.shards)
         _, rate = phase.load(self.load.users, self.load.rate)
-        if rate is not None:
+        if isinstance(self.workload, TraceReplay):  # a replay: the trace's own times
+            self.phase_t0 += REPLAY_LEAD_S
+            self.schedule = self.workload.arrivals(
+                phase.duration - REPLAY_LEAD_S, self.shard, self.shards, phase.requests
+            )
+        elif rate is not None:
             self.schedule = ArrivalSchedule(
                 rate,
                 self.load.arrival,
@@ -192,17 +202,7 @@ def build_context(
     tokenizer = None
     w = opts.workload
     try:
-        workload = load_workload(
-            scenario=w.scenario,
-            dataset=w.dataset,
-            max_tokens=w.max_tokens,
-            seed=opts.load.seed,
-            turns=w.turns,
-            tokenizer=w.tokenizer,
-            input_len=w.input_len,
-            output_len=w.output_len,
-            range_ratio=w.range_ratio,
-        )
+        workload = build_workload(w, opts.load.seed)
         if w.tokenizer:
             tokenizer = tokencount.load(w.tokenizer)
         facts = discover(target, opts.connection.protocol, model, opts.connection.api_name)

@@ -57,13 +57,19 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
-def plan_phases(opts: LoadOptions) -> list[Phase]:
-    """Warm-up (optional, in the first mode), then one phase per mode."""
+def plan_phases(opts: LoadOptions, timed: int | None = None) -> list[Phase]:
+    """Warm-up (optional, in the first mode), then one phase per mode.
+
+    ``timed``: the requests of a trace replay (``--dataset trace``); each measured
+    phase then sends them at the trace's times and ends when their records are in.
+    """
+    is_timed = timed is not None
     phases = []
     if opts.warmup > 0:
-        phases.append(Phase("warmup", opts.modes[0], opts.warmup, warmup=True))  # type: ignore[arg-type]
+        phases.append(Phase("warmup", opts.modes[0], opts.warmup, warmup=True, timed=is_timed))  # type: ignore[arg-type]
+    requests = opts.num_prompts if timed is None else min(timed, opts.num_prompts or timed)
     phases += [
-        Phase(m, m, opts.duration, requests=opts.num_prompts)  # type: ignore[arg-type]
+        Phase(m, m, opts.duration, requests=requests, timed=is_timed)  # type: ignore[arg-type]
         for m in opts.modes
     ]
     return phases
@@ -72,7 +78,7 @@ def plan_phases(opts: LoadOptions) -> list[Phase]:
 def phase_shape(opts: LoadOptions, phase: Phase) -> PhaseShape:
     """The user-count shape of one phase (open loop, or a load of its own: all users at once)."""
     users, rate = phase.load(opts.users, opts.rate)
-    if rate is not None:
+    if rate is not None or phase.timed:
         return Constant(users, phase.duration, min(100.0, max(opts.spawn_rate, users)))
     if phase.users is not None:
         return Constant(users, phase.duration, max(opts.spawn_rate, float(users)))
@@ -195,13 +201,18 @@ class Session:
         if got != issued:
             self._warn(f"phase {phase.name}: {issued} requests issued but {got} records arrived")
         _, rate = phase.load(self.load.users, self.load.rate)
-        if rate is None or self.interrupted or stats is None:
+        if (rate is None and not phase.timed) or self.interrupted or stats is None:
             return
-        expected = scheduled_arrivals(self.load, phase, driver.shards)
+        if rate is not None:
+            expected = scheduled_arrivals(self.load, phase, driver.shards)
+            what = f"target rate {rate:g}/s"
+        else:
+            expected = phase.requests or got
+            what = "the trace's timing"
         late = percentile_of(stats.delays, 95) or 0.0
         if got < 0.95 * expected or late > LATE_P95_S:
             self._warn(
-                f"phase {phase.name}: target rate {rate:g}/s not achieved: "
+                f"phase {phase.name}: {what} not achieved: "
                 f"{got} of {expected} scheduled requests sent, schedule delay p95 "
                 f"{late * 1000:.0f} ms (raise --users, the open-loop concurrency cap)"
             )

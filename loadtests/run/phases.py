@@ -21,6 +21,8 @@ class Phase:
     #: a load of the phase's own (the steps of a capacity search); None: the run's
     users: int | None = None
     rate: float | None = None
+    #: arrivals at a trace's times (``--dataset trace``): an open loop without ``rate``
+    timed: bool = False
 
     def load(self, users: int, rate: float | None) -> tuple[int, float | None]:
         """``(users, rate)`` of this phase, given the run's ``--users`` and ``--rate``."""

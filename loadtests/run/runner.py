@@ -41,6 +41,7 @@ from llmload.loadtests.run.sinks import RecordSink, WebTab
 from llmload.loadtests.run.status import StatusLine, error_rate_breach
 from llmload.loadtests.run.users import LLMUser
 from llmload.loadtests.run.writer import RunWriter
+from llmload.loadtests.workload.replay import TraceReplay
 from llmload.target_server import gcpolicy
 
 log = logging.getLogger("llmload.loadtests")
@@ -220,7 +221,8 @@ def run(
             print(f"web UI: http://{opts.output.web_host}:{opts.output.web_port}", file=sys.stderr)
         try:
             previous: Phase | None = None
-            for phase in phases if phases is not None else plan_phases(opts.load):
+            timed = ctx.workload.count if isinstance(ctx.workload, TraceReplay) else None
+            for phase in phases if phases is not None else plan_phases(opts.load, timed):
                 cooldown = (
                     opts.load.cooldown if previous is not None and not previous.warmup else 0.0
                 )

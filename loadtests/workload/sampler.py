@@ -10,18 +10,26 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.workload import random_dataset, sharegpt
 from llmload.loadtests.workload.dataset import file_sha256, load_dataset
 from llmload.loadtests.workload.items import BUILTIN, Item, builtin_items, followups_for
-from llmload.loadtests.workload.tokencount import Codec, load_codec
 
 MIX = "mix"
 RANDOM = "random"
 #: ``max_tokens`` of dataset lines that name none
 DATASET_MAX_TOKENS = 256
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A pool's prompt maker that says what it makes (``random``, ``prefix``): ``run.json``."""
+
+    def __call__(self, rng: random.Random) -> Item: ...
+
+    def describe(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +111,7 @@ class Workload:
                     "prompts": len(p.items),
                     "weight": p.weight,
                     "max_tokens": self.max_tokens or p.max_tokens,
-                    **(
-                        {"generator": p.make.describe()}
-                        if isinstance(p.make, random_dataset.RandomPrompts)
-                        else {}
-                    ),
+                    **({"generator": p.make.describe()} if isinstance(p.make, Generator) else {}),
                 }
                 for p in self.pools
             },
@@ -226,7 +230,7 @@ def load_workload(
         if max_tokens is not None:
             raise ValueError("--dataset random: give output lengths with --output-len")
         make = random_dataset.RandomPrompts(
-            _codec(tokenizer),
+            random_dataset.codec_for(tokenizer),
             input_len or random_dataset.INPUT_LEN,
             output_len or random_dataset.OUTPUT_LEN,
             range_ratio,
@@ -252,10 +256,6 @@ def load_workload(
     )
 
 
-def _codec(tokenizer: str | None) -> Codec:
-    return load_codec(tokenizer) if tokenizer else random_dataset.default_codec()
-
-
 def _file_items(
     path: Path, tokenizer: str | None, seed: int, output_len: int | None
 ) -> tuple[Item, ...]:
@@ -270,4 +270,4 @@ def _file_items(
             raise ValueError("--output-len applies to --dataset random or a ShareGPT file")
         return load_dataset(path)
     text = path.read_text(encoding="utf-8")
-    return sharegpt.load_sharegpt(path, text, _codec(tokenizer), seed, output_len)
+    return sharegpt.load_sharegpt(path, text, random_dataset.codec_for(tokenizer), seed, output_len)

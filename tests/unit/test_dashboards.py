@@ -112,6 +112,7 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Overview",
         "Latency",
         "Throughput",
+        "Workloads: prefix cache, agent sessions",
         "Server",
         "Is the target saturated?",
         "Harness health",
@@ -146,6 +147,8 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Client CPU %",
         "Event-loop lag",
         "Schedule delay (open loop)",
+        "Prefix-cache hit rate: client vs server",
+        "Agent sessions: TTFT by step",
     ):
         assert needed in titles
 

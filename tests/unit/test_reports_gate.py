@@ -204,3 +204,31 @@ def test_from_intended_needs_open_loop_data(
     assert "has no schedule delays" in capsys.readouterr().out
     assert gate(ol, ol_base, "--from-intended", "--metric", "itl") == 2
     assert "--from-intended must go with" in capsys.readouterr().err
+
+
+def scenario_run(path: Path, scenario: str, seed: int, ttft_ms: float = 200.0) -> Path:
+    """One stream phase of a single workload (a trace, prefix or agent run is one scenario)."""
+    recs = make_records(
+        "stream", "stream", 300, t_start=1.7e9, seed=seed, ttft_ms=ttft_ms, scenarios=(scenario,)
+    )
+    return write_run(path, recs)
+
+
+def test_one_scenario_is_gated_against_the_baselines_same_scenario(
+    run_factory: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mixed = make_records("stream", "stream", 900, t_start=1.7e9, seed=1, scenarios=("a", "b", "c"))
+    base = tmp_path / "base.json"
+    assert main(["baseline", str(write_run(tmp_path / "mixed", mixed)), "--out", str(base)]) == 0
+    doc = json.loads(base.read_text())
+    assert set(doc["scenarios"]) == {"a", "b", "c"} and doc["scenarios"]["b"]["ttft"]["stream"]
+    # "b" alone, 20 % slower: its own gate fails; the other scenarios are not looked at
+    slow_b = scenario_run(tmp_path / "slow-b", "b", seed=5, ttft_ms=240.0)
+    assert gate(slow_b, base, "--scenario", "b") == 1
+    assert "p95 ttft [b] stream" in capsys.readouterr().out
+    assert gate(scenario_run(tmp_path / "same-b", "b", seed=6), base, "--scenario", "b") == 0
+    # a scenario the baseline never ran, or a run of another workload: nothing to compare
+    assert gate(slow_b, base, "--scenario", "trace") == 2
+    assert "the baseline has no scenario 'trace' (a, b, c)" in capsys.readouterr().out
+    assert gate(scenario_run(tmp_path / "trace", "trace", seed=7), base) == 2
+    assert "the baseline ran scenario(s) a, b, c, this run trace" in capsys.readouterr().out

@@ -66,6 +66,10 @@ def build_call(
         body["stream_options"] = {"include_usage": True}
     if prompt.min_tokens:
         body["min_tokens"] = prompt.min_tokens  # vLLM/SGLang extension; exact output lengths
+    if prompt.tools:
+        body["tools"] = list(prompt.tools)
+    if prompt.tool_choice:
+        body["tool_choice"] = prompt.tool_choice
     headers = apply_options(body, options)
     return HttpCall("POST", endpoint, body, headers, stream=mode == "stream")
 

@@ -69,6 +69,12 @@ class Prompt:
     turn: int = 0
     #: at least this many output tokens (sent where the protocol has a field for it)
     min_tokens: int | None = None
+    #: chat: the functions offered (OpenAI ``tools``) and ``tool_choice`` ("none", "auto", ...)
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: str | None = None
+    #: an agent session's id and the step (model call) this prompt is in it
+    session_id: str | None = None
+    step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
