@@ -12,6 +12,7 @@ from llmload.reports import timeseries as ts
 from llmload.reports.capacity.view import capacity_html
 from llmload.reports.charts import Axes, render
 from llmload.reports.fmt import fmt_ms, fmt_rate
+from llmload.reports.htmltable import table as _table
 from llmload.reports.loader import Run
 from llmload.reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
 from llmload.reports.schema import MetricStats, Summary
@@ -50,18 +51,6 @@ details{margin:4px 0}summary{cursor:pointer;font-weight:600}
 .lv{font-weight:600;white-space:nowrap}.lv.green{color:#2ca02c}.lv.amber{color:#e07000}
 .lv.red{color:#d62728}.lv.na{color:#999}
 """
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    """An HTML table; a row whose first cell is ``**bold**`` (a phase total) is emphasised."""
-    head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>" if header else ""
-    body = "".join(
-        ('<tr class="total">' if r[0].startswith("**") else "<tr>")
-        + "".join(f"<td>{escape(c.replace('**', ''))}</td>" for c in r)
-        + "</tr>"
-        for r in rows
-    )
-    return f"<table>{head}{body}</table>"
 
 
 def _p50_p95(d: MetricStats) -> str:

@@ -24,6 +24,8 @@ class Run:
     meta: dict[str, Any]
     records: list[RequestRecord]
     corrupt_lines: list[int] = field(default_factory=list)
+    #: ``--warmup auto``: where each phase's steady state began (wall time; ``reports.steady``)
+    steady_starts: dict[str, float] = field(default_factory=dict)
 
     @property
     def measured(self) -> list[RequestRecord]:

@@ -30,7 +30,7 @@ from llmload.reports.trust import assess, phase_health
 MS = 1000.0
 
 
-def _meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
+def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
     """An ok request that met every configured SLO (TPOT only when the request has one)."""
     if not r.ok:
         return False
@@ -115,7 +115,7 @@ def phase_stats(
         bad = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
         mismatch = {"compared": len(both), "mismatched": bad, "rate": bad / len(both)}
     total_tokens = sum(r.output_tokens or 0 for r in records)
-    good = sum(_meets_slo(r, slo) for r in records)
+    good = sum(meets_slo(r, slo) for r in records)
     return PhaseStats(
         mode=modes[0] if len(modes) == 1 else "mixed",
         count=len(records),

@@ -92,7 +92,8 @@ def test_markdown_step_summary_and_junit(
     assert text.startswith("earlier step\n") and "llmload TTFT gate FAILED" in text
     assert md.read_text() in text and "| ttft p95 stream | ❌ fail |" in text
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite is not None and suite.get("failures") == "1" and suite.get("tests") == "1"
+    # the mode over all requests and each of its three scenarios: one family of four checks
+    assert suite is not None and suite.get("tests") == "4" and suite.get("failures") == "3"
     failure = suite.find("testcase/failure")
     assert failure is not None and "regression beyond" in (failure.get("message") or "")
     # default JUnit path is inside the run directory

@@ -1,0 +1,81 @@
+"""Between-run spread: a metric's statistic in each repeat of a phase (``--repeat N``).
+
+The gate compares all repeats of a mode together; how much one repeat differs
+from the next is the run-to-run noise the single interval does not show — a
+spread larger than the allowance says the verdict rests on luck.  For each
+gated metric and mode run more than once: each phase's statistic (a latency's
+percentile, a rate's mean per second, the error share), their min, median, max
+and the spread ``(max - min) / median``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.percentile import percentile_of
+from llmload.reports.gate_metrics import (
+    LATENCY,
+    RATE,
+    MetricSpec,
+    latency_ms,
+    outcomes,
+    per_second,
+    phase_windows,
+)
+from llmload.reports.loader import Run
+
+
+class Records(Protocol):
+    """A side read from records (``reports.gate_sides.RecordsSide``)."""
+
+    run: Run
+    records: list[RequestRecord]
+    slo: dict[str, float]
+
+
+def phase_value(
+    spec: MetricSpec, run: Run, phase: str, records: list[RequestRecord], slo: dict[str, float]
+) -> float | None:
+    """``spec``'s statistic over one phase's records (None: no value)."""
+    metric = spec.metric
+    if metric.kind == LATENCY:
+        return percentile_of(latency_ms(records, metric), spec.percentile or 95.0)
+    if metric.kind == RATE:
+        windows = phase_windows(run.meta, [phase], run.steady_starts)
+        series = per_second(records, metric, windows, slo)
+        return statistics.fmean(series) if series else None
+    n, bad = outcomes(records)
+    return bad / n if n else None
+
+
+def spread(run: Run, specs: Sequence[MetricSpec], side: Records) -> list[dict[str, Any]]:
+    """Per gated metric and repeated mode: each repeat's value and the spread between them."""
+    by_mode: dict[str, dict[str, list[RequestRecord]]] = {}
+    for r in side.records:
+        by_mode.setdefault(r.mode, {}).setdefault(r.phase, []).append(r)
+    out = []
+    for mode, phases in by_mode.items():
+        if len(phases) < 2:
+            continue
+        for spec in specs:
+            values = {p: phase_value(spec, run, p, recs, side.slo) for p, recs in phases.items()}
+            got = [v for v in values.values() if v is not None]
+            if len(got) < 2:
+                continue
+            mid = statistics.median(got)
+            out.append(
+                {
+                    "metric": spec.name,
+                    "mode": mode,
+                    "unit": spec.metric.unit,
+                    "phases": values,
+                    "min": min(got),
+                    "median": mid,
+                    "max": max(got),
+                    "spread_pct": (max(got) - min(got)) / mid * 100 if mid else None,
+                }
+            )
+    return out
