@@ -5,8 +5,9 @@ Per mode (``metrics``) and, when a mode has several scenarios, per scenario
 ``MAX_VALUES`` points when there are more).  ``rates``: throughput and goodput,
 per second of the measured phases.  ``outcomes``: requests and failures per
 scope (the error rate).  ``goodput_slo``: the SLO goodput was counted with (the
-gate counts the run's with the same).  A schema-1 file (pooled values only)
-still gates what it holds.
+gate counts the run's with the same).  ``fingerprint``: what shapes the numbers
+(``reports.fingerprint``), compared with the run's before anything else.  A
+schema-1 file (pooled values only) still gates what it holds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_value
 from llmload.loadtests.slo import format_slo
 from llmload.reports.capacity.curve import capacity_doc
+from llmload.reports.fingerprint import fingerprint
 from llmload.reports.gate_metrics import LATENCY_METRICS, RATE_METRICS, REGISTRY, latency_ms
 from llmload.reports.gate_sides import ALL, RecordsSide
 from llmload.reports.loader import Run
@@ -101,6 +103,8 @@ def make_baseline(run: Run) -> dict[str, Any]:
                 "workload",
                 "versions",
                 "host",
+                "server",
+                "calibration",
             )
         }
     )
@@ -111,6 +115,7 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "source_run": run.name,
         "records": len(measured),
         "run": meta,
+        "fingerprint": fingerprint(run.meta),
         **_groups(side),
         "goodput_slo": format_slo(side.slo),
         **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import gevent
 from locust.env import Environment
 
+from llmload.loadtests import calibrate
 from llmload.loadtests.options import OutputOptions, RunOptions
 from llmload.loadtests.redact import redact_argv, redact_url
 from llmload.loadtests.run.context import LoadContext, UsageError, build_context, connect_target
@@ -41,6 +42,7 @@ from llmload.loadtests.run.sinks import RecordSink, WebTab
 from llmload.loadtests.run.status import StatusLine, error_rate_breach
 from llmload.loadtests.run.users import LLMUser
 from llmload.loadtests.run.writer import RunWriter
+from llmload.loadtests.transport.discovery import server_version
 from llmload.target_server import gcpolicy
 
 log = logging.getLogger("llmload.loadtests")
@@ -181,6 +183,10 @@ def run(
     if (out_dir / "run.json").exists():
         print(f"warning: replacing the previous run in {out_dir}", file=sys.stderr, flush=True)
     info = {**run_info(opts, argv, out_dir.name, model, ctx.workload), **(extra_info or {})}
+    # what the gate's fingerprint compares: the server's build, this machine's speed
+    if opts.connection.protocol != "gradio" and (server := server_version(target)) is not None:
+        info["server"] = server
+    info["calibration"] = calibrate.quick()
     writer = RunWriter(out_dir, info)
     status = StatusLine()
     hub.add(writer)

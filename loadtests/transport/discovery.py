@@ -6,7 +6,10 @@
   ``loadtests.measure.adapters.gradio.choose_endpoint``) and whether it takes Gradio 6's
   named-parameter call form (``/config``'s ``version``);
 * an OpenAI-style server's context length (``/v1/models``: vLLM's
-  ``max_model_len``, or a similar key) for ``loadtests.workload.fit``.
+  ``max_model_len``, or a similar key) for ``loadtests.workload.fit``;
+* the server's version, where it says one (``server_version``: vLLM's and the
+  bundled server's ``/version``, TGI's ``/info``, SGLang's ``/get_server_info``),
+  which ``run.json`` records and the gate's fingerprint compares.
 
 A wrong ``--api-name`` or an app whose chat endpoint cannot be told is a
 ``ValueError`` naming the app's endpoints: the run stops before it starts,
@@ -23,6 +26,8 @@ import httpx
 from llmload.loadtests.measure.adapters import gradio
 from llmload.loadtests.transport.target import Target
 
+#: where servers say their version (vLLM and the bundled server, TGI, SGLang), in order
+VERSION_PAGES = ("/version", "/info", "/get_server_info")
 #: keys under which servers report a model's context length in ``/v1/models``
 CONTEXT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_window")
 
@@ -107,3 +112,14 @@ def discover(target: Target, protocol: str, model: str, api_name: str | None = N
         return TargetFacts()
     note = f"target context length: {limit} tokens (/v1/models); prompt + max_tokens kept inside"
     return TargetFacts(context_limit=limit, notes=(note,))
+
+
+def server_version(target: Target) -> dict[str, str] | None:
+    """``{"version", "from"}``: the first of ``VERSION_PAGES`` that names a version, or None."""
+    with target.httpx_client() as client:
+        for path in VERSION_PAGES:
+            doc = _get_json(client, path)
+            version = doc.get("version") if isinstance(doc, dict) else None
+            if isinstance(version, str | int | float) and str(version):
+                return {"version": str(version), "from": path}
+    return None
