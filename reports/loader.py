@@ -85,6 +85,8 @@ _NUMBERS = (
     "server_queue_s",
     "server_e2e_s",
     "schedule_delay_s",
+    "connect_s",
+    "send_s",
 )
 
 

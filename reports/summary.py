@@ -97,6 +97,10 @@ def phase_stats(
         )
         dists["server_ttft_ms"] = of((r.server_ttft_s for r in timed), MS)
         dists["server_queue_ms"] = of((r.server_queue_s for r in timed), MS)
+    for key, attr in (("send_ms", "send_s"), ("connect_ms", "connect_s")):
+        seen = [v for r in records if (v := getattr(r, attr)) is not None]
+        if seen:
+            dists[key] = of(seen, MS)
     turns = sorted({r.turn for r in ok})
     by_turn = (
         {str(t): of((r.ttft_s for r in ok if r.turn == t), MS) for t in turns}

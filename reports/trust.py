@@ -28,6 +28,9 @@ GAP_RED = (50.0, 0.20)
 #: max(ms, share of the phase's TTFT p50); below that it is amber: starved by the rule, yet too
 #: little to move the figures (30 ms of lag beside a 941 ms sync TTFT)
 HARNESS_RED = (10.0, 0.10)
+#: the send side (t0 → last byte written) p99, what a late loop can still add to a time counted
+#: from t0: green within max(ms, share of the phase's TTFT p50); red beyond ``HARNESS_RED``
+SEND_GREEN = (5.0, 0.02)
 #: open loop: schedule delay p95 (ms)
 DELAY_AMBER_MS, DELAY_RED_MS = 10.0, 50.0
 
@@ -105,8 +108,46 @@ def harness_delay_ms(health: dict[str, Any]) -> float:
 # -- the box -------------------------------------------------------------------
 
 
+def _evidence_item(summary: Summary, healths: dict[str, dict[str, Any]]) -> TrustItem:
+    """Judged by what the client's delay can still reach: each request's send side.
+
+    Reads are timed by the kernel's receive stamps, so event-loop lag no longer delays
+    a measured arrival; what it can still add to a time counted from t0 is the send
+    side (t0 → the request's last byte written, connection set-up included), measured
+    per request.  Loop lag is shown as context.
+    """
+    levels, texts = [], []
+    for name, g in summary.phases.items():
+        send = g.dist("send_ms")
+        if not send.n or send.p99 is None:
+            continue
+        ttft = g.dist("ttft_ms").p50 or 0.0
+        green = max(SEND_GREEN[0], SEND_GREEN[1] * ttft)
+        red = max(HARNESS_RED[0], HARNESS_RED[1] * ttft)
+        levels.append(RED if send.p99 > red else AMBER if send.p99 > green else GREEN)
+        conn = g.dist("connect_ms")
+        setup = f", connection set-up p95 {conn.p95:.1f} ms ({conn.n})" if conn.p95 else ""
+        lag = f"; loop lag as context: {harness_text(healths[name])}" if name in healths else ""
+        texts.append(
+            f"{name}: send side (t0 → last byte written) p99 {send.p99:.1f} ms over "
+            f"{send.n} requests{setup}{lag}"
+        )
+    level = worst(levels)
+    note = {
+        GREEN: " — reads are stamped by the kernel: loop lag no longer delays a measured "
+        "arrival, and the send side is all it can still add",
+        AMBER: " — the client's send side is a visible part of TTFT",
+        RED: " — the client's own send side is more than the figures can absorb",
+    }.get(level, "")
+    if level in (AMBER, RED):
+        note += _bundled_note(summary)
+    return TrustItem("harness health", level, "; ".join(texts) + note)
+
+
 def _harness_item(summary: Summary) -> TrustItem:
     healths = {n: g.harness for n, g in summary.phases.items() if g.harness}
+    if any(g.dist("send_ms").n for g in summary.phases.values()):
+        return _evidence_item(summary, healths)
     if not healths:
         return TrustItem("harness health", AMBER, "not recorded (a run from an older llmload)")
     small = []

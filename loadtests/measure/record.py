@@ -90,6 +90,10 @@ class RequestRecord:
     # set-up of the connection this request opened (TCP, plus TLS for https), inside its
     # TTFT; None when it reused a kept-alive connection
     connect_s: float | None = None
+    # the send side: t0 to the request's last byte written (connection set-up included) —
+    # all a late event loop can still add to a time counted from t0 (arrivals are stamped
+    # by the kernel); None when the request was never written whole
+    send_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -75,6 +75,7 @@ class StreamTimer:
         "_head",
         "_reasoning_at",
         "_connect_s",
+        "_sent_at",
     )
 
     def __init__(
@@ -102,6 +103,7 @@ class StreamTimer:
         self._head = b""  # first bytes of a stream, until its first event
         self._reasoning_at: set[int] = set()  # content-event indexes that carried reasoning
         self._connect_s: float | None = None
+        self._sent_at: float | None = None
 
     # -- input -------------------------------------------------------------------------
 
@@ -115,6 +117,10 @@ class StreamTimer:
     def connected(self, seconds: float) -> None:
         """This request opened its connection (TCP, and TLS for https) in ``seconds``."""
         self._connect_s = seconds
+
+    def sent(self, t: float) -> None:
+        """The request's last byte was written at ``t`` (a two-step protocol: its last request)."""
+        self._sent_at = t
 
     def feed(self, chunk: bytes, t: float) -> None:
         """Streaming: raw body bytes as read (any split), read at ``t``."""
@@ -291,6 +297,7 @@ class StreamTimer:
             finish_reason=self._finish_reason,
             stream_end=stream_end,
             connect_s=self._connect_s,
+            send_s=None if self._sent_at is None else self._sent_at - t0,
         )
 
     def _stream_end(self, transport_status: str | None) -> StreamEnd | None:
