@@ -120,6 +120,24 @@ def _duration(value: Any) -> float:
     return parse_duration(value)
 
 
+#: ``--warmup auto``: the transient found in the data (``reports.steady``), not a fixed phase
+AUTO = "auto"
+
+
+def _warmup(value: Any) -> float | str:
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}, or auto") from None
+
+
+def warmup_seconds(opts: LoadOptions) -> float:
+    """The fixed warm-up phase's length (0 with ``--warmup auto``: there is none)."""
+    return 0.0 if opts.warmup == AUTO else float(opts.warmup)
+
+
 def _fraction(value: Any) -> float | None:
     return None if value is None else parse_fraction(value)
 
@@ -260,10 +278,12 @@ class LoadOptions:
     modes: list[str] = option(
         list(MODES), "phases to run, in order", parse=_as_list, check=(_check_modes, "")
     )
-    warmup: float = option(
+    warmup: float | str = option(
         0.0,
-        "warm-up phase length (recorded, excluded from the statistics)",
-        parse=_duration,
+        "warm-up phase length (recorded, excluded from the statistics); auto: no warm-up "
+        "phase, each measured phase's transient found in the data (MSER-5) and left out",
+        parse=_warmup,
+        metavar="D|auto",
         shown="0s",
     )
     cooldown: float = option(0.0, "pause between measured phases", parse=_duration, shown="0s")

@@ -16,6 +16,7 @@ from llmload.reports.htmltable import table as _table
 from llmload.reports.loader import Run
 from llmload.reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
 from llmload.reports.schema import MetricStats, Summary
+from llmload.reports.steady import steady_lines
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
@@ -374,6 +375,7 @@ def render_html(run: Run, summary: Summary) -> str:
     parts.append(
         f"<h2>Data</h2><p>{inp.records} records, {inp.warmup_records} warm-up "
         f"(left out of statistics), {inp.corrupt_lines} corrupt lines skipped.</p>"
+        + "".join(f'<p class="steady">{escape(s)}</p>' for s in steady_lines(summary.phases))
     )
     parts.append("<h2>Run metadata</h2>" + _metadata(summary))
     return (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_url
+from llmload.reports.steady import is_auto, steady_states
 
 
 class RunError(Exception):
@@ -29,8 +31,16 @@ class Run:
 
     @property
     def measured(self) -> list[RequestRecord]:
-        """Records that count for statistics (warm-up excluded)."""
-        return [r for r in self.records if not is_warmup(r)]
+        """Records that count for statistics (warm-up excluded; with ``--warmup auto``, each
+        phase's transient too)."""
+        starts = self.steady_starts
+        if not starts:
+            return [r for r in self.records if not is_warmup(r)]
+        return [
+            r
+            for r in self.records
+            if not is_warmup(r) and r.started_at >= starts.get(r.phase, -math.inf)
+        ]
 
     @property
     def name(self) -> str:
@@ -71,7 +81,12 @@ def load_run(path: Path | str) -> Run:
     if not records:
         detail = f" ({len(corrupt)} corrupt lines)" if corrupt else ""
         raise RunError(f"{requests_path} holds no readable records{detail}: the run is empty")
-    return Run(path=run_dir, meta=meta, records=records, corrupt_lines=corrupt)
+    starts = (
+        {p: s.started_at for p, s in steady_states(meta, records).items()} if is_auto(meta) else {}
+    )
+    return Run(
+        path=run_dir, meta=meta, records=records, corrupt_lines=corrupt, steady_starts=starts
+    )
 
 
 _NUMBERS = (

@@ -15,6 +15,7 @@ from llmload.reports.rows import (
     phase_rows,
 )
 from llmload.reports.schema import Summary
+from llmload.reports.steady import steady_lines
 
 TRUST_ICON = {"green": "🟢", "amber": "🟠", "red": "🔴", "n/a": "⚪"}
 
@@ -105,6 +106,7 @@ def _extras(summary: Summary) -> list[str]:
     if inp.run_json != "ok":
         quality.append("- run.json: missing or unreadable (phase times taken from the records)")
     quality += [f"- {line}" for line in harness_lines(summary)]
+    quality += [f"- {line}" for line in steady_lines(summary.phases)]
     bundled = summary.run.get("bundled_server") or {}
     if bundled.get("speed_tokens_per_s"):
         line = (

@@ -24,6 +24,7 @@ from llmload.reports.schema import (
     Summary,
 )
 from llmload.reports.stats import PERCENTILE_METHOD
+from llmload.reports.steady import steady_states
 from llmload.reports.timeseries import per_token_gaps
 from llmload.reports.trust import assess, phase_health
 
@@ -204,14 +205,18 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
     phases: dict[str, PhaseStats] = {}
     config = run.meta.get("config")
     events = isinstance(config, dict) and "tokenizer" in config and not config["tokenizer"]
+    steady = steady_states(run.meta, run.records)
     for name in _ordered_phases(run.meta, measured):
         recs = [r for r in measured if r.phase == name]
         if not recs:
             continue
         duration = durations.get(name) or _span_s(recs)
+        if name in steady and steady[name].applied:  # --warmup auto: the steady part's time
+            duration = max(duration - steady[name].start_s, 1e-9)
         stats = phase_with_scenarios(recs, duration, slo, events)
+        extra = {"steady": steady[name].to_dict()} if name in steady else {}
         phases[name] = replace(
-            stats, diagnostics=_diagnose(recs, stats.mode), harness=health.get(name)
+            stats, diagnostics=_diagnose(recs, stats.mode), harness=health.get(name), extra=extra
         )
     codes = {d.get("code"): d for p in phases.values() for d in p.diagnostics or []}
     meta = redact_value({k: v for k, v in run.meta.items() if not k.startswith("_")})

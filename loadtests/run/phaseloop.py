@@ -18,7 +18,7 @@ from typing import Protocol
 import gevent
 from gevent.event import Event
 
-from llmload.loadtests.options import LoadOptions, RunOptions
+from llmload.loadtests.options import LoadOptions, RunOptions, warmup_seconds
 from llmload.loadtests.percentile import percentile_of
 from llmload.loadtests.run.hub import RecordHub
 from llmload.loadtests.run.phases import Phase
@@ -60,8 +60,8 @@ class Driver(Protocol):
 def plan_phases(opts: LoadOptions) -> list[Phase]:
     """Warm-up (optional, in the first mode), then one phase per mode."""
     phases = []
-    if opts.warmup > 0:
-        phases.append(Phase("warmup", opts.modes[0], opts.warmup, warmup=True))  # type: ignore[arg-type]
+    if warmup_seconds(opts) > 0:
+        phases.append(Phase("warmup", opts.modes[0], warmup_seconds(opts), warmup=True))  # type: ignore[arg-type]
     phases += [
         Phase(m, m, opts.duration, requests=opts.num_prompts)  # type: ignore[arg-type]
         for m in opts.modes
