@@ -216,6 +216,12 @@ class ConnectionOptions:
         "lean: one socket per user, read directly; httpx: the general client",
         choices=HTTP_CLIENTS,
     )
+    baseline_target: str | None = option(
+        None,
+        "a second target, run in turn with --target phase by phase (A/B/A/B with --repeat), "
+        "so machine drift hits both alike; `report gate RUN` then compares the two",
+        metavar="URL",
+    )
 
     def headers_dict(self) -> dict[str, str]:
         """``--header K:V`` values as a dict (values verbatim; never logged)."""
@@ -287,6 +293,13 @@ class LoadOptions:
         shown="0s",
     )
     cooldown: float = option(0.0, "pause between measured phases", parse=_duration, shown="0s")
+    repeat: int = option(
+        1,
+        "run each measured phase N times (interleaved with --baseline-target: A/B/A/B); the "
+        "gate compares all of them and reports the spread between them",
+        metavar="N",
+        check=(_at_least_1, "must be >= 1"),
+    )
     #: fixes prompt choice and order, and open-loop arrivals and first starts
     seed: int = option(0, "seed for prompt choice, arrivals and first starts")
 
@@ -525,6 +538,12 @@ class RunOptions:
         if load.rate is not None and (work.turns > 1 or load.shape):
             raise ValueError("--rate (open loop) cannot be combined with --turns > 1 or --shape")
         shards = dist.expected if dist.enabled else 1
+        if self.connection.baseline_target and dist.enabled:
+            raise ValueError("--baseline-target runs in one process (no --workers/--master)")
+        if self.connection.baseline_target and (
+            self.connection.baseline_target == self.connection.target
+        ):
+            raise ValueError("--baseline-target must be another target than --target")
         if load.num_prompts is not None and load.users < shards:
             # each worker issues its share of the prompts with its own users: a worker
             # given none would hold its share back and the phase would never end
@@ -545,6 +564,8 @@ class RunOptions:
         if math.isinf(self.load.duration):
             data["duration"] = None  # --num-prompts without a time limit (JSON has no inf)
         data["target"] = redact_url(self.connection.target)
+        if data["baseline_target"]:
+            data["baseline_target"] = redact_url(data["baseline_target"])
         data["header"] = [redact_header(h) for h in self.connection.header]
         for key in ("pushgateway", "grafana_url"):
             if data[key]:

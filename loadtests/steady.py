@@ -12,7 +12,8 @@ means of consecutive batches of five, which smooths the noise that would
 otherwise steer it; Hoad, Robinson and Davies ("Automated selection of the
 number of replications and warm-up length", JORS 61(11), 2010) found it the most
 reliable of the automatic rules they tested.  As usual, ``d`` is searched in the
-first half of the series only (near the end the rule is unstable).
+first half of the series only, keeping at least two batches (near the end the rule
+is unstable, and with one batch left its statistic is 0 whatever the data).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def mser(series: Sequence[float], batch: int = BATCH) -> int:
         return 0
     means = [math.fsum(series[i * batch : (i + 1) * batch]) / batch for i in range(k)]
     best_d, best = 0, math.inf
-    for d in range(k // 2 + 1):
+    for d in range((k - 1) // 2 + 1):  # the first half, at least two batches kept
         rest = means[d:]
         n = len(rest)
         mean = math.fsum(rest) / n

@@ -64,7 +64,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from llmload.reports.baseline import read_baseline
     from llmload.reports.capacity.gate import evaluate_capacity
     from llmload.reports.fingerprint import check_allowed
-    from llmload.reports.gate import GateConfig, evaluate
+    from llmload.reports.gate import GateConfig, evaluate, evaluate_paired
     from llmload.reports.gate_html import render_gate_html
     from llmload.reports.gate_report import render_junit, render_markdown, render_text, to_json
     from llmload.reports.loader import load_run
@@ -97,9 +97,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
     )
     if not capacity:
         cfg.specs()  # a bad --metric is bad input (exit 2) before any file is read
-    baseline = read_baseline(args.baseline)
-    run = load_run(args.run_dir)
-    result = (evaluate_capacity if capacity else evaluate)(run, baseline, cfg)
+    if args.baseline is None:
+        if capacity:
+            raise ValueError("--metric capacity needs --baseline FILE")
+        result = evaluate_paired(load_run(args.run_dir), cfg)
+    else:
+        baseline = read_baseline(args.baseline)
+        run = load_run(args.run_dir)
+        result = (evaluate_capacity if capacity else evaluate)(run, baseline, cfg)
     print(render_text(result))
     md = render_markdown(result)
     if args.summary_md:
@@ -217,7 +222,11 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("run_dir", type=Path, help="the run directory to gate")
     g.add_argument(
-        "--baseline", type=Path, required=True, help="baseline file (`report baseline` writes it)"
+        "--baseline",
+        type=Path,
+        default=None,
+        help="baseline file (`report baseline` writes it); without it, a run made with "
+        "--baseline-target compares its target's phases with the baseline target's",
     )
     add_gate_options(g)
     g.set_defaults(func=cmd_gate)

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from llmload.loadtests.run.phases import BASELINE_PREFIX
 from llmload.reports.fingerprint import comparability, fingerprint
 from llmload.reports.gate_compare import Comparison, Side, bootstrap_ratio, compare, ratio_bounds
 from llmload.reports.gate_doubt import harness_doubt, unless_starved
@@ -69,6 +70,7 @@ __all__ = [
     "GateResult",
     "bootstrap_ratio",
     "evaluate",
+    "evaluate_paired",
     "evaluate_sides",
     "harness_doubt",
     "ratio_bounds",
@@ -377,6 +379,35 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
         cfg.allow_difference,
     )
     return evaluate_sides(run, side, base, cfg, base.name, [d.to_dict() for d in diffs])
+
+
+def paired_sides(run: Run) -> tuple[RecordsSide, RecordsSide] | None:
+    """A ``--baseline-target`` run's two sides: its target's phases, the baseline target's."""
+    names = {r.phase for r in run.measured}
+    base = {n for n in names if n.startswith(BASELINE_PREFIX)}
+    if not base:
+        return None
+    return RecordsSide(run, names - base), RecordsSide(run, base)
+
+
+def evaluate_paired(run: Run, cfg: GateConfig) -> GateResult:
+    """A run made with ``--baseline-target``: its target's phases against the baseline
+    target's, run in turn (A/B/A/B) in the same process on the same machine."""
+    sides = paired_sides(run)
+    if sides is None:
+        raise ValueError(
+            f"{run.path} has no --baseline-target phases: give --baseline FILE "
+            "(`llmload report baseline` writes one)"
+        )
+    side, base = sides
+    info = run.meta.get("baseline_target") or {}
+    base_meta = {k: v for k, v in run.meta.items() if k not in ("model", "server")}
+    base_meta.update({k: info[k] for k in ("model", "server") if info.get(k) is not None})
+    diffs = comparability(fingerprint(run.meta), fingerprint(base_meta), cfg.allow_difference)
+    name = f"--baseline-target {info.get('target', '')} (same run)"
+    result = evaluate_sides(run, side, base, cfg, name, [d.to_dict() for d in diffs])
+    result.spread += spread(run, cfg.specs(), base, "baseline")
+    return result
 
 
 def _lost(run: Run) -> str:

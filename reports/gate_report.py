@@ -15,6 +15,7 @@ from xml.etree import ElementTree as ET
 
 from llmload.reports.gate_metrics import REGISTRY
 from llmload.reports.gate_result import FAIL, INCONCLUSIVE, PASS, SKIPPED, Check, GateResult
+from llmload.reports.spread import spread_lines
 
 ICON = {PASS: "✅", FAIL: "❌", INCONCLUSIVE: "⚠️", SKIPPED: "➖"}
 HEADLINE = {
@@ -172,19 +173,6 @@ def _differences(result: GateResult) -> list[str]:
     ]
 
 
-def _spread_lines(result: GateResult) -> list[str]:
-    out = []
-    for s in result.spread:
-        unit = str(s.get("unit", ""))
-        values = ", ".join(f"{p} {_fmt(v, unit)}" for p, v in s["phases"].items())
-        pct = s.get("spread_pct")
-        out.append(
-            f"{s['metric']} {s['mode']}: {values}"
-            + (f" — spread {pct:.1f}% of the median" if pct is not None else "")
-        )
-    return out
-
-
 def render_text(result: GateResult) -> str:
     """What the gate prints: verdict, headline, settings, the table, and every reason."""
     lines = [
@@ -204,7 +192,7 @@ def render_text(result: GateResult) -> str:
             "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
             for r in rows
         ]
-    spread = _spread_lines(result)
+    spread = spread_lines(result.spread)
     if spread:
         lines.append("  between-run spread (each repeat's value):")
         lines += [f"    {s}" for s in spread]
@@ -232,7 +220,7 @@ def render_markdown(result: GateResult) -> str:
     diffs = _differences(result)
     if diffs:
         out += ["Run vs baseline:", *[f"- {d}" for d in diffs], ""]
-    spread = _spread_lines(result)
+    spread = spread_lines(result.spread)
     if spread:
         out += ["Between-run spread:", *[f"- {s}" for s in spread], ""]
     out += [f"- {c.reason}" for c in result.checks] or ["- no checks could run"]

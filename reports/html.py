@@ -377,6 +377,18 @@ def render_html(run: Run, summary: Summary) -> str:
         f"(left out of statistics), {inp.corrupt_lines} corrupt lines skipped.</p>"
         + "".join(f'<p class="steady">{escape(s)}</p>' for s in steady_lines(summary.phases))
     )
+    repeats = summary.extra.get("repeats") or []
+    if repeats:
+        rows = [
+            [r["target"], r["mode"], r["metric"]]
+            + [", ".join("–" if v is None else f"{v:.4g}" for v in r["phases"].values())]
+            + ["–" if r["spread_pct"] is None else f"{r['spread_pct']:.1f}%"]
+            for r in repeats
+        ]
+        header = ["target", "mode", "metric", "each repeat", "spread (% of median)"]
+        parts.append(
+            '<h2>Between-run spread</h2><div id="repeats-table">' + _table(header, rows) + "</div>"
+        )
     parts.append("<h2>Run metadata</h2>" + _metadata(summary))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -1,4 +1,6 @@
-"""Between-run spread: a metric's statistic in each repeat of a phase (``--repeat N``).
+"""Between-run spread: a gated metric's statistic in each repeat of a phase (``--repeat N``).
+
+(The report's own view, from the phases' statistics, is ``reports.spread``.)
 
 The gate compares all repeats of a mode together; how much one repeat differs
 from the next is the run-to-run noise the single interval does not show — a
@@ -51,8 +53,11 @@ def phase_value(
     return bad / n if n else None
 
 
-def spread(run: Run, specs: Sequence[MetricSpec], side: Records) -> list[dict[str, Any]]:
-    """Per gated metric and repeated mode: each repeat's value and the spread between them."""
+def spread(
+    run: Run, specs: Sequence[MetricSpec], side: Records, target: str = "run"
+) -> list[dict[str, Any]]:
+    """Per gated metric and repeated mode: each repeat's value and the spread between them
+    (``target``: which side it is, the run's or the baseline target's)."""
     by_mode: dict[str, dict[str, list[RequestRecord]]] = {}
     for r in side.records:
         by_mode.setdefault(r.mode, {}).setdefault(r.phase, []).append(r)
@@ -68,6 +73,7 @@ def spread(run: Run, specs: Sequence[MetricSpec], side: Records) -> list[dict[st
             mid = statistics.median(got)
             out.append(
                 {
+                    "target": target,
                     "metric": spec.name,
                     "mode": mode,
                     "unit": spec.metric.unit,

@@ -1,10 +1,11 @@
 """Where each measured phase reached its steady state: MSER-5 on its per-second TTFT.
 
 ``--warmup auto`` replaces a guessed warm-up with one found in the data: for each
-measured phase, the series of per-second mean TTFT (requests by the second they
-started in, successful ones; a second without one is skipped) goes through the
-MSER-5 truncation rule (``loadtests.steady``); the seconds before the point it
-finds are the phase's transient.  Its records stay in ``requests.jsonl`` and, like
+measured phase of at least ``MIN_SECONDS`` (15) seconds, the series of per-second
+mean TTFT (requests by the second they started in, successful ones; a second
+without one is skipped) goes through the MSER-5 truncation rule
+(``loadtests.steady``); the seconds before the point it finds are the phase's
+transient.  Its records stay in ``requests.jsonl`` and, like
 a warm-up's, are left out of every statistic, the baseline and the gate
 (``reports.loader.Run.measured``).  Without ``--warmup auto`` the point is still
 found and reported, and nothing is left out.
@@ -56,12 +57,16 @@ def per_second_ttft(records: Sequence[RequestRecord], start: float) -> list[tupl
     return [(k, math.fsum(v) / len(v)) for k, v in sorted(sums.items())]
 
 
+#: fewer seconds than this (three batches) cannot show a transient: nothing is cut
+MIN_SECONDS = 3 * BATCH
+
+
 def find_steady(
     phase: str, records: Sequence[RequestRecord], start: float, applied: bool
 ) -> Steady | None:
-    """MSER-5 on one phase's per-second TTFT; None with fewer than two batches of seconds."""
+    """MSER-5 on one phase's per-second TTFT; None with fewer than ``MIN_SECONDS`` seconds."""
     series = per_second_ttft(records, start)
-    if len(series) < 2 * BATCH:
+    if len(series) < MIN_SECONDS:
         return None
     dropped = mser([v for _, v in series])
     second = series[dropped][0] if dropped else 0

@@ -23,6 +23,7 @@ from llmload.reports.schema import (
     PhaseStats,
     Summary,
 )
+from llmload.reports.spread import report_spread
 from llmload.reports.stats import PERCENTILE_METHOD
 from llmload.reports.steady import steady_states
 from llmload.reports.timeseries import per_token_gaps
@@ -241,4 +242,6 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
         capacity=capacity_summary(run),
         run=meta,
     )
-    return replace(summary, trust=assess(summary))
+    spread = report_spread(phases)
+    blocks: dict[str, Any] = {"repeats": spread} if spread else {}
+    return replace(summary, trust=assess(summary), extra=blocks)

@@ -141,6 +141,8 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
     opts = inv.options.with_(slo=_goodput_spec(criteria), label=label)
     if opts.distributed.workers or opts.distributed.master:
         raise ValueError("llmload capacity runs in one process (no --workers/--master yet)")
+    if opts.connection.baseline_target or opts.load.repeat > 1:
+        raise ValueError("--baseline-target and --repeat are for `llmload run`, not a search")
     argv_full = ["llmload", "capacity", *argv]
     return copts, opts, argv_full
 

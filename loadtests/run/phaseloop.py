@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 import gevent
@@ -21,7 +22,7 @@ from gevent.event import Event
 from llmload.loadtests.options import LoadOptions, RunOptions, warmup_seconds
 from llmload.loadtests.percentile import percentile_of
 from llmload.loadtests.run.hub import RecordHub
-from llmload.loadtests.run.phases import Phase
+from llmload.loadtests.run.phases import BASELINE, BASELINE_PREFIX, Phase
 from llmload.loadtests.run.shapes import ArrivalSchedule, Constant, PhaseShape, make_shape
 from llmload.loadtests.run.status import StatusLine
 
@@ -57,15 +58,26 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
-def plan_phases(opts: LoadOptions) -> list[Phase]:
-    """Warm-up (optional, in the first mode), then one phase per mode."""
+def plan_phases(opts: LoadOptions, baseline: bool = False) -> list[Phase]:
+    """Warm-up (optional, in the first mode), then one phase per mode, ``--repeat`` times.
+
+    Repeats are named ``stream-1``, ``stream-2``, ...  With a baseline target
+    (``baseline``) every phase is followed by its twin on that target
+    (``baseline-stream-1``): A/B/A/B, so the machine's drift touches both alike.
+    """
     phases = []
+
+    def add(phase: Phase) -> None:
+        phases.append(phase)
+        if baseline:
+            phases.append(replace(phase, name=BASELINE_PREFIX + phase.name, target=BASELINE))
+
     if warmup_seconds(opts) > 0:
-        phases.append(Phase("warmup", opts.modes[0], warmup_seconds(opts), warmup=True))  # type: ignore[arg-type]
-    phases += [
-        Phase(m, m, opts.duration, requests=opts.num_prompts)  # type: ignore[arg-type]
-        for m in opts.modes
-    ]
+        add(Phase("warmup", opts.modes[0], warmup_seconds(opts), warmup=True))  # type: ignore[arg-type]
+    for r in range(1, opts.repeat + 1):
+        for m in opts.modes:
+            name = m if opts.repeat == 1 else f"{m}-{r}"
+            add(Phase(name, m, opts.duration, requests=opts.num_prompts))  # type: ignore[arg-type]
     return phases
 
 

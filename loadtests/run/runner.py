@@ -32,7 +32,13 @@ from locust.env import Environment
 from llmload.loadtests import calibrate
 from llmload.loadtests.options import OutputOptions, RunOptions
 from llmload.loadtests.redact import redact_argv, redact_url
-from llmload.loadtests.run.context import LoadContext, UsageError, build_context, connect_target
+from llmload.loadtests.run.context import (
+    LoadContext,
+    UsageError,
+    add_baseline_target,
+    build_context,
+    connect_target,
+)
 from llmload.loadtests.run.distributed import MasterDriver
 from llmload.loadtests.run.health import HealthSampler
 from llmload.loadtests.run.hub import RecordHub
@@ -175,6 +181,7 @@ def run(
         target = connect_target(opts)
         model = opts.connection.model or target.detect_model() or "default"
         ctx = build_context(opts, target, model, hub)
+        baseline = add_baseline_target(opts, ctx)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
@@ -187,6 +194,8 @@ def run(
     if opts.connection.protocol != "gradio" and (server := server_version(target)) is not None:
         info["server"] = server
     info["calibration"] = calibrate.quick()
+    if baseline is not None:
+        info["baseline_target"] = baseline
     writer = RunWriter(out_dir, info)
     status = StatusLine()
     hub.add(writer)
@@ -224,7 +233,8 @@ def run(
             print(f"web UI: http://{opts.output.web_host}:{opts.output.web_port}", file=sys.stderr)
         try:
             previous: Phase | None = None
-            for phase in phases if phases is not None else plan_phases(opts.load):
+            plan = plan_phases(opts.load, baseline is not None)
+            for phase in phases if phases is not None else plan:
                 cooldown = (
                     opts.load.cooldown if previous is not None and not previous.warmup else 0.0
                 )
