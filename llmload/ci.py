@@ -40,7 +40,9 @@ from llmload.target_server.launch import LaunchFailed, launch
 BASELINE = Path(reports.__file__).resolve().parent / "baselines" / "ci-synthetic.json"
 #: the bundled server: synthetic engine, 200 ms to first token, 10 ms per token, +-20 ms jitter
 SERVER_TTFT_MS = 200.0
-SERVER_ARGS = ("--itl-ms=10", "--jitter-ms=20")
+SERVER_ITL_MS = 10.0
+SERVER_JITTER_MS = 20.0
+SERVER_ARGS = (f"--itl-ms={SERVER_ITL_MS:g}", f"--jitter-ms={SERVER_JITTER_MS:g}")
 #: the load: 8 closed-loop users back to back, streaming only, 2 s warm-up, 10 s measured
 LOAD_ARGS = (
     "--users",
@@ -75,16 +77,24 @@ def load_command(
     return cmd if report else [*cmd, "--no-report"]
 
 
-def server_args(ttft_ms: float = SERVER_TTFT_MS) -> list[str]:
-    """The bundled synthetic server's arguments (``target_server.launch`` adds host and port 0)."""
+def server_args(ttft_ms: float = SERVER_TTFT_MS, token_scale: float = 1.0) -> list[str]:
+    """The bundled synthetic server's arguments (``target_server.launch`` adds host and port 0);
+    ``token_scale`` stretches every token's time after the first (ITL and its jitter)."""
+    if token_scale == 1.0:
+        tokens = list(SERVER_ARGS)
+    else:
+        itl, jitter = SERVER_ITL_MS * token_scale, SERVER_JITTER_MS * token_scale
+        tokens = [f"--itl-ms={itl:g}", f"--jitter-ms={jitter:g}"]
     ttft = f"--ttft-ms={ttft_ms:g}"
-    return ["--engine", "synthetic", ttft, *SERVER_ARGS, "--log-level", "warning"]
+    return ["--engine", "synthetic", ttft, *tokens, "--log-level", "warning"]
 
 
 @contextmanager
-def synthetic_server(ttft_ms: float = SERVER_TTFT_MS, timeout_s: float = 60.0) -> Iterator[str]:
+def synthetic_server(
+    ttft_ms: float = SERVER_TTFT_MS, timeout_s: float = 60.0, token_scale: float = 1.0
+) -> Iterator[str]:
     """Start the bundled synthetic server; yield its base URL once ``/health`` answers."""
-    with launch(server_args(ttft_ms), ready_timeout=timeout_s) as server:
+    with launch(server_args(ttft_ms, token_scale), ready_timeout=timeout_s) as server:
         yield server.url
 
 

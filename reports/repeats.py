@@ -28,6 +28,7 @@ from llmload.reports.gate_metrics import (
     phase_windows,
 )
 from llmload.reports.loader import Run
+from llmload.reports.spread import spread_row
 
 
 class Records(Protocol):
@@ -67,21 +68,9 @@ def spread(
             continue
         for spec in specs:
             values = {p: phase_value(spec, run, p, recs, side.slo) for p, recs in phases.items()}
-            got = [v for v in values.values() if v is not None]
-            if len(got) < 2:
-                continue
-            mid = statistics.median(got)
-            out.append(
-                {
-                    "target": target,
-                    "metric": spec.name,
-                    "mode": mode,
-                    "unit": spec.metric.unit,
-                    "phases": values,
-                    "min": min(got),
-                    "median": mid,
-                    "max": max(got),
-                    "spread_pct": (max(got) - min(got)) / mid * 100 if mid else None,
-                }
+            row = spread_row(
+                values, target=target, metric=spec.name, mode=mode, unit=spec.metric.unit
             )
+            if row is not None:
+                out.append(row)
     return out

@@ -32,6 +32,23 @@ def _phase_stat(g: Any, what: str) -> float | None:
     return float(g.error_rate)
 
 
+def spread_row(values: dict[str, float | None], **labels: Any) -> dict[str, Any] | None:
+    """One row: ``labels``, each phase's value, min, median, max and the spread (% of the
+    median); None with fewer than two values."""
+    got = [v for v in values.values() if v is not None]
+    if len(got) < 2:
+        return None
+    mid = statistics.median(got)
+    return {
+        **labels,
+        "phases": values,
+        "min": min(got),
+        "median": mid,
+        "max": max(got),
+        "spread_pct": (max(got) - min(got)) / mid * 100 if mid else None,
+    }
+
+
 def report_spread(phases: dict[str, Any]) -> list[dict[str, Any]]:
     """summary.json's ``repeats``: per target and mode run more than once, each repeat's
     TTFT p95, ITL p95, output tokens/s and error rate, and their spread (% of the median)."""
@@ -45,22 +62,9 @@ def report_spread(phases: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         for label, what in REPORTED:
             values = {n: _phase_stat(phases[n], what) for n in names}
-            got = [v for v in values.values() if v is not None]
-            if len(got) < 2:
-                continue
-            mid = statistics.median(got)
-            out.append(
-                {
-                    "target": role,
-                    "mode": mode,
-                    "metric": label,
-                    "phases": values,
-                    "min": min(got),
-                    "median": mid,
-                    "max": max(got),
-                    "spread_pct": (max(got) - min(got)) / mid * 100 if mid else None,
-                }
-            )
+            row = spread_row(values, target=role, mode=mode, metric=label)
+            if row is not None:
+                out.append(row)
     return out
 
 

@@ -132,16 +132,25 @@ def _evidence_item(summary: Summary, healths: dict[str, dict[str, Any]]) -> Trus
             f"{name}: send side (t0 → last byte written) p99 {send.p99:.1f} ms over "
             f"{send.n} requests{setup}{lag}"
         )
-    level = worst(levels)
-    note = {
+    notes = {
         GREEN: " — reads are stamped by the kernel: loop lag no longer delays a measured "
         "arrival, and the send side is all it can still add",
         AMBER: " — the client's send side is a visible part of TTFT",
         RED: " — the client's own send side is more than the figures can absorb",
-    }.get(level, "")
+    }
+    return _judged_item("harness health", levels, texts, notes, summary)
+
+
+def _judged_item(
+    check: str, levels: list[str], texts: list[str], notes: dict[str, str], summary: Summary
+) -> TrustItem:
+    """The worst of per-phase ``levels``, the phases' ``texts`` and that level's note (amber and
+    red also say when the bundled server shared the load generator's cores)."""
+    level = worst(levels)
+    note = notes.get(level, "")
     if level in (AMBER, RED):
         note += _bundled_note(summary)
-    return TrustItem("harness health", level, "; ".join(texts) + note)
+    return TrustItem(check, level, "; ".join(texts) + note)
 
 
 def _harness_item(summary: Summary) -> TrustItem:
@@ -205,15 +214,11 @@ def _gap_item(summary: Summary) -> TrustItem:
         red = max(GAP_RED[0], GAP_RED[1] * ttft)
         levels.append(RED if p95 > red else AMBER if p95 > green else GREEN)
         texts.append(f"{name}: p50 {gap.p50 or 0.0:.1f} ms, p95 {p95:.1f} ms per request")
-    level = worst(levels)
-    note = {
-        GREEN: "",
+    notes = {
         AMBER: " (network, proxy or a busy client)",
         RED: " — more than the network explains: check the harness health and any proxy",
-    }.get(level, "")
-    if level in (AMBER, RED):
-        note += _bundled_note(summary)
-    return TrustItem("client − server TTFT", level, "; ".join(texts) + note)
+    }
+    return _judged_item("client − server TTFT", levels, texts, notes, summary)
 
 
 def _bundled_note(summary: Summary) -> str:

@@ -4,25 +4,13 @@ bundled synthetic servers, then ``llmload report gate RUN`` with no baseline fil
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from llmload.ci import SERVER_ARGS, load_command
-from tests.fixtures.server_proc import ROOT, start_server_process
+from tests.fixtures.loadtests import llmload
+from tests.fixtures.server_proc import start_server_process
 
 STARVED = "inconclusive: the load generator"
-
-
-def llmload(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmload", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
 
 
 def test_interleaved_targets_are_gated_against_each_other(tmp_path: Path) -> None:

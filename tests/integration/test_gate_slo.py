@@ -10,31 +10,19 @@ verdict inconclusive (exit 2, saying so); it never turns a pass into a failure.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmload.ci import SERVER_ARGS, load_command
-from tests.fixtures.server_proc import ROOT, start_server_process
+from tests.fixtures.loadtests import llmload
+from tests.fixtures.server_proc import start_server_process
 
 #: shorter than `make ci-gate` to keep the suite quick: ~140 streamed requests and 6 whole
 #: seconds (a rate is compared over at least 5)
 SHORT = ("--duration", "6s", "--warmup", "1s", "--status-interval", "60")
 METRICS = "ttft,itl,throughput"
-
-
-def llmload(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmload", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
 
 
 def run(out: Path, url: str, *extra: str) -> Path:

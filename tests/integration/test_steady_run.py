@@ -9,24 +9,12 @@ or 15 s — within one batch of the ramp's end — and leave those records out.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.fixtures.server_proc import ROOT, start_server_process
+from tests.fixtures.loadtests import llmload
+from tests.fixtures.server_proc import start_server_process
 
 USERS, SPAWN = 16, 1.6
-
-
-def llmload(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmload", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
 
 
 def test_warmup_auto_cuts_the_ramp_and_the_gate_uses_the_steady_part(tmp_path: Path) -> None:
