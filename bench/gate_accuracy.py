@@ -23,8 +23,10 @@ false alarm, and — judged by each request's send side — still catch the regr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +37,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import calibration
 from bench.mdsection import load_note, machine, write_section
 from llmload.ci import LOAD_ARGS, SERVER_ARGS, SERVER_TTFT_MS, run_load, synthetic_server
 from llmload.loadtests.percentile import percentile_of
@@ -84,15 +87,18 @@ STARVED_LEVELS = (Level("A/A, client starved"), Level("TTFT +20%, client starved
 def busy_loops() -> Iterator[None]:
     """Two busy loops pinned to each core (``bench.busy``) while the block runs."""
     procs = [
-        subprocess.Popen([sys.executable, "-m", "bench.busy", str(cpu), "2", "600"])
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.busy", str(cpu), "2", "120"], start_new_session=True
+        )
         for cpu in range(os.cpu_count() or 1)
     ]
     try:
         time.sleep(1.0)
         yield
     finally:
-        for p in procs:
-            p.terminate()
+        for p in procs:  # the loops are the children: end the whole group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
         for p in procs:
             p.wait(10)
 
@@ -266,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-write", action="store_true", help="print, do not touch BENCHMARKS.md")
     args = p.parse_args(argv)
     load1 = os.getloadavg()[0]
+    calibration.current()  # measured before the runs load the machine (write_section adds it)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-gate-") as tmp:
         counts = {BASE: args.base_runs, **{lv: args.regressed_runs for lv in REGRESSED}}
