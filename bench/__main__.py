@@ -11,6 +11,7 @@ import time
 BENCHES: dict[str, str] = {
     "timing-core": "bench.timing_core",
     "gate": "bench.gate_accuracy",
+    "steady": "bench.steady",
     "harness": "bench.harness",
     "server": "bench.server_timing",
     "exporter": "bench.exporter",

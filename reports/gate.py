@@ -134,7 +134,7 @@ def _sample(side: Sided, spec: MetricSpec, mode: str, scope: str) -> Side | None
     return Side(np.asarray([float(failed)]), n)
 
 
-def _missing(spec: MetricSpec, mode: str, scope: str, which: str, cfg: GateConfig) -> str:
+def _missing(spec: MetricSpec, mode: str, scope: str, which: str) -> str:
     where = f"mode {mode}" + ("" if scope == ALL else f", scenario {scope}")
     metric = spec.metric.name
     if which == "baseline":
@@ -154,7 +154,7 @@ def _missing(spec: MetricSpec, mode: str, scope: str, which: str, cfg: GateConfi
 
 
 def _one(
-    spec: MetricSpec, mode: str, scope: str, run: Sided, base: Sided, cfg: GateConfig, seed: int
+    spec: MetricSpec, mode: str, scope: str, run: Sided, base: Sided, cfg: GateConfig
 ) -> Comparison | Check:
     """The comparison of one metric, mode and scope, or the check that says why there is none."""
     name = check_name(spec, mode, scope)
@@ -165,7 +165,7 @@ def _one(
         return Check(
             name,
             verdict,
-            _missing(spec, mode, scope, "baseline" if b is None else "run", cfg),
+            _missing(spec, mode, scope, "baseline" if b is None else "run"),
             nums,
         )
     need = cfg.needed(spec)
@@ -181,7 +181,7 @@ def _one(
             + f": baseline {b.n}, run {r.n} (need at least {need} each; run longer)",
             nums,
         )
-    return compare(spec, mode, scope, b, r, cfg.resamples, seed)
+    return compare(spec, mode, scope, b, r, cfg.resamples, cfg.seed)
 
 
 def _value(c: Comparison, x: float) -> str:
@@ -323,7 +323,7 @@ def evaluate_sides(
     for mode in gated_modes(side, base, cfg):
         for spec in specs:
             for scope in _scopes(side, base, mode):
-                items.append((_one(spec, mode, scope, side, base, cfg, cfg.seed), spec, mode))
+                items.append((_one(spec, mode, scope, side, base, cfg), spec, mode))
     comps = [x for x, _, _ in items if isinstance(x, Comparison)]
     adjusted = iter(holm_adjusted([c.p_value() for c in comps]))
     checks: list[Check] = []

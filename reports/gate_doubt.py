@@ -35,7 +35,9 @@ from llmload.reports.trust import STARVED_SHARE, harness_delay_ms, starved
 def harness_doubt(run: Run, mode: str, share: float = STARVED_SHARE) -> tuple[str, float] | None:
     """Was the load generator starved in ``mode``'s phases: (why, its loop lag p99 in ms)."""
     for ph in run.meta.get("phases") or []:
-        if not isinstance(ph, dict) or ph.get("mode") != mode or ph.get("name") == "warmup":
+        if not isinstance(ph, dict) or ph.get("mode") != mode:
+            continue
+        if str(ph.get("name", "")).endswith("warmup"):  # warmup, baseline-warmup
             continue
         health = ph.get("health") or {}
         why = starved(health, share, str(ph.get("name")))

@@ -101,3 +101,44 @@ def test_a_capacity_step_keeps_its_steady_part() -> None:
     kept, dropped = steady_part(recs)
     assert dropped == 15 and len(kept) == 45
     assert steady_part(recs[:8]) == (recs[:8], 0)
+
+
+def test_capacity_search_with_warmup_auto_judges_each_step_on_its_steady_part() -> None:
+    from llmload.capacity.plan import CapacityOptions, CapacitySearch
+    from llmload.reports.capacity.judge import Criterion
+
+    def search(auto: bool) -> CapacitySearch:
+        copts = CapacityOptions(
+            criteria=(Criterion(0.9, {"ttft": 300.0}),),
+            open_loop=False,
+            start=1.0,
+            minimum=1.0,
+            maximum=None,
+            tolerance=0.1,
+            budget_s=3600,
+            confidence=0.9,
+            step_requests=60,
+            warmup_s=0.0,
+            warmup_auto=auto,
+        )
+        plan = CapacitySearch(copts, build_options({}, {"target": "http://127.0.0.1:9"}))
+        for i, phase in enumerate(plan):
+            assert i < 30, "the plan never ended"
+            users = phase.users or 1
+            n = phase.requests or 60
+            plan.on_phase(phase.name, phase.mode, "start", 100.0 * i)
+            recs = make_records(
+                phase.name, phase.mode, n, t_start=100.0 * i, ttft_ms=45.0 * users, jitter=0.01
+            )
+            # each step starts cold: its first 15 requests take 4x as long
+            for k, r in enumerate(recs):
+                plan.on_record(replace(r, ttft_s=(r.ttft_s or 0) * (4 if k < 15 else 1)))
+            plan.on_phase(phase.name, phase.mode, "end", 100.0 * i + 10.0)
+        return plan
+
+    auto = search(True)
+    assert auto.result is not None and (auto.result["lo"], auto.result["hi"]) == (6, 7)
+    assert all(e["point"]["transient_dropped"] == 15 for e in auto.log)
+    assert auto.info()["capacity"]["warmup"] == "auto"
+    cold = search(False)  # the cold requests count: a lower limit than the server's
+    assert cold.result is not None and (cold.result["lo"] or 0) < 6
