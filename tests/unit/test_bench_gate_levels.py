@@ -20,5 +20,10 @@ def test_each_level_makes_one_metric_worse() -> None:
 def test_a_series_settles_after_its_transient() -> None:
     ramp = [(s, 100.0 + 50.0 * s) for s in range(10)]
     flat = [(s, 600.0 + (7.0 if s % 2 else -7.0)) for s in range(10, 40)]
-    assert 7 <= settles_at(ramp + flat, 0.15) <= 10
+    assert 6 <= settles_at(ramp + flat, 0.15) <= 10
+    # a swing above the band later on is the steady state's noise, not the transient
+    bumpy = ramp + flat[:10] + [(s, 900.0) for s in range(20, 25)] + flat[15:]
+    assert 6 <= settles_at(bumpy, 0.15) <= 10
+    cold = [(s, 2000.0 - 150.0 * s) for s in range(10)] + flat  # starts slow, settles
+    assert 6 <= settles_at(cold, 0.15) <= 10
     assert settles_at([(s, 300.0) for s in range(20)], 0.15) == 0
