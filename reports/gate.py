@@ -278,6 +278,12 @@ def _decide(c: Comparison, p_holm: float, m: int, cfg: GateConfig) -> Check:
     return Check(name, PASS, f"{what}: within {allowed}", nums)
 
 
+def decide_family(comps: Sequence[Comparison], cfg: GateConfig) -> list[Check]:
+    """Every comparison's check, judged as one family: Holm–Bonferroni on their p-values."""
+    adjusted = holm_adjusted([c.p_value() for c in comps])
+    return [_decide(c, p, len(comps), cfg) for c, p in zip(comps, adjusted, strict=True)]
+
+
 def absolute_check(mode: str, vals: list[float], limit_ms: float, what: str = "ttft") -> Check:
     """``--max-ttft-p95-ms``: the run's TTFT p95 (``what``: which TTFT) against a fixed limit."""
     name = f"{what} p95 {mode} <= {limit_ms:g} ms"
@@ -324,14 +330,13 @@ def evaluate_sides(
         for spec in specs:
             for scope in _scopes(side, base, mode):
                 items.append((_one(spec, mode, scope, side, base, cfg), spec, mode))
-    comps = [x for x, _, _ in items if isinstance(x, Comparison)]
-    adjusted = iter(holm_adjusted([c.p_value() for c in comps]))
+    decided = iter(decide_family([x for x, _, _ in items if isinstance(x, Comparison)], cfg))
     checks: list[Check] = []
     for item, spec, mode in items:
         if isinstance(item, Check):
             checks.append(item)
             continue
-        check = _decide(item, next(adjusted), len(comps), cfg)
+        check = next(decided)
         records = [
             r
             for r in side.records

@@ -7,13 +7,16 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree as ET
 
+import numpy as np
 import pytest
 
 from llmload.reports.baseline import make_baseline
 from llmload.reports.cli import main
-from llmload.reports.gate import FAIL, PASS, GateConfig, evaluate
+from llmload.reports.gate import FAIL, PASS, GateConfig, decide_family, evaluate
+from llmload.reports.gate_compare import Comparison
 from llmload.reports.gate_metrics import DOWN, parse_metrics
 from llmload.reports.holm import holm_adjusted
 from llmload.reports.loader import load_run
@@ -168,3 +171,27 @@ def test_capacity_only_alone_and_bad_metric_is_bad_input(
     assert gate(run, out, "--metric", "ttft,latency") == 2
     err = capsys.readouterr().err
     assert "unknown metric 'latency'" in err and "Traceback" not in err
+
+
+def comparison(p_value: float, name: str = "ttft") -> Any:
+    """A ttft comparison whose bootstrap puts ``p_value`` of its changes within +10 %."""
+    spec = parse_metrics(name)[0]
+    k = round(p_value * 2001) - 1  # p = (k + 1) / (B + 1) with B = 2000
+    boots = np.array([1.05] * k + [1.3] * (2000 - k))
+    return Comparison(spec, "stream", "all", 200.0, 260.0, 1.3, boots, 300, 300)
+
+
+def test_two_checks_each_significant_alone_are_not_a_family_failure() -> None:
+    # p = 0.03 and 0.04: each would fail a 5 % gate on its own; Holm: 0.06 and 0.06
+    a, b = comparison(0.03), comparison(0.04, "itl")
+    assert a.p_value() == pytest.approx(0.03, abs=1e-3)
+    alone = decide_family([a], GateConfig())
+    assert alone[0].verdict == FAIL
+    family = decide_family([a, b], GateConfig())
+    assert [c.verdict for c in family] == [PASS, PASS]
+    assert family[0].numbers["p_holm"] == pytest.approx(0.06, abs=2e-3)
+    # beside a clear failure (0.002 x 2 <= 0.05) Holm steps down and judges 0.04 at 5 %
+    # alone — where Bonferroni (0.04 > 0.05 / 2) would not call it
+    clear = decide_family([comparison(0.002), b], GateConfig())
+    assert [c.verdict for c in clear] == [FAIL, FAIL]
+    assert decide_family([comparison(0.2), b], GateConfig())[1].verdict == PASS
