@@ -12,6 +12,7 @@ BENCHES: dict[str, str] = {
     "timing-core": "bench.timing_core",
     "gate": "bench.gate_accuracy",
     "replay": "bench.replay",
+    "steady": "bench.steady",
     "harness": "bench.harness",
     "server": "bench.server_timing",
     "streams": "bench.streams",

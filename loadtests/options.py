@@ -127,6 +127,24 @@ def _maybe_duration(value: Any) -> float | None:
     return None if value is None else parse_duration(value)
 
 
+#: ``--warmup auto``: the transient found in the data (``reports.steady``), not a fixed phase
+AUTO = "auto"
+
+
+def _warmup(value: Any) -> float | str:
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}, or auto") from None
+
+
+def warmup_seconds(opts: LoadOptions) -> float:
+    """The fixed warm-up phase's length (0 with ``--warmup auto``: there is none)."""
+    return 0.0 if opts.warmup == AUTO else float(opts.warmup)
+
+
 def _fraction(value: Any) -> float | None:
     return None if value is None else parse_fraction(value)
 
@@ -254,6 +272,12 @@ class ConnectionOptions:
         "lean: one socket per user, read directly; httpx: the general client",
         choices=HTTP_CLIENTS,
     )
+    baseline_target: str | None = option(
+        None,
+        "a second target, run in turn with --target phase by phase (A/B/A/B with --repeat), "
+        "so machine drift hits both alike; `report gate RUN` then compares the two",
+        metavar="URL",
+    )
 
     def headers_dict(self) -> dict[str, str]:
         """``--header K:V`` values as a dict (values verbatim; never logged)."""
@@ -316,13 +340,22 @@ class LoadOptions:
     modes: list[str] = option(
         list(MODES), "phases to run, in order", parse=_as_list, check=(_check_modes, "")
     )
-    warmup: float = option(
+    warmup: float | str = option(
         0.0,
-        "warm-up phase length (recorded, excluded from the statistics)",
-        parse=_duration,
+        "warm-up phase length (recorded, excluded from the statistics); auto: no warm-up "
+        "phase, each measured phase's transient found in the data (MSER-5) and left out",
+        parse=_warmup,
+        metavar="D|auto",
         shown="0s",
     )
     cooldown: float = option(0.0, "pause between measured phases", parse=_duration, shown="0s")
+    repeat: int = option(
+        1,
+        "run each measured phase N times (interleaved with --baseline-target: A/B/A/B); the "
+        "gate compares all of them and reports the spread between them",
+        metavar="N",
+        check=(_at_least_1, "must be >= 1"),
+    )
     #: fixes prompt choice and order, and open-loop arrivals and first starts
     seed: int = option(0, "seed for prompt choice, arrivals and first starts")
 
@@ -647,6 +680,12 @@ class RunOptions:
         if load.rate is not None and (work.turns > 1 or load.shape):
             raise ValueError("--rate (open loop) cannot be combined with --turns > 1 or --shape")
         shards = dist.expected if dist.enabled else 1
+        if self.connection.baseline_target and dist.enabled:
+            raise ValueError("--baseline-target runs in one process (no --workers/--master)")
+        if self.connection.baseline_target and (
+            self.connection.baseline_target == self.connection.target
+        ):
+            raise ValueError("--baseline-target must be another target than --target")
         if load.num_prompts is not None and load.users < shards:
             # each worker issues its share of the prompts with its own users: a worker
             # given none would hold its share back and the phase would never end
@@ -720,6 +759,8 @@ class RunOptions:
         if math.isinf(self.load.duration):
             data["duration"] = None  # --num-prompts without a time limit (JSON has no inf)
         data["target"] = redact_url(self.connection.target)
+        if data["baseline_target"]:
+            data["baseline_target"] = redact_url(data["baseline_target"])
         data["header"] = [redact_header(h) for h in self.connection.header]
         for key in ("pushgateway", "grafana_url", "server_metrics"):
             if data[key]:

@@ -1,27 +1,37 @@
-"""Baselines: what the gate needs of a run's distribution (per mode, per metric), as JSON."""
+"""Baselines: what the gate needs of a run (per mode and scenario, per metric), as JSON.
+
+Per mode (``metrics``) and, when a mode has several scenarios, per scenario
+(``by_scenario``): every latency metric's values (ms; a quantile sketch of
+``MAX_VALUES`` points when there are more).  ``rates``: throughput and goodput,
+per second of the measured phases.  ``outcomes``: requests and failures per
+scope (the error rate).  ``goodput_slo``: the SLO goodput was counted with (the
+gate counts the run's with the same).  ``fingerprint``: what shapes the numbers
+(``reports.fingerprint``), compared with the run's before anything else.  A
+schema-1 file (pooled values only) still gates what it holds.
+"""
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
 
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_value
+from llmload.loadtests.slo import format_slo
 from llmload.reports.capacity.curve import capacity_doc
+from llmload.reports.fingerprint import fingerprint
+from llmload.reports.gate_metrics import LATENCY_METRICS, RATE_METRICS, REGISTRY, latency_ms
+from llmload.reports.gate_sides import ALL, RecordsSide
 from llmload.reports.loader import Run
 from llmload.reports.server.compare import mode_means
 from llmload.reports.stats import percentile
 
-SCHEMA = 1
+SCHEMA = 2
 KIND = "llmload-baseline"
 #: a group with more values than this is stored as that many evenly spaced quantiles
 MAX_VALUES = 4000
-GATED_METRICS = ("ttft", "e2e", "tpot", "itl", "ttft_from_intended", "e2e_from_intended", "ttfo")
-#: open-loop metrics: latency counted from the intended send time (``+ schedule_delay_s``)
-FROM_INTENDED = {"ttft_from_intended": "ttft_s", "e2e_from_intended": "e2e_s"}
 
 
 class BaselineError(Exception):
@@ -29,22 +39,12 @@ class BaselineError(Exception):
 
 
 def metric_values(records: list[RequestRecord], metric: str) -> list[float]:
-    """Milliseconds of ``metric`` over the successful records (ITL: every gap, pooled).
+    """Milliseconds of a latency ``metric`` over the successful records (ITL: every gap, pooled).
 
     ``*_from_intended`` adds each record's schedule delay and skips records without one
     (closed-loop requests have no intended send time).
     """
-    ok = [r for r in records if r.ok]
-    if metric == "itl":
-        return [g * 1000 for r in ok for g in r.itl_s]
-    if metric in FROM_INTENDED:
-        late = ((getattr(r, FROM_INTENDED[metric]), r.schedule_delay_s) for r in ok)
-        return [
-            (v + d) * 1000 for v, d in late if v is not None and d is not None and math.isfinite(v)
-        ]
-    attr = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s", "ttfo": "ttfo_s"}[metric]
-    vals = (getattr(r, attr) for r in ok)
-    return [v * 1000 for v in vals if v is not None and math.isfinite(v)]
+    return latency_ms(records, REGISTRY[metric])
 
 
 def compact(values: list[float]) -> dict[str, Any]:
@@ -56,26 +56,42 @@ def compact(values: list[float]) -> dict[str, Any]:
     return {"n": n, "sketch": n > MAX_VALUES, "values_ms": [round(x, 2) for x in xs]}
 
 
-def gated_values(records: list[RequestRecord]) -> dict[str, dict[str, Any]]:
-    """``{metric: {mode: compact values}}`` of ``records`` (what the gate compares)."""
+def _groups(side: RecordsSide) -> dict[str, Any]:
+    """Per mode and scope: every latency metric's values, rate series, requests and failures."""
     metrics: dict[str, dict[str, Any]] = {}
-    for metric in GATED_METRICS:
-        for mode in sorted({r.mode for r in records}):
-            vals = metric_values([r for r in records if r.mode == mode], metric)
-            if vals:
-                metrics.setdefault(metric, {})[mode] = compact(vals)
-    return metrics
+    by_scenario: dict[str, dict[str, dict[str, Any]]] = {}
+    rates: dict[str, dict[str, dict[str, list[float]]]] = {}
+    counts: dict[str, dict[str, Any]] = {}
+    for mode in sorted(side.modes()):
+        names = side.scenarios(mode)
+        scopes = [ALL, *names] if len(names) > 1 else [ALL]
+        groups: dict[str, dict[str, int]] = {}
+        for scope in scopes:
+            for metric in LATENCY_METRICS:
+                got = side.latency(metric, mode, scope)
+                if got is None:
+                    continue
+                if scope == ALL:
+                    metrics.setdefault(metric, {})[mode] = compact(got[0])
+                else:
+                    by_scenario.setdefault(metric, {}).setdefault(mode, {})[scope] = compact(got[0])
+            for metric in RATE_METRICS:
+                series = side.rates(metric, mode, scope)
+                if series:
+                    rates.setdefault(metric, {}).setdefault(mode, {})[scope] = [
+                        round(x, 3) for x in series
+                    ]
+            n_failed = side.outcomes(mode, scope)
+            if n_failed is not None:
+                groups[scope] = {"n": n_failed[0], "failed": n_failed[1]}
+        counts[mode] = {"scenarios": names, "groups": groups}
+    return {"metrics": metrics, "by_scenario": by_scenario, "rates": rates, "outcomes": counts}
 
 
 def make_baseline(run: Run) -> dict[str, Any]:
-    """The baseline document for ``run`` (warm-up excluded); each scenario's values too, for
-    ``gate --scenario`` (a trace, prefix or agent workload is its own scenario)."""
+    """The baseline document for ``run`` (warm-up excluded)."""
     measured = run.measured
-    metrics = gated_values(measured)
-    scenarios = {
-        name: gated_values([r for r in measured if r.scenario == name])
-        for name in sorted({r.scenario for r in measured})
-    }
+    side = RecordsSide(run)
     meta = redact_value(
         {
             k: run.meta.get(k)
@@ -88,6 +104,8 @@ def make_baseline(run: Run) -> dict[str, Any]:
                 "workload",
                 "versions",
                 "host",
+                "server",
+                "calibration",
             )
         }
     )
@@ -98,8 +116,9 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "source_run": run.name,
         "records": len(measured),
         "run": meta,
-        "metrics": metrics,
-        "scenarios": scenarios,
+        "fingerprint": fingerprint(run.meta),
+        **_groups(side),
+        "goodput_slo": format_slo(side.slo),
         **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),
         **({"server": server} if (server := mode_means(run)) else {}),
     }

@@ -13,10 +13,12 @@ from llmload.reports.answers import answer_lines
 from llmload.reports.capacity.view import capacity_html
 from llmload.reports.charts import Axes, render
 from llmload.reports.fmt import fmt_ms, fmt_rate
+from llmload.reports.htmltable import table as _table
 from llmload.reports.loader import Run
 from llmload.reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
 from llmload.reports.schema import MetricStats, Summary
 from llmload.reports.server.view import server_html
+from llmload.reports.steady import steady_lines
 from llmload.reports.workloads_view import workloads_html
 
 CSS = """
@@ -53,18 +55,6 @@ details{margin:4px 0}summary{cursor:pointer;font-weight:600}
 .lv{font-weight:600;white-space:nowrap}.lv.green{color:#2ca02c}.lv.amber{color:#e07000}
 .lv.red{color:#d62728}.lv.na{color:#999}
 """
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    """An HTML table; a row whose first cell is ``**bold**`` (a phase total) is emphasised."""
-    head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>" if header else ""
-    body = "".join(
-        ('<tr class="total">' if r[0].startswith("**") else "<tr>")
-        + "".join(f"<td>{escape(c.replace('**', ''))}</td>" for c in r)
-        + "</tr>"
-        for r in rows
-    )
-    return f"<table>{head}{body}</table>"
 
 
 def _p50_p95(d: MetricStats) -> str:
@@ -394,7 +384,20 @@ def render_html(run: Run, summary: Summary) -> str:
         f"<h2>Data</h2><p>{inp.records} records, {inp.warmup_records} warm-up "
         f"(left out of statistics), {inp.corrupt_lines} corrupt lines skipped.</p>"
         + "".join(f'<p class="answers">{escape(line)}.</p>' for line in answer_lines(summary))
+        + "".join(f'<p class="steady">{escape(s)}</p>' for s in steady_lines(summary.phases))
     )
+    repeats = summary.extra.get("repeats") or []
+    if repeats:
+        rows = [
+            [r["target"], r["mode"], r["metric"]]
+            + [", ".join("–" if v is None else f"{v:.4g}" for v in r["phases"].values())]
+            + ["–" if r["spread_pct"] is None else f"{r['spread_pct']:.1f}%"]
+            for r in repeats
+        ]
+        header = ["target", "mode", "metric", "each repeat", "spread (% of median)"]
+        parts.append(
+            '<h2>Between-run spread</h2><div id="repeats-table">' + _table(header, rows) + "</div>"
+        )
     parts.append("<h2>Run metadata</h2>" + _metadata(summary))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

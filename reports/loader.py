@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_url
 from llmload.reports.server.scrapes import ServerRun, read_server_run
+from llmload.reports.steady import is_auto, steady_states
 
 
 class RunError(Exception):
@@ -27,11 +29,21 @@ class Run:
     corrupt_lines: list[int] = field(default_factory=list)
     #: the target's own metrics as scraped during the run (None: none were)
     server: ServerRun | None = None
+    #: ``--warmup auto``: where each phase's steady state began (wall time; ``reports.steady``)
+    steady_starts: dict[str, float] = field(default_factory=dict)
 
     @property
     def measured(self) -> list[RequestRecord]:
-        """Records that count for statistics (warm-up excluded)."""
-        return [r for r in self.records if not is_warmup(r)]
+        """Records that count for statistics (warm-up excluded; with ``--warmup auto``, each
+        phase's transient too)."""
+        starts = self.steady_starts
+        if not starts:
+            return [r for r in self.records if not is_warmup(r)]
+        return [
+            r
+            for r in self.records
+            if not is_warmup(r) and r.started_at >= starts.get(r.phase, -math.inf)
+        ]
 
     @property
     def name(self) -> str:
@@ -73,7 +85,17 @@ def load_run(path: Path | str) -> Run:
         detail = f" ({len(corrupt)} corrupt lines)" if corrupt else ""
         raise RunError(f"{requests_path} holds no readable records{detail}: the run is empty")
     server = read_server_run(run_dir)
-    return Run(path=run_dir, meta=meta, records=records, corrupt_lines=corrupt, server=server)
+    starts = (
+        {p: s.started_at for p, s in steady_states(meta, records).items()} if is_auto(meta) else {}
+    )
+    return Run(
+        path=run_dir,
+        meta=meta,
+        records=records,
+        corrupt_lines=corrupt,
+        server=server,
+        steady_starts=starts,
+    )
 
 
 _NUMBERS = (
@@ -87,6 +109,8 @@ _NUMBERS = (
     "server_queue_s",
     "server_e2e_s",
     "schedule_delay_s",
+    "connect_s",
+    "send_s",
 )
 
 

@@ -16,6 +16,8 @@ from llmload.reports.rows import (
     phase_rows,
 )
 from llmload.reports.schema import Summary
+from llmload.reports.spread import spread_lines
+from llmload.reports.steady import steady_lines
 from llmload.reports.workloads_view import workloads_markdown
 
 TRUST_ICON = {"green": "🟢", "amber": "🟠", "red": "🔴", "n/a": "⚪"}
@@ -108,6 +110,9 @@ def _extras(summary: Summary) -> list[str]:
     if inp.run_json != "ok":
         quality.append("- run.json: missing or unreadable (phase times taken from the records)")
     quality += [f"- {line}" for line in harness_lines(summary)]
+    quality += [f"- {line}" for line in steady_lines(summary.phases)]
+    repeats = spread_lines(summary.extra.get("repeats") or [])
+    quality += [f"- between-run spread: {line}" for line in repeats]
     bundled = summary.run.get("bundled_server") or {}
     if bundled.get("speed_tokens_per_s"):
         line = (

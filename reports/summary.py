@@ -25,7 +25,9 @@ from llmload.reports.schema import (
     Summary,
 )
 from llmload.reports.server.attach import attach as attach_server
+from llmload.reports.spread import report_spread
 from llmload.reports.stats import PERCENTILE_METHOD
+from llmload.reports.steady import steady_states
 from llmload.reports.timeseries import per_token_gaps
 from llmload.reports.trust import assess, phase_health
 from llmload.reports.workloads import phase_blocks
@@ -33,7 +35,7 @@ from llmload.reports.workloads import phase_blocks
 MS = 1000.0
 
 
-def _meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
+def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
     """An ok request that met every configured SLO (TPOT only when the request has one)."""
     if not r.ok:
         return False
@@ -102,6 +104,10 @@ def phase_stats(
         dists["server_queue_ms"] = of((r.server_queue_s for r in timed), MS)
     shapes, answers = answer_stats(ok)
     dists.update(shapes)
+    for key, attr in (("send_ms", "send_s"), ("connect_ms", "connect_s")):
+        seen = [v for r in records if (v := getattr(r, attr)) is not None]
+        if seen:
+            dists[key] = of(seen, MS)
     turns = sorted({r.turn for r in ok})
     by_turn = (
         {str(t): of((r.ttft_s for r in ok if r.turn == t), MS) for t in turns}
@@ -123,7 +129,7 @@ def phase_stats(
         bad = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
         mismatch = {"compared": len(both), "mismatched": bad, "rate": bad / len(both)}
     total_tokens = sum(r.output_tokens or 0 for r in records)
-    good = sum(_meets_slo(r, slo) for r in records)
+    good = sum(meets_slo(r, slo) for r in records)
     return PhaseStats(
         mode=modes[0] if len(modes) == 1 else "mixed",
         count=len(records),
@@ -209,17 +215,21 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
     phases: dict[str, PhaseStats] = {}
     config = run.meta.get("config")
     events = isinstance(config, dict) and "tokenizer" in config and not config["tokenizer"]
+    steady = steady_states(run.meta, run.records)
     for name in _ordered_phases(run.meta, measured):
         recs = [r for r in measured if r.phase == name]
         if not recs:
             continue
         duration = durations.get(name) or _span_s(recs)
+        if name in steady and steady[name].applied:  # --warmup auto: the steady part's time
+            duration = max(duration - steady[name].start_s, 1e-9)
         stats = phase_with_scenarios(recs, duration, slo, events)
+        extra = {"steady": steady[name].to_dict()} if name in steady else {}
         phases[name] = replace(
             stats,
             diagnostics=_diagnose(recs, stats.mode),
             harness=health.get(name),
-            extra=phase_blocks(recs),
+            extra={**phase_blocks(recs), **extra},
         )
     phases, server = attach_server(run, phases)
     codes = {d.get("code"): d for p in phases.values() for d in p.diagnostics or []}
@@ -246,4 +256,6 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
         run=meta,
         extra={"server_metrics": server} if server is not None else {},
     )
-    return replace(summary, trust=assess(summary))
+    spread = report_spread(phases)
+    blocks: dict[str, Any] = {"repeats": spread} if spread else {}
+    return replace(summary, trust=assess(summary), extra=blocks)

@@ -7,6 +7,8 @@ from llmload.reports.capacity.view import capacity_terminal
 from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.rows import comparison_rows, diag_hint, harness_lines, open_loop_phases
 from llmload.reports.schema import Summary
+from llmload.reports.spread import spread_lines
+from llmload.reports.steady import steady_lines
 from llmload.reports.workloads_view import workloads_terminal
 
 
@@ -61,6 +63,14 @@ def render_terminal(summary: Summary) -> str:
         lines.append("answers (reasoning, tool calls, no visible output):")
         lines += [f"  {line}" for line in answers]
     lines += workloads_terminal(summary)
+    repeats = spread_lines(summary.extra.get("repeats") or [])
+    if repeats:
+        lines.append("between-run spread (--repeat):")
+        lines += [f"  {line}" for line in repeats]
+    steady = steady_lines(summary.phases)
+    if steady:
+        lines.append("steady state (MSER-5):")
+        lines += [f"  {line}" for line in steady]
     harness = harness_lines(summary)
     if harness:
         lines.append("harness health (the load generator itself):")

@@ -74,7 +74,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--step-requests", type=int, default=0, help="requests per step (auto)")
     g.add_argument("--min-step", default="5s", help="shortest step (5s)")
     g.add_argument("--max-step", default="2m", help="longest step (2m)")
-    g.add_argument("--warmup", default="10s", help="warm-up before the first step (10s)")
+    g.add_argument(
+        "--warmup",
+        default="10s",
+        help="warm-up before the first step (10s); auto: none, each step judged on its "
+        "steady part (MSER-5 on its requests' TTFT)",
+    )
     g.add_argument(
         "--concurrency-cap",
         type=int,
@@ -121,7 +126,8 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
         step_requests=ns.step_requests,
         min_step_s=parse_duration(ns.min_step),
         max_step_s=parse_duration(ns.max_step),
-        warmup_s=parse_duration(ns.warmup),
+        warmup_s=0.0 if ns.warmup.strip().lower() == "auto" else parse_duration(ns.warmup),
+        warmup_auto=ns.warmup.strip().lower() == "auto",
         concurrency_cap=ns.concurrency_cap,
         engine=ns.engine or "",
         server_args=tuple(ns.server_arg),
@@ -142,6 +148,8 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
             "(replay it at several --speedup values) and an agent session is several "
             "requests (run --dataset agent at several --rate values)"
         )
+    if opts.connection.baseline_target or opts.load.repeat > 1:
+        raise ValueError("--baseline-target and --repeat are for `llmload run`, not a search")
     argv_full = ["llmload", "capacity", *argv]
     return copts, opts, argv_full
 

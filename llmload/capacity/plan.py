@@ -47,6 +47,7 @@ from llmload.reports.capacity.judge import (
 )
 from llmload.reports.fmt import fmt_ms
 from llmload.reports.server.saturation import server_saturation
+from llmload.reports.steady import steady_part
 
 #: open loop: concurrency cap; reaching it (the schedule slips) is a sign of saturation
 OPEN_LOOP_CAP = 64
@@ -71,6 +72,8 @@ class CapacityOptions:
     min_step_s: float = 5.0
     max_step_s: float = 120.0
     warmup_s: float = 10.0
+    #: ``--warmup auto``: no warm-up step; each step judged on its steady part (MSER-5)
+    warmup_auto: bool = False
     concurrency_cap: int = OPEN_LOOP_CAP
     #: no --target: the bundled server's engine ("" = the best available) and arguments
     engine: str = ""
@@ -227,6 +230,9 @@ class CapacitySearch(NullSink):
     def _judge(self, phase: Phase, load: float, why: str) -> None:
         c = self.copts
         records = self._records.get(phase.name, [])
+        dropped = 0
+        if c.warmup_auto:  # the step's own transient (the load just changed) is left out
+            records, dropped = steady_part(records)
         times = self._times.get(phase.name, [])
         wall = times[-1] - times[0] if len(times) == 2 else phase.duration
         scheduled = scheduled_arrivals(self.opts.load, phase, 1) if c.open_loop else None
@@ -257,6 +263,8 @@ class CapacitySearch(NullSink):
         if self.server is not None and len(times) == 2 and records:
             last = max(r.started_at for r in records)
             point["saturated"] += server_saturation(self.server.samples, times[0], last, times[1])
+        if c.warmup_auto:
+            point["transient_dropped"] = dropped
         health = self._health_by_phase.get(phase.name) or {}
         starved = list(health.get("starved") or [])
         if not c.open_loop:
@@ -334,6 +342,7 @@ class CapacitySearch(NullSink):
                 "minimum": c.minimum,
                 "maximum": c.maximum,
                 "requests_per_step": c.requests_per_step(),
+                "warmup": "auto" if c.warmup_auto else c.warmup_s,
                 "elapsed_s": time.monotonic() - self._started if self._started else 0.0,
                 "steps": [{k: v for k, v in e.items() if k != "point"} for e in self.log],
                 "answer": self.result,

@@ -108,6 +108,10 @@ class RequestRecord:
     # agent sessions (``--dataset agent``): which session, and its 0-based step (model call)
     session_id: str | None = None
     step: int | None = None
+    # the send side: t0 to the request's last byte written (connection set-up included) —
+    # all a late event loop can still add to a time counted from t0 (arrivals are stamped
+    # by the kernel); None when the request was never written whole
+    send_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -83,6 +83,7 @@ class StreamTimer:
         "_tools",
         "_usage_reasoning",
         "_usage_cached",
+        "_sent_at",
     )
 
     def __init__(
@@ -116,6 +117,7 @@ class StreamTimer:
         self._tools: set[int] = set()  # indexes of the tool calls seen
         self._usage_reasoning: int | None = None
         self._usage_cached: int | None = None
+        self._sent_at: float | None = None
 
     # -- input -------------------------------------------------------------------------
 
@@ -129,6 +131,10 @@ class StreamTimer:
     def connected(self, seconds: float) -> None:
         """This request opened its connection (TCP, and TLS for https) in ``seconds``."""
         self._connect_s = seconds
+
+    def sent(self, t: float) -> None:
+        """The request's last byte was written at ``t`` (a two-step protocol: its last request)."""
+        self._sent_at = t
 
     def feed(self, chunk: bytes, t: float) -> None:
         """Streaming: raw body bytes as read (any split), read at ``t``."""
@@ -331,6 +337,7 @@ class StreamTimer:
             no_output=status == "ok" and not times and bool(self._usage_out),
             session_id=meta.session_id,
             step=meta.step,
+            send_s=None if self._sent_at is None else self._sent_at - t0,
         )
 
     def _reasoning_tokens(self) -> int | None:

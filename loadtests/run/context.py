@@ -15,10 +15,11 @@ from typing import Any
 
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.options import ConnectionOptions, LoadOptions, RunOptions, WorkloadOptions
-from llmload.loadtests.run.phases import Phase, shard_share
+from llmload.loadtests.redact import redact_url
+from llmload.loadtests.run.phases import BASELINE, RUN, Phase, shard_share
 from llmload.loadtests.run.shapes import ArrivalSchedule
 from llmload.loadtests.run.sinks import RecordSink
-from llmload.loadtests.transport.discovery import discover
+from llmload.loadtests.transport.discovery import discover, server_version
 from llmload.loadtests.transport.target import Target, TargetUnreachable, clock
 from llmload.loadtests.transport.tokenize import RemoteCounter
 from llmload.loadtests.workload import tokencount
@@ -71,6 +72,8 @@ class LoadContext:
     fit: ContextFit | None = None
     #: adapter options read from the target itself (``loadtests.transport.discovery``)
     adapter_options: dict[str, Any] = field(default_factory=dict)
+    #: ``--baseline-target``: each phase's target and model by ``Phase.target``
+    targets: dict[str, tuple[Target, str]] = field(default_factory=dict)
     _next_user: int = 0
 
     def watch(self, environment: Any) -> None:
@@ -110,6 +113,8 @@ class LoadContext:
     def begin_phase(self, phase: Phase) -> None:
         """Start a phase in this process: user numbering restarts, so prompts repeat exactly."""
         self.phase = phase
+        if phase.target in self.targets:  # users start afresh each phase, on this target
+            self.target, self.model = self.targets[phase.target]
         self.phase_t0 = clock()
         self.accepting = True
         self._next_user = 0
@@ -189,6 +194,20 @@ def connect_target(opts: RunOptions) -> Target:
     return target
 
 
+def add_baseline_target(opts: RunOptions, ctx: LoadContext) -> dict[str, Any] | None:
+    """``--baseline-target``: connect it, give its phases to ``ctx``; what run.json says of it."""
+    url = opts.connection.baseline_target
+    if not url:
+        return None
+    base = connect_target(opts.with_(target=url))
+    model = opts.connection.model or base.detect_model() or "default"
+    ctx.targets[BASELINE] = (base, model)
+    info: dict[str, Any] = {"target": redact_url(base.base_url), "model": model}
+    if opts.connection.protocol != "gradio" and (server := server_version(base)) is not None:
+        info["server"] = server
+    return info
+
+
 def build_context(
     opts: RunOptions,
     target: Target,
@@ -214,7 +233,7 @@ def build_context(
     limit = facts.context_limit
     # the target counts prompt tokens itself when it can (/tokenize): preferred to any estimate
     remote = None if facts.tokenize is None else RemoteCounter(target, facts.tokenize, model)
-    return LoadContext(
+    ctx = LoadContext(
         connection=opts.connection,
         load=opts.load,
         sampling=w,
@@ -229,3 +248,5 @@ def build_context(
         fit=None if limit is None else ContextFit(limit, tokenizer, remote=remote),
         adapter_options=facts.adapter_options,
     )
+    ctx.targets[RUN] = (target, model)
+    return ctx

@@ -9,7 +9,10 @@
   ``max_model_len``, or a similar key; TGI's ``/info`` ``max_total_tokens``) for
   ``loadtests.workload.fit``, and, when it has one, which ``/tokenize`` endpoint
   counts a prompt's tokens with the served model's tokenizer
-  (``loadtests.transport.tokenize``).
+  (``loadtests.transport.tokenize``);
+* the server's version, where it says one (``server_version``: vLLM's and the
+  bundled server's ``/version``, TGI's ``/info``, SGLang's ``/get_server_info``),
+  which ``run.json`` records and the gate's fingerprint compares.
 
 A wrong ``--api-name`` or an app whose chat endpoint cannot be told is a
 ``ValueError`` naming the app's endpoints: the run stops before it starts,
@@ -27,6 +30,8 @@ from llmload.loadtests.measure.adapters import gradio
 from llmload.loadtests.transport.target import Target
 from llmload.loadtests.transport.tokenize import TokenizeRoute, probe_tokenize
 
+#: where servers say their version (vLLM and the bundled server, TGI, SGLang), in order
+VERSION_PAGES = ("/version", "/info", "/get_server_info")
 #: keys under which servers report a model's context length in ``/v1/models``
 CONTEXT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_window")
 
@@ -127,3 +132,14 @@ def tgi_context_length(info: Any) -> int | None:
     """TGI's ``/info``: ``max_total_tokens`` (prompt + new tokens), else None."""
     value = info.get("max_total_tokens") if isinstance(info, dict) else None
     return value if type(value) is int and value > 0 else None
+
+
+def server_version(target: Target) -> dict[str, str] | None:
+    """``{"version", "from"}``: the first of ``VERSION_PAGES`` that names a version, or None."""
+    with target.httpx_client() as client:
+        for path in VERSION_PAGES:
+            doc = _get_json(client, path)
+            version = doc.get("version") if isinstance(doc, dict) else None
+            if isinstance(version, str | int | float) and str(version):
+                return {"version": str(version), "from": path}
+    return None

@@ -6,9 +6,11 @@ Prompts come from the built-in scenarios, a JSONL or ShareGPT file
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -63,6 +65,16 @@ def parse_mix(spec: str) -> dict[str, float]:
     return weights
 
 
+def prompts_sha256(pools: list[Pool]) -> str:
+    """A hash of the built-in prompts a run draws from (what they say, their max_tokens)."""
+    h = hashlib.sha256()
+    for pool in pools:
+        h.update(json.dumps([pool.name, pool.weight, pool.max_tokens]).encode())
+        for item in pool.items:
+            h.update(json.dumps(asdict(item), sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
 class Workload:
     """The prompts of a run; ``for_user(i)`` gives user ``i`` its own seeded sequence."""
 
@@ -87,6 +99,7 @@ class Workload:
         self.max_tokens = max_tokens
         self.dataset = dataset
         self._dataset_sha = file_sha256(dataset) if dataset is not None else None
+        self._prompts_sha = prompts_sha256(pools) if dataset is None else None
 
     @property
     def names(self) -> list[str]:
@@ -115,6 +128,7 @@ class Workload:
                 }
                 for p in self.pools
             },
+            **({"prompts_sha256": self._prompts_sha} if self._prompts_sha else {}),
             "dataset": None
             if self.dataset is None
             else {

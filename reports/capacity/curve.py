@@ -15,6 +15,7 @@ from llmload.loadtests.run.capacity import RATIO_CAP
 from llmload.reports.capacity.judge import Criterion, judge, scores
 from llmload.reports.fmt import fmt_ms
 from llmload.reports.server.saturation import server_saturation
+from llmload.reports.steady import steady_part
 
 #: closed loop: more users adding less than this share of throughput is a plateau
 PLATEAU_GAIN = 0.05
@@ -184,7 +185,8 @@ def _phase_times(meta: dict[str, Any], name: Any) -> tuple[float, float] | None:
 
 def capacity_doc(run: Any) -> dict[str, Any] | None:
     """What the capacity gate keeps of a run (``reports.capacity.gate``, baselines): the loads,
-    each request's scores per criterion (rounded, capped), the answer."""
+    each request's scores per criterion (rounded, capped), the answer.  A search made with
+    ``--warmup auto`` keeps each step's steady part only (``reports.steady.steady_part``)."""
     block = run.meta.get("capacity")
     if not isinstance(block, dict) or not block.get("steps"):
         return None
@@ -196,7 +198,10 @@ def capacity_doc(run: Any) -> dict[str, Any] | None:
             continue  # a starved load generator measured nothing about the server
         # a step run again at the same load (too close to call) pools with the first run
         recs = by_load.setdefault(step["load"], [])
-        recs += [r for r in run.records if r.phase == step["phase"]]
+        step_recs = [r for r in run.records if r.phase == step["phase"]]
+        if block.get("warmup") == "auto":  # each step judged on its steady part: so gated
+            step_recs = steady_part(step_recs)[0]
+        recs += step_recs
     steps = []
     for load, recs in by_load.items():
         per = [scores(recs, c, open_loop) for c in criteria]
