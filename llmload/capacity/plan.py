@@ -262,7 +262,9 @@ class CapacitySearch(NullSink):
             point["pooled_with"] = [e["phase"] for e in earlier_here]
         if self.server is not None and len(times) == 2 and records:
             last = max(r.started_at for r in records)
-            point["saturated"] += server_saturation(self.server.samples, times[0], last, times[1])
+            point["saturated"] += server_saturation(
+                self.server.samples, times[0], last, times[1], growing=c.open_loop
+            )
         if c.warmup_auto:
             point["transient_dropped"] = dropped
         health = self._health_by_phase.get(phase.name) or {}

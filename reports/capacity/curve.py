@@ -147,7 +147,9 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
         if run.server is not None and window is not None and recs:
             scrapes = [(s.t, s.sample) for s in run.server.scrapes]
             last = max(r.started_at for r in recs)
-            point["saturated"] += server_saturation(scrapes, window[0], last, window[1])
+            point["saturated"] += server_saturation(
+                scrapes, window[0], last, window[1], growing=open_loop
+            )
         extra = {k: step.get(k) for k in ("phase", "load", "why", "search_verdict", "starved")}
         if step.get("plateau"):
             point["plateau"] = step["plateau"]

@@ -5,7 +5,11 @@ A step saturated the server, by its own account, when
 * requests were waiting in **every** periodic scrape while the step's load was on
   (from its start to its last request's start: the drain that ends a step empties
   any queue; the full scrapes at its boundaries are left out too) — the server
-  runs all it can and the rest queue, so more load only adds queue,
+  runs all it can and the rest queue, so more load only adds queue.  In an open
+  loop (``growing=True``) a queue is also normal below capacity (arrivals bunch:
+  at 85 % of a server's rate it is rarely empty), so there the queue must also
+  grow through the step — its last third's median above its first third's — the
+  sign that requests arrive faster than the server finishes them,
 * its KV cache reached ``KV_FULL`` (no room for more sequences), or
 * it preempted (vLLM) or retracted (SGLang) requests during the step.
 
@@ -37,12 +41,23 @@ def _value(s: Sample, server: serverfamilies.Server, role: str) -> float | None:
     return None
 
 
+def _grows(series: list[float]) -> bool:
+    """The series' last third has a higher median than its first third."""
+    third = max(1, len(series) // 3)
+    return statistics.median(series[-third:]) > statistics.median(series[:third])
+
+
 def server_saturation(
-    samples: Iterable[tuple[float, Sample]], t0: float, t1: float, t_end: float | None = None
+    samples: Iterable[tuple[float, Sample]],
+    t0: float,
+    t1: float,
+    t_end: float | None = None,
+    growing: bool = False,
 ) -> list[str]:
     """Why the server's own metrics say it was saturated between ``t0`` and ``t1`` — the
     step's start and its last request's start; preemptions count to ``t_end``, the step's
-    end (empty: they do not say so, or there are none)."""
+    end (empty: they do not say so, or there are none).  ``growing``: an open-loop step,
+    whose queue must also grow through the step to count."""
     t_end = t1 if t_end is None else t_end
     everything = sorted(samples, key=lambda ts: ts[0])
     names = {n for _, s in everything for n in s.names()}
@@ -53,7 +68,7 @@ def server_saturation(
     why = []
     periodic = [s for s in inside if not s.full]
     waiting = [v for s in periodic if (v := _value(s, server, "waiting")) is not None]
-    if len(waiting) >= MIN_SCRAPES and min(waiting) > 0:
+    if len(waiting) >= MIN_SCRAPES and min(waiting) > 0 and (not growing or _grows(waiting)):
         why.append(
             f"server queue: {server.name} had requests waiting in all {len(waiting)} scrapes "
             f"of the step (median {statistics.median(waiting):g})"

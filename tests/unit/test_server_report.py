@@ -146,3 +146,23 @@ def test_server_saturation_evidence() -> None:
     assert any(w.startswith("server KV cache: vLLM's reached 97%") for w in why)
     assert any(w.startswith("server preemptions: vLLM preempted 7") for w in why)
     assert server_saturation(samples[:1], 0.0, 50.0) == []
+
+
+def test_an_open_loop_queue_counts_only_when_it_grows() -> None:
+    from llmload.loadtests.run.promsample import Sample
+
+    def series(waiting: list[float]) -> list[tuple[float, Sample]]:
+        return [
+            (
+                float(t),
+                Sample(values={"vllm:num_requests_waiting": w, "vllm:num_requests_running": 8}),
+            )
+            for t, w in enumerate(waiting)
+        ]
+
+    steady = series([2, 1, 3, 2, 1, 2, 3, 1, 2])  # a queue that comes and goes: below capacity
+    growing = series([1, 2, 2, 4, 5, 7, 9, 12, 14])  # arrivals outpace the server
+    assert server_saturation(steady, 0.0, 9.0)  # closed loop: waiting all the step is enough
+    assert server_saturation(steady, 0.0, 9.0, growing=True) == []
+    (why,) = server_saturation(growing, 0.0, 9.0, growing=True)
+    assert why.startswith("server queue: vLLM had requests waiting in all 9 scrapes")
