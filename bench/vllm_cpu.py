@@ -31,44 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 ROOT = Path(__file__).resolve().parent.parent
 MAX_NUM_SEQS = 8
 #: the capacity sweep: users per step (vLLM runs 8 at once)
 SWEEP = ("--users", "2", "--sweep", "4", "--min", "2", "--max", "20")
-START_TIMEOUT_S = 900.0
-
-
-def _serve(python: str, model_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    cmd = [
-        python,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        *("--model", str(model_dir), "--served-model-name", "tiny"),
-        *("--max-model-len", "2048", "--dtype", "float32", "--gpu-memory-utilization", "0.2"),
-        *("--max-num-seqs", str(MAX_NUM_SEQS), "--enable-prefix-caching"),
-        "--enable-prompt-tokens-details",
-        *("--host", "127.0.0.1", "--port", str(port)),
-    ]
-    with log.open("wb") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _wait(url: str, proc: subprocess.Popen[bytes]) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < START_TIMEOUT_S:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {proc.returncode} while starting")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return time.monotonic() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(2)
-    raise RuntimeError(f"vLLM not healthy after {START_TIMEOUT_S:.0f} s")
 
 
 def _llmload(*args: str) -> subprocess.CompletedProcess[str]:
@@ -110,8 +76,8 @@ def capacity_rows(url: str, out: Path) -> tuple[list[str], dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     from bench.calibration import current
     from bench.mdsection import load_average, machine, write_section
+    from bench.vllm_prefix import free_port, start_vllm
     from llmload.target_server.model.embedded import embedded_model_dir
-    from llmload.target_server.serving import bind
 
     python = os.environ.get("LLMLOAD_VLLM_PYTHON")
     if not python:
@@ -122,14 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cal = current()
     load = load_average()
-    sock = bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
-        proc = _serve(python, embedded_model_dir(), port, Path(tmp) / "vllm.log")
+        t0 = time.monotonic()
+        extra = ("--max-num-seqs", str(MAX_NUM_SEQS))
+        proc = start_vllm(python, embedded_model_dir(), port, Path(tmp) / "vllm.log", extra)
         try:
-            started = _wait(url, proc)
+            started = time.monotonic() - t0
             rows, facts = capacity_rows(url, Path(tmp) / "capacity")
         finally:
             proc.terminate()

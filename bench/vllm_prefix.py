@@ -47,11 +47,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_vllm(python: str, model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    """vLLM's OpenAI server on 127.0.0.1:``port``, healthy when returned."""
+def start_vllm(
+    python: str, model: Path, port: int, log: Path, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """vLLM's OpenAI server on 127.0.0.1:``port``, healthy when returned (``extra``: more
+    of vLLM's arguments; ``bench.vllm_cpu`` limits its batch with them)."""
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), *VLLM_ARGS]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), *VLLM_ARGS, *extra]
     proc = subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
