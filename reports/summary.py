@@ -229,7 +229,7 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
             stats,
             diagnostics=_diagnose(recs, stats.mode),
             harness=health.get(name),
-            extra={**phase_blocks(recs), **extra},
+            extra={**stats.extra, **phase_blocks(recs), **extra},
         )
     phases, server = attach_server(run, phases)
     codes = {d.get("code"): d for p in phases.values() for d in p.diagnostics or []}

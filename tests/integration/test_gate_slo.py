@@ -92,7 +92,10 @@ def test_twenty_percent_slower_first_token_fails_on_ttft_only(runs: dict[str, Pa
 
 def test_same_server_twice_passes(runs: dict[str, Path]) -> None:
     code, out, doc = gate(runs, "same")
-    assert code == 0 or (code == 2 and STARVED in out), out
+    # never a false alarm; on a loaded machine a 6 s run's per-second throughput may be too
+    # noisy to call (inconclusive, said so) — that is the gate being honest, not a pass
+    noisy = "too noisy to tell" in out
+    assert code == 0 or (code == 2 and (STARVED in out or noisy)), out
     assert not [c for c in doc["checks"] if c["verdict"] == "fail"]
 
 
