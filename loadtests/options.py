@@ -37,6 +37,7 @@ from typing import Any
 
 from llmload.loadtests.durations import parse_duration, parse_fraction, parse_span
 from llmload.loadtests.redact import redact_header, redact_url, redact_value
+from llmload.loadtests.sizes import MIB, parse_size
 from llmload.loadtests.slo import parse_slo
 
 MODES = ("sync", "stream")
@@ -44,6 +45,9 @@ ARRIVALS = ("poisson", "constant")
 FIRST_STARTS = ("spread", "together")
 #: the load generator's HTTP client: ``loadtests.transport.http1`` or httpx
 HTTP_CLIENTS = ("lean", "httpx")
+#: defaults of ``--max-event-bytes`` and ``--max-body-bytes`` (``loadtests.measure.caps``)
+MAX_EVENT_BYTES = 1 * MIB
+MAX_BODY_BYTES = 64 * MIB
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,10 @@ def _warmup(value: Any) -> float | str:
 def warmup_seconds(opts: LoadOptions) -> float:
     """The fixed warm-up phase's length (0 with ``--warmup auto``: there is none)."""
     return 0.0 if opts.warmup == AUTO else float(opts.warmup)
+
+
+def _size(value: Any) -> int:
+    return parse_size(value)
 
 
 def _fraction(value: Any) -> float | None:
@@ -278,6 +286,22 @@ class ConnectionOptions:
         "so machine drift hits both alike; `report gate RUN` then compares the two",
         metavar="URL",
     )
+    max_event_bytes: int = option(
+        MAX_EVENT_BYTES,
+        "one SSE event may hold this much before its end; past it -> 'protocol'",
+        parse=_size,
+        metavar="SIZE",
+        shown="1MiB",
+        check=(_positive, "must be positive"),
+    )
+    max_body_bytes: int = option(
+        MAX_BODY_BYTES,
+        "one response body (decoded) may hold this much; past it -> 'protocol'",
+        parse=_size,
+        metavar="SIZE",
+        shown="64MiB",
+        check=(_positive, "must be positive"),
+    )
 
     def headers_dict(self) -> dict[str, str]:
         """``--header K:V`` values as a dict (values verbatim; never logged)."""
@@ -355,6 +379,13 @@ class LoadOptions:
         "gate compares all of them and reports the spread between them",
         metavar="N",
         check=(_at_least_1, "must be >= 1"),
+    )
+    drain_timeout: float = option(
+        10.0,
+        "at a phase's end, requests in flight get this long to finish, then end as "
+        "'disconnect' (cancelled by the client)",
+        parse=_duration,
+        shown="10s",
     )
     #: fixes prompt choice and order, and open-loop arrivals and first starts
     seed: int = option(0, "seed for prompt choice, arrivals and first starts")

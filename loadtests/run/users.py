@@ -205,7 +205,9 @@ class LLMUser(User):
             session_id=prompt.session_id,
             step=prompt.step,
         )
-        timer = StreamTimer(self.adapter, t0, tokenizer=ctx.tokenizer)
+        timer = StreamTimer(
+            self.adapter, t0, tokenizer=ctx.tokenizer, max_event=ctx.target.max_event_bytes
+        )
         try:
             status, error = perform(self.http, ctx.target, call, timer, self.follow_up)
         except GreenletExit:
