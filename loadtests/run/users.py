@@ -110,7 +110,7 @@ class LLMUser(User):
     def chat(self) -> None:
         ctx = self.ctx
         phase = ctx.phase
-        if phase is None or not ctx.accepting:
+        if phase is None or not ctx.accepting or ctx.held:
             gevent.sleep(0.1)
             return
         if ctx.schedule is None:
@@ -142,6 +142,8 @@ class LLMUser(User):
         # the prompt is made before the wait: its making does not make the send late
         intended = ctx.phase_t0 + slot[1]
         sleep_until(intended, SPIN_S if phase.timed else 0.0)
+        while ctx.held and ctx.accepting:  # the master is behind: the send waits (and is late)
+            gevent.sleep(0.05)
         if not ctx.accepting:
             return
         if prompt is not None and isinstance(source, AgentSessions):
