@@ -24,6 +24,7 @@ BENCHES: dict[str, str] = {
     "engine-process": "bench.engine_process",
     "capacity": "bench.capacity",
     "scale": "bench.scale",
+    "open-streams": "bench.scale.streams",
     "flamegraphs": "bench.flamegraphs",
 }
 
