@@ -258,4 +258,4 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
     )
     spread = report_spread(phases)
     blocks: dict[str, Any] = {"repeats": spread} if spread else {}
-    return replace(summary, trust=assess(summary), extra=blocks)
+    return replace(summary, trust=assess(summary), extra={**summary.extra, **blocks})
