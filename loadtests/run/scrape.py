@@ -221,6 +221,7 @@ class ServerScraper(NullSink):
             time.sleep(0)
             cpu[0] = time.process_time()
 
+        pause()
         sample = self.sampler.sample(text, full, pause)
         self.parse_cpu_s += time.process_time() - cpu[0]
         self.scrapes += 1

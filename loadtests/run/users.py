@@ -30,7 +30,7 @@ from gevent import GreenletExit
 from locust import User, task
 
 from llmload.loadtests.measure.adapters import get_adapter
-from llmload.loadtests.measure.adapters.base import Adapter, Prompt, follow_up_of
+from llmload.loadtests.measure.adapters.base import Adapter, HttpCall, Prompt, follow_up_of
 from llmload.loadtests.measure.adapters.toolcalls import ToolCallTap
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
@@ -139,8 +139,14 @@ class LLMUser(User):
                 return
             source = ctx.workload.for_user(slot[0])
             prompt = ctx.draw(source)
-        # the prompt is made before the wait: its making does not make the send late
+        # the prompt and its request body are made before the wait: their making does not
+        # make the send late
         intended = ctx.phase_t0 + slot[1]
+        call = None
+        if prompt is not None and not isinstance(source, AgentSessions):
+            call = self.adapter.build(
+                prompt, mode=phase.mode, model=ctx.model, options=ctx.request_options()
+            )
         sleep_until(intended, SPIN_S if phase.timed else 0.0)
         while ctx.held and ctx.accepting:  # the master is behind: the send waits (and is late)
             gevent.sleep(0.05)
@@ -149,7 +155,7 @@ class LLMUser(User):
         if prompt is not None and isinstance(source, AgentSessions):
             self.session(phase, source, prompt, intended)  # --rate: sessions per second
         elif prompt is not None:
-            self.issue(phase, prompt, None, intended=intended)
+            self.issue(phase, prompt, None, intended=intended, call=call)
 
     def session(
         self, phase: Phase, sessions: AgentSessions, first: Prompt, intended: float | None
@@ -163,12 +169,21 @@ class LLMUser(User):
         run_session(issue, self.tap, self.ctx, sessions, first, intended)
 
     def issue(
-        self, phase: Phase, prompt: Prompt, prompts: Any, intended: float | None = None
+        self,
+        phase: Phase,
+        prompt: Prompt,
+        prompts: Any,
+        intended: float | None = None,
+        call: HttpCall | None = None,
     ) -> RequestRecord:
-        """Send one prompt; emit its record and locust events; return the record."""
+        """Send one prompt (``call``: its request, when built ahead); emit its record and
+        locust events; return the record."""
         ctx = self.ctx
         mode = phase.mode
-        call = self.adapter.build(prompt, mode=mode, model=ctx.model, options=ctx.request_options())
+        if call is None:
+            call = self.adapter.build(
+                prompt, mode=mode, model=ctx.model, options=ctx.request_options()
+            )
         request_id = uuid.uuid4().hex
         if ctx.announce is not None:
             ctx.announce(

@@ -51,3 +51,33 @@ def test_interleaved_targets_are_gated_against_each_other(tmp_path: Path) -> Non
     # both repeats of each side pooled; each repeat's value listed
     assert {s["target"] for s in doc["spread"]} == {"run", "baseline"}
     assert "(same run)" in gate.stdout
+
+
+def test_repeats_with_workers_keep_every_record_and_their_spread(tmp_path: Path) -> None:
+    """``--repeat 2 --workers 2``: each repeat is run by both workers, nothing is lost, and the
+    summary and the gate read the repeats as one (``--baseline-target`` is one process only)."""
+    out = tmp_path / "rep"
+    with start_server_process("--ttft-ms", "200", *SERVER_ARGS) as server:
+        extra = ["--duration", "6s", "--warmup", "1s", "--repeat", "2", "--workers", "2"]
+        cmd = load_command(out, server.url, extra=extra)
+        proc = llmload(*cmd[cmd.index("run") :])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    meta = json.loads((out / "run.json").read_text())
+    assert [p["name"] for p in meta["phases"]] == ["warmup", "stream-1", "stream-2"]
+    assert not meta.get("lost_workers")
+    records = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    for name in ("stream-1", "stream-2"):
+        got = [r for r in records if r["phase"] == name]
+        assert {r["worker"] for r in got} == {"worker-0", "worker-1"}, name
+        assert all(r["status"] == "ok" for r in got), {r["status"] for r in got}
+    summary = json.loads((out / "summary.json").read_text())
+    assert {r["metric"] for r in summary["repeats"]} >= {"TTFT p95 ms"}
+    assert "between-run spread (--repeat):" in proc.stdout
+    # a run gated against itself: both repeats pooled, no change, the spread listed
+    base = tmp_path / "base.json"
+    made = llmload("report", "baseline", str(out), "--out", str(base))
+    assert made.returncode == 0, made.stdout + made.stderr
+    gate = llmload("report", "gate", str(out), "--baseline", str(base), "--metric", "ttft,itl")
+    assert gate.returncode == 0, gate.stdout[-2000:]
+    doc = json.loads((out / "gate.json").read_text())
+    assert {s["target"] for s in doc["spread"]} == {"run"}

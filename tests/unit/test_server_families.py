@@ -71,6 +71,18 @@ def test_light_scrape_keeps_counts_not_buckets() -> None:
     assert chosen < 60 < len(text("vllm-after").splitlines())
 
 
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.txt")))
+def test_light_choice_is_the_full_one_less_its_buckets(name: str) -> None:
+    """The light scrape drops bucket lines in one pass before the line loop: the lines it
+    keeps are exactly the full scrape's without ``_bucket`` samples, in the same blocks."""
+    sampler = Sampler(sf.known_names())
+    full = sampler.choose(text(name), full=True)
+    expected = [[x for x in b if "_bucket{" not in x and "_bucket " not in x] for b in full]
+    expected = [b for b in expected if not (len(b) == 1 and b[0].startswith("#"))]
+    assert sampler.choose(text(name), full=False) == expected
+    assert any("_bucket" in x for b in full for x in b)  # the fixture has buckets to drop
+
+
 def test_a_named_family_is_kept_and_chunks_pause() -> None:
     pauses = []
     sampler = Sampler(["vllm:iteration_tokens_total", "vllm:request_success"])
