@@ -51,11 +51,12 @@ loadtest: install ## sync-vs-stream run; TARGET unset = start the bundled server
 	  --users $(USERS) --spawn-rate $(SPAWN_RATE) --pacing $(PACING) --duration $(DURATION) --warmup $(WARMUP) \
 	  --modes $(MODES) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
 
-# capacity search (docs/capacity.md): open loop unless SEARCH=users
+# capacity search (docs/capacity.md): open loop unless SEARCH=users; a trace's pace:
+# SEARCH=speedup ARGS="--dataset trace FILE"
 SLO ?= ttft_p95=600ms
 BUDGET ?= 10m
 SEARCH ?= rate
-capacity: install ## highest load within SLO= (ttft_p95=600ms) in BUDGET= (10m); SEARCH=rate|users; TARGET unset = bundled server
+capacity: install ## highest load within SLO= (ttft_p95=600ms) in BUDGET= (10m); SEARCH=rate|users|speedup; TARGET unset = bundled server
 	$(LLMLOAD) capacity --target "$(TARGET)" --model "$(MODEL)" --engine "$(ENGINE)" --$(SEARCH) \
 	  --slo "$(SLO)" --budget $(BUDGET) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
 

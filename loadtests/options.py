@@ -467,7 +467,7 @@ class WorkloadOptions:
     )
     speedup: float = option(
         1.0,
-        "--dataset trace: replay X times as fast",
+        "--dataset trace: replay X times as fast (llmload capacity --speedup searches it)",
         metavar="X",
         check=(_positive, "must be > 0"),
     )

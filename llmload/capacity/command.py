@@ -7,6 +7,9 @@ and the gate see every step; the bundled server first when ``--target`` is empty
 
 Open loop (``--rate``): the load is requests/s and latency counts from the
 intended send time.  Closed loop (``--users``): the load is back-to-back users.
+A trace (``--dataset trace FILE``) keeps its own timing: the load is its speedup
+(``--speedup``).  Agent sessions (``--dataset agent``): ``--rate`` is sessions/s,
+``--users`` users running sessions; the SLOs are on their requests.
 The steps themselves: ``llmload.capacity.plan``.
 """
 
@@ -27,6 +30,9 @@ from llmload.loadtests.run import runner
 from llmload.loadtests.run.capacity import SearchConfig
 from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import RecordSink
+from llmload.loadtests.workload.agent import STEPS as AGENT_STEPS
+from llmload.loadtests.workload.replay import Pace, window_of
+from llmload.loadtests.workload.traces import read_trace
 from llmload.reports.capacity.judge import Criterion, parse_capacity_slo
 
 DEFAULT_SLO = "ttft_p95=600ms"
@@ -49,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         const=1.0,
         metavar="START",
-        help="open loop: search requests/s, from START (1)",
+        help="open loop: search requests/s (--dataset agent: sessions/s), from START (1)",
     )
     how.add_argument(
         "--users",
@@ -57,7 +63,17 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         const=1,
         metavar="START",
-        help="closed loop: search back-to-back users, from START (1; the default search)",
+        help="closed loop: search back-to-back users (--dataset agent: each running sessions), "
+        "from START (1; the default search)",
+    )
+    how.add_argument(
+        "--speedup",
+        nargs="?",
+        type=float,
+        const=1.0,
+        metavar="START",
+        help="--dataset trace: search the replay's speedup (its own timing, scaled), from "
+        "START (1; the search a trace gets)",
     )
     g.add_argument(
         "--slo",
@@ -105,8 +121,24 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
         if any(a == flag or a.startswith(flag + "=") for a in rest):
             raise ValueError(f"{flag} is set by the search (see llmload capacity --help)")
     criteria = tuple(parse_capacity_slo(ns.slo))
-    open_loop = ns.rate is not None
-    start = float(ns.rate if open_loop else (ns.users or 1))
+    inv = loadtests_cli.parse(["run", *rest, "--modes", ns.mode, "--pacing", "0s"])
+    assert inv.options is not None
+    trace = trace_file(inv.options.workload.dataset)
+    replay, trace_info = None, None
+    if trace:
+        if ns.rate is not None or ns.users is not None:
+            raise ValueError(
+                "--dataset trace keeps the trace's own timing: the search is over its pace "
+                "(--speedup [START]), not --rate or --users"
+            )
+        replay, trace_info = _trace_pace(trace, inv.options.workload.trace_window)
+    elif ns.speedup is not None:
+        raise ValueError("--speedup searches a trace replay's pace: it needs --dataset trace FILE")
+    open_loop = ns.rate is not None or replay is not None
+    if replay is not None:
+        start = float(ns.speedup or 1.0)
+    else:
+        start = float(ns.rate if ns.rate is not None else (ns.users or 1))
     minimum = ns.minimum if ns.minimum is not None else (start / 16 if open_loop else 1.0)
     if ns.sweep and ns.minimum is not None:
         start = minimum  # a sweep starts (and warms up) at its lowest load
@@ -132,26 +164,46 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
         engine=ns.engine or "",
         server_args=tuple(ns.server_arg),
         sweep=ns.sweep,
+        replay=replay,
+        trace=trace_info,
+        session_steps=(
+            (inv.options.workload.agent_steps or AGENT_STEPS)
+            if inv.options.workload.dataset == AGENT
+            else 0
+        ),
     )
     if ns.sweep and (ns.sweep < 2 or ns.minimum is None or ns.maximum is None):
         raise ValueError("--sweep N needs N >= 2, --min and --max")
     SearchConfig(start=start, minimum=minimum, maximum=ns.maximum, tolerance=tolerance)  # checks
-    inv = loadtests_cli.parse(["run", *rest, "--modes", ns.mode, "--pacing", "0s"])
-    assert inv.options is not None
     label = inv.options.output.label or "capacity"
     opts = inv.options.with_(slo=_goodput_spec(criteria), label=label)
     if opts.distributed.workers or opts.distributed.master:
         raise ValueError("llmload capacity runs in one process (no --workers/--master yet)")
-    if trace_file(opts.workload.dataset) or opts.workload.dataset == AGENT:
-        raise ValueError(
-            "llmload capacity varies the load per request; a trace keeps its own times "
-            "(replay it at several --speedup values) and an agent session is several "
-            "requests (run --dataset agent at several --rate values)"
-        )
+    if replay is not None and opts.workload.speedup != 1.0:
+        raise ValueError("the search sets each step's speedup (--speedup START starts it)")
     if opts.connection.baseline_target or opts.load.repeat > 1:
         raise ValueError("--baseline-target and --repeat are for `llmload run`, not a search")
     argv_full = ["llmload", "capacity", *argv]
     return copts, opts, argv_full
+
+
+def _trace_pace(path: str, window: str | None) -> tuple[Pace, dict[str, Any]]:
+    """The pace a search over ``path`` scales (its ``--trace-window``), and what run.json says of
+    it; ``ValueError`` (``FILE:LINE``) for a bad trace, or a window with no pace to scale."""
+    kept, pace = window_of(read_trace(path), window)
+    if pace.period is None or pace.rate is None:
+        raise ValueError(
+            f"{path}: the replayed requests ({len(kept)}) all fall at one time: a search over "
+            "the trace's pace needs two or more at different times"
+        )
+    info = {
+        "file": path,
+        "window": window,
+        "requests": len(kept),
+        "lap_s": pace.period,
+        "rate_per_s": pace.rate,
+    }
+    return pace, info
 
 
 def _goodput_spec(criteria: Sequence[Criterion]) -> str:

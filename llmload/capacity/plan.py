@@ -10,10 +10,22 @@ Open loop: a step at R req/s lasts ``requests / R`` seconds (within
 ``--min-step``..``--max-step``) with at most ``--concurrency-cap`` requests in
 flight.  Closed loop: a step at U back-to-back users lasts until it has its
 requests (at least ``CLOSED_LOOP_WAVES`` per user).
+
+A trace (``--dataset trace``, loads in ``speedup``): a step at speedup X replays
+the window from its start at X times its pace for as long as it takes to hold its
+requests (the window again from its start, in laps, when it is shorter; within
+``--min-step``..``--max-step``, plus the replay's lead), each step on laps of its
+own (``Phase.lap``: fresh texts).  Agent sessions (``--dataset agent``): open loop the
+load is sessions/s, and a step lasts ``requests / (R x requests per session)``, the
+requests a session gave in the steps so far (before any, half of ``--agent-steps``
+and a half), and at least ``SESSION_WAVES`` times a session's time to its final
+answer; closed loop, users running sessions back to back.  Either way the SLOs are
+judged on the requests.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -33,12 +45,20 @@ from llmload.loadtests.run.capacity import (
     bracket,
     decide,
 )
+from llmload.loadtests.run.context import REPLAY_LEAD_S
 from llmload.loadtests.run.healthlog import HealthLog
 from llmload.loadtests.run.phaseloop import scheduled_arrivals
 from llmload.loadtests.run.phases import Phase
 from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import HarnessHealth, NullSink
-from llmload.reports.capacity.curve import answer_text, plateau
+from llmload.loadtests.workload.replay import Pace
+from llmload.reports.capacity.curve import (
+    SPEEDUP,
+    answer_text,
+    load_text,
+    plateau,
+    session_point,
+)
 from llmload.reports.capacity.judge import (
     Criterion,
     explained_by_client,
@@ -53,6 +73,10 @@ from llmload.reports.steady import steady_part
 OPEN_LOOP_CAP = 64
 #: closed loop: a step has at least this many requests per user
 CLOSED_LOOP_WAVES = 4
+#: open loop, agent sessions: a step lasts at least this many times a session's time to its
+#: final answer, so the ramp of its first sessions and the cut of its last ones are a small
+#: part of it
+SESSION_WAVES = 4
 
 
 @dataclass(frozen=True)
@@ -80,10 +104,31 @@ class CapacityOptions:
     server_args: tuple[str, ...] = ()
     #: instead of searching, step through this many loads evenly from minimum to maximum
     sweep: int = 0
+    #: a trace replay (``--dataset trace``): its window's pace; the loads are its speedups
+    replay: Pace | None = None
+    #: what run.json says of the trace (file, window, requests, lap, rate at 1x)
+    trace: dict[str, Any] | None = None
+    #: agent sessions (``--dataset agent``): model calls per session; 0: single requests
+    session_steps: int = 0
 
     @property
     def unit(self) -> str:
-        return "req/s" if self.open_loop else "users"
+        if self.replay is not None:
+            return SPEEDUP
+        if self.open_loop:
+            return "sessions/s" if self.session_steps else "req/s"
+        return "users"
+
+    @property
+    def search(self) -> str:
+        """The search in words (run.json)."""
+        if self.replay is not None:
+            return "open loop (a trace replay's speedup)"
+        if self.session_steps:
+            if self.open_loop:
+                return "open loop (agent sessions/s)"
+            return "closed loop (users running agent sessions)"
+        return "open loop (requests/s)" if self.open_loop else "closed loop (users)"
 
     def requests_per_step(self, probe: bool = False) -> int:
         """``--step-requests``, else twice the fewest that can show the strictest percentile;
@@ -98,6 +143,22 @@ class CapacityOptions:
         so the synchronised first wave and the draining last one are a small part of it."""
         n = self.requests_per_step(probe)
         return n if self.open_loop else max(n, CLOSED_LOOP_WAVES * int(load))
+
+    def step_s(
+        self, load: float, probe: bool = False, per_arrival: float = 1.0, floor_s: float = 0.0
+    ) -> float:
+        """Open loop: how long a step at ``load`` sends for (within --min-step..--max-step).
+
+        Requests/s: ``requests / load``; sessions/s: ``requests / (load x per_arrival)``,
+        ``per_arrival`` the requests a session gives, and at least ``floor_s``; a trace at
+        speedup ``load``: half way from its last request's time to the next's (so the
+        step holds just its requests)."""
+        n = self.requests_at(load, probe)
+        if self.replay is not None:
+            want = (self.replay.at(n - 1, load) + self.replay.at(n, load)) / 2
+        else:
+            want = max(floor_s, n / (load * per_arrival))
+        return min(self.max_step_s, max(self.min_step_s, want))
 
 
 class CapacitySearch(NullSink):
@@ -127,6 +188,8 @@ class CapacitySearch(NullSink):
         #: the step under way: judged when its phase ends (its records are all in by then),
         #: so run.json's capacity block, rewritten right after, already holds it
         self._pending: tuple[Phase, float, str] | None = None
+        #: a trace replay: the next step's first lap (each step replays laps of its own)
+        self._next_lap = 0
 
     # -- sink -----------------------------------------------------------------
     def on_record(self, record: RequestRecord) -> None:
@@ -152,24 +215,78 @@ class CapacitySearch(NullSink):
         do so with every request within bounds), so they take the fewest requests that can."""
         return not self.copts.sweep and bracket(self.steps)[1] is None
 
+    def per_arrival(self) -> float:
+        """Requests per arrival: 1, or for agent sessions the fewest a session gave in a step
+        so far (sessions cut by a step's end give fewer than ``--agent-steps``)."""
+        k = self.copts.session_steps
+        if not k:
+            return 1.0
+        seen = [
+            e["point"]["requests"] / e["scheduled"]
+            for e in self.log
+            if e.get("scheduled") and e.get("point")
+        ]
+        return max(1.0, min(float(k), *seen)) if seen else (k + 1) / 2
+
+    def session_floor_s(self) -> float:
+        """Open-loop agent sessions: the shortest step, ``SESSION_WAVES`` times a session's
+        time to its final answer (p50) — the longest of the passing steps so far (steps
+        within the SLO are where the search narrows), else the shortest seen; 0 before any."""
+        seen = [
+            (e["search_verdict"] == PASS, p50 / 1000.0)
+            for e in self.log
+            if (sessions := (e.get("point") or {}).get("sessions"))
+            and (p50 := sessions["session_ms"].get("p50")) is not None
+        ]
+        if not seen:
+            return 0.0
+        passed = [t for ok, t in seen if ok]
+        return SESSION_WAVES * (max(passed) if passed else min(t for _, t in seen))
+
     def phase(self, index: int, load: float) -> Phase:
-        """The phase of step ``index`` at ``load``."""
+        """The phase of step ``index`` at ``load`` (a trace replay's: the laps it takes are
+        its own, the next step's start after them)."""
         c = self.copts
         n = c.requests_at(load, self.probing())
         mode: Any = c.mode
+        if c.replay is not None:
+            replay_s = c.step_s(load, self.probing())
+            return self._replay_phase(f"step{index:02d}-{load:g}x", replay_s, load)
         if c.open_loop:
-            duration = min(c.max_step_s, max(c.min_step_s, n / load))
-            name = f"step{index:02d}-{load:g}rps"
+            duration = c.step_s(load, self.probing(), self.per_arrival(), self.session_floor_s())
+            unit = "sps" if c.session_steps else "rps"
+            name = f"step{index:02d}-{load:g}{unit}"
             return Phase(name, mode, duration, users=c.concurrency_cap, rate=load)
         name = f"step{index:02d}-{load:g}users"
         return Phase(name, mode, c.max_step_s, requests=n, users=int(load))
 
+    def _replay_phase(self, name: str, replay_s: float, load: float, warmup: bool = False) -> Phase:
+        """A phase replaying the trace at speedup ``load`` for ``replay_s`` seconds."""
+        c = self.copts
+        assert c.replay is not None
+        lap = self._next_lap
+        laps = math.ceil(c.replay.count_before(replay_s, load) / len(c.replay.offsets))
+        self._next_lap += max(1, laps)
+        return Phase(
+            name,
+            c.mode,  # type: ignore[arg-type]
+            REPLAY_LEAD_S + replay_s,
+            warmup,
+            users=c.concurrency_cap,
+            timed=True,
+            speedup=load,
+            lap=lap,
+        )
+
     def cost_s(self, load: float) -> float:
-        """How long a step at ``load`` should take (closed loop: from the measured throughput)."""
+        """How long a step at ``load`` should take (closed loop: from the measured throughput;
+        a trace replay's: its lead and the replay)."""
         c = self.copts
         n = c.requests_at(load, self.probing())
         if c.open_loop:
-            return min(c.max_step_s, max(c.min_step_s, n / load))
+            lead = REPLAY_LEAD_S if c.replay is not None else 0.0
+            floor = self.session_floor_s()
+            return lead + c.step_s(load, self.probing(), self.per_arrival(), floor)
         per_user = [
             e["point"]["throughput_per_s"] / e["load"]
             for e in self.log
@@ -185,7 +302,9 @@ class CapacitySearch(NullSink):
         self._started = time.monotonic()
         if c.warmup_s > 0:
             load = c.start
-            if c.open_loop:
+            if c.replay is not None:
+                yield self._replay_phase("warmup", c.warmup_s, load, warmup=True)
+            elif c.open_loop:
                 yield Phase("warmup", c.mode, c.warmup_s, True, users=c.concurrency_cap, rate=load)  # type: ignore[arg-type]
             else:
                 yield Phase("warmup", c.mode, c.warmup_s, True, users=int(load))  # type: ignore[arg-type]
@@ -235,15 +354,24 @@ class CapacitySearch(NullSink):
             records, dropped = steady_part(records)
         times = self._times.get(phase.name, [])
         wall = times[-1] - times[0] if len(times) == 2 else phase.duration
-        scheduled = scheduled_arrivals(self.opts.load, phase, 1) if c.open_loop else None
+        duration = phase.duration if c.open_loop else wall
+        scheduled = None
+        if c.replay is not None:  # the replay's own length: its lead sends nothing
+            duration = phase.duration - REPLAY_LEAD_S
+            scheduled = c.replay.count_before(duration, load)
+        elif c.open_loop:
+            scheduled = scheduled_arrivals(self.opts.load, phase, 1)
         point = judge(
             records,
             c.criteria,
             c.confidence,
-            duration_s=phase.duration if c.open_loop else wall,
+            duration_s=duration,
             open_loop=c.open_loop,
             scheduled=scheduled,
         )
+        sessions = session_point(records) if c.session_steps else None
+        if sessions is not None:
+            point["sessions"] = sessions
         earlier_here = [
             e for e in self.log if e["load"] == load and e["search_verdict"] != UNRELIABLE
         ]
@@ -310,8 +438,20 @@ class CapacitySearch(NullSink):
         if starved:
             counted = "" if verdict == UNRELIABLE else "; the verdict stands beyond its lag"
             extra += f" [load generator starved: {', '.join(starved)}{counted}]"
+        unit = self.copts.unit
+        what = load_text(load, unit)
+        if unit in (SPEEDUP, "sessions/s"):
+            what += f" ({point['sent_per_s']:.3g} req/s sent)"
+        sessions = point.get("sessions")
+        if sessions:
+            took = sessions["session_ms"].get("p50")
+            extra += (
+                f" [sessions: {sessions['complete']} of {sessions['sessions']} complete"
+                + ("" if took is None else f", p50 {fmt_ms(took)} ms to the final answer")
+                + "]"
+            )
         return (
-            f"capacity {name}: {load:g} {self.copts.unit} -> {verdict} "
+            f"capacity {name}: {what} -> {verdict} "
             f"({point['verdict']}; {crit}; {point['requests']} requests){extra}"
         )
 
@@ -329,9 +469,10 @@ class CapacitySearch(NullSink):
         c = self.copts
         return {
             "capacity": {
-                "search": ("fixed sweep, " if c.sweep else "")
-                + ("open loop (requests/s)" if c.open_loop else "closed loop (users)"),
+                "search": ("fixed sweep, " if c.sweep else "") + c.search,
                 "unit": c.unit,
+                "open_loop": c.open_loop,
+                "trace": c.trace,
                 "mode": c.mode,
                 "criteria": [
                     {"quantile": x.quantile, "bounds_ms": x.bounds_ms} for x in c.criteria

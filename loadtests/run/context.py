@@ -126,7 +126,12 @@ class LoadContext:
         if isinstance(self.workload, TraceReplay):  # a replay: the trace's own times
             self.phase_t0 += REPLAY_LEAD_S
             self.schedule = self.workload.arrivals(
-                phase.duration - REPLAY_LEAD_S, self.shard, self.shards, phase.requests
+                phase.duration - REPLAY_LEAD_S,
+                self.shard,
+                self.shards,
+                phase.requests,
+                speedup=phase.speedup,
+                lap=phase.lap,
             )
         elif rate is not None:
             self.schedule = ArrivalSchedule(

@@ -28,6 +28,12 @@ class Phase:
     rate: float | None = None
     #: arrivals at a trace's times (``--dataset trace``): an open loop without ``rate``
     timed: bool = False
+    #: a replay's pace of the phase's own (the steps of a capacity search over a trace):
+    #: the window in laps at this speedup for the phase's length; None: once, at --speedup
+    speedup: float | None = None
+    #: with ``speedup``: the lap the replay starts at (its texts; each step its own, so no
+    #: step finds the prompts of the one before in a prefix cache)
+    lap: int = 0
     #: ``RUN`` (``--target``) or ``BASELINE`` (``--baseline-target``)
     target: str = RUN
 

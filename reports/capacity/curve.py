@@ -2,6 +2,11 @@
 what ``summary.json`` and the capacity gate keep of a capacity run (``run.json``'s block).
 
 Each step is judged by ``reports.capacity.judge.judge``; this module works across steps.
+
+Units of load (run.json's ``capacity.unit``): ``req/s`` and ``users``; ``sessions/s``
+(agent sessions, open loop; closed loop their users are ``users``); ``speedup`` (a
+trace replayed at that many times its pace: the answer also says what request rate
+that is, from the trace's own rate, ``capacity.trace.rate_per_s``).
 """
 
 from __future__ import annotations
@@ -16,11 +21,39 @@ from llmload.reports.capacity.judge import Criterion, judge, scores
 from llmload.reports.fmt import fmt_ms
 from llmload.reports.server.saturation import server_saturation
 from llmload.reports.steady import steady_part
+from llmload.reports.workloads import agent_sessions
 
 #: closed loop: more users adding less than this share of throughput is a plateau
 PLATEAU_GAIN = 0.05
 #: stop reasons that leave the bracket wider than the tolerance
 EARLY = ("budget", "harness", "max_steps")
+#: the unit of a search over a trace replay's pace
+SPEEDUP = "speedup"
+
+
+def is_open_loop(capacity: dict[str, Any]) -> bool:
+    """Was the search open loop (latency from the intended send time)?  Older runs say it
+    by their unit alone."""
+    if "open_loop" in capacity:
+        return bool(capacity["open_loop"])
+    return capacity.get("unit") == "req/s"
+
+
+def session_point(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """Agent sessions of a step: how many, how many reached their final answer, and the time
+    to it (ms, p50/p95; from the intended start too, open loop); None without sessions."""
+    block = agent_sessions(records)
+    if block is None:
+        return None
+    out: dict[str, Any] = {
+        "sessions": block["sessions"],
+        "complete": block["complete"],
+        "session_ms": {k: block["session_ms"].get(k) for k in ("p50", "p95")},
+    }
+    intended = block.get("session_from_intended_ms")
+    if intended:
+        out["session_from_intended_ms"] = {k: intended.get(k) for k in ("p50", "p95")}
+    return out
 
 
 def plateau(
@@ -59,7 +92,32 @@ def fmt_load(value: float | None, unit: str) -> str:
         return "–"
     if unit == "users":
         return f"{value:.0f}"
+    if unit == SPEEDUP:
+        return f"{value:.3g}×"
     return f"{value:.3g}"
+
+
+def load_text(value: float | None, unit: str) -> str:
+    """A load with its unit: ``8 users``, ``7.5 req/s``, ``2 sessions/s``, ``3.2×``."""
+    if unit == SPEEDUP:
+        return fmt_load(value, unit)
+    return f"{fmt_load(value, unit)} {unit}"
+
+
+def _amount(value: float | None, capacity: dict[str, Any]) -> str:
+    """What a load means in the answer: ``8 users``; ``the trace at 3.2× its pace``."""
+    unit = capacity.get("unit", "req/s")
+    if unit == SPEEDUP:
+        return f"the trace at {fmt_load(value, unit)} its pace"
+    return load_text(value, unit)
+
+
+def _per_s(value: float | None, capacity: dict[str, Any]) -> str:
+    """A trace's speedup as requests/s (``≈ 12.8 req/s``, from its rate at 1x); else ''."""
+    rate = (capacity.get("trace") or {}).get("rate_per_s")
+    if capacity.get("unit") != SPEEDUP or not rate or value is None:
+        return ""
+    return f"≈ {value * rate:.3g} req/s"
 
 
 def answer_text(capacity: dict[str, Any], curve: Sequence[dict[str, Any]]) -> str:
@@ -74,7 +132,8 @@ def answer_text(capacity: dict[str, Any], curve: Sequence[dict[str, Any]]) -> st
     if lo is None:
         if hi is None:
             return f"no capacity found ({reason})"
-        return f"does not sustain even {fmt_load(hi, unit)} {unit} at {slo}" + tail
+        rate = f" ({r})" if (r := _per_s(hi, capacity)) else ""
+        return f"does not sustain even {_amount(hi, capacity)}{rate} at {slo}" + tail
     if hi is None:
         why = {
             "maximum": "the highest load allowed",
@@ -82,12 +141,15 @@ def answer_text(capacity: dict[str, Any], curve: Sequence[dict[str, Any]]) -> st
             "harness": "where the load generator ran out of room",
             "budget": "when the budget ran out",
         }.get(reason, reason)
+        rate = f" ({r})" if (r := _per_s(lo, capacity)) else ""
         return (
-            f"sustains at least {fmt_load(lo, unit)} {unit} at {slo} ({why}; no failing load found)"
+            f"sustains at least {_amount(lo, capacity)}{rate} at {slo} "
+            f"({why}; no failing load found)"
         )
     early = f" (stopped early: {ans['why']})" if reason in EARLY and ans.get("why") else ""
+    rate = f"{r}; " if (r := _per_s(est, capacity)) else ""
     return (
-        f"sustains {fmt_load(est, unit)} {unit} (between {fmt_load(lo, unit)} and "
+        f"sustains {_amount(est, capacity)} ({rate}between {fmt_load(lo, unit)} and "
         f"{fmt_load(hi, unit)}) at {slo}" + tail + early
     )
 
@@ -120,7 +182,7 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
     if not isinstance(block, dict) or not isinstance(block.get("steps"), list):
         return None
     criteria = [Criterion(float(c["quantile"]), dict(c["bounds_ms"])) for c in block["criteria"]]
-    open_loop = block.get("unit") == "req/s"
+    open_loop = is_open_loop(block)
     by_phase: dict[str, list[RequestRecord]] = {}
     for r in run.records:
         by_phase.setdefault(r.phase, []).append(r)
@@ -153,11 +215,16 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
         extra = {k: step.get(k) for k in ("phase", "load", "why", "search_verdict", "starved")}
         if step.get("plateau"):
             point["plateau"] = step["plateau"]
+        sessions = session_point(recs)
+        if sessions is not None:
+            point["sessions"] = sessions
         curve.append({**extra, **point})
     answer = block.get("answer") or {}
     return {
         "search": block.get("search"),
         "unit": block.get("unit"),
+        "open_loop": open_loop,
+        "trace": block.get("trace"),
         "mode": block.get("mode"),
         "slo": block.get("slo"),
         "criteria": block["criteria"],
@@ -193,7 +260,7 @@ def capacity_doc(run: Any) -> dict[str, Any] | None:
     if not isinstance(block, dict) or not block.get("steps"):
         return None
     criteria = [Criterion(float(c["quantile"]), dict(c["bounds_ms"])) for c in block["criteria"]]
-    open_loop = block.get("unit") == "req/s"
+    open_loop = is_open_loop(block)
     by_load: dict[float, list[RequestRecord]] = {}
     for step in block["steps"]:
         if step.get("search_verdict") == "unreliable":

@@ -19,6 +19,8 @@ a capacity claim is always one the data supports.  A pass needs at least
 
 Open-loop steps measure TTFT and E2E from the intended send time (plus the
 schedule delay), so a load generator that fell behind cannot hide queueing.
+An arrival is a request, or an agent session (its first step's record): the
+schedule kept is counted in arrivals, the SLOs in requests.
 """
 
 from __future__ import annotations
@@ -229,10 +231,13 @@ def judge(
 ) -> dict[str, Any]:
     """One step: its curve point (latencies, throughput, errors), criteria, verdict, saturation.
 
-    ``scheduled``: open loop, how many arrivals the step's schedule held.
+    ``scheduled``: open loop, how many arrivals (requests, or agent sessions) the step's
+    schedule held.
     """
     ok = [r for r in records if r.ok]
     n = len(records)
+    # a session's later steps follow its answers: only its first step was an arrival
+    arrivals = sum(1 for r in records if not r.step)
     dur = max(duration_s, 1e-9)
     crit = [judge_criterion(scores(records, c, open_loop), c, confidence) for c in criteria]
     verdicts = {c["verdict"] for c in crit}
@@ -248,6 +253,7 @@ def judge(
         done = [r for r in ok if r.e2e_s is not None and r.started_at + r.e2e_s <= t0 + dur]
     point: dict[str, Any] = {
         "requests": n,
+        "arrivals": arrivals,
         "ok": len(ok),
         "error_rate": errors / n if n else 0.0,
         "duration_s": duration_s,
@@ -268,7 +274,8 @@ def judge(
     queue = sorted(r.server_queue_s * 1000 for r in ok if r.server_queue_s is not None)
     if queue:
         point["server_queue_ms_p95"] = percentile(queue, 95)
-    point["saturated"] = _saturation(point, open_loop, scheduled)
+    sessions = any(r.session_id is not None for r in records)
+    point["saturated"] = _saturation(point, open_loop, scheduled, sessions)
     growing, growth = _growing(records, criteria, open_loop) if open_loop else ("", 0.0)
     if growing:
         # above the target's capacity an open-loop queue grows for as long as the step
@@ -314,15 +321,20 @@ def _growing(
     return "", 0.0
 
 
-def _saturation(point: dict[str, Any], open_loop: bool, scheduled: int | None) -> list[str]:
-    """Why this step shows a target that stopped keeping up (empty: it kept up)."""
+def _saturation(
+    point: dict[str, Any], open_loop: bool, scheduled: int | None, sessions: bool = False
+) -> list[str]:
+    """Why this step shows a target that stopped keeping up (empty: it kept up); ``sessions``:
+    its arrivals were agent sessions."""
     why = []
     if point["requests"] and point["error_rate"] > MAX_ERROR_SHARE:
         why.append(f"errors: {point['error_rate']:.0%} of requests failed")
     if open_loop:
         late = point.get("schedule_delay_ms_p95")
-        if scheduled and point["requests"] < KEPT_SCHEDULE_SHARE * scheduled:
-            why.append(f"schedule: {point['requests']} of {scheduled} scheduled requests sent")
+        sent = point.get("arrivals", point["requests"])
+        if scheduled and sent < KEPT_SCHEDULE_SHARE * scheduled:
+            what = "sessions started" if sessions else "requests sent"
+            why.append(f"schedule: {sent} of {scheduled} scheduled {what}")
         elif late is not None and late > LATE_P95_MS:
             why.append(f"queueing: schedule delay p95 {late:.0f} ms (every user busy)")
     return why

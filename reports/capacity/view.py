@@ -2,7 +2,9 @@
 
 Input: ``Summary.capacity`` (``reports.capacity.curve.capacity_summary``, a mapping).  The
 curve — TTFT p50/p95, TPOT p50/p95, throughput and error rate against load —
-with the capacity bracket and the knee marked.
+with the capacity bracket and the knee marked.  A search over agent sessions adds
+the time to each session's final answer; one over a trace's pace (or sessions per
+second) shows each step's load with the requests per second it sent.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from llmload.reports.capacity.curve import fmt_load
+from llmload.reports.capacity.curve import SPEEDUP, is_open_loop, load_text
 from llmload.reports.charts import Axes, Series, render
 from llmload.reports.fmt import fmt_ms, fmt_rate, table
 from llmload.reports.schema import Summary
@@ -27,6 +29,28 @@ HEADER = [
     "SLO ratio",
     "notes",
 ]
+#: a search over agent sessions: after the E2E column
+SESSION_HEADER = "session p50 / p95 (ms)"
+
+
+def header(cap: dict[str, Any]) -> list[str]:
+    """The table's columns (a session column when the steps ran agent sessions)."""
+    if not _has_sessions(cap):
+        return list(HEADER)
+    at = HEADER.index("E2E p95 (ms)") + 1
+    return [*HEADER[:at], SESSION_HEADER, *HEADER[at:]]
+
+
+def _has_sessions(cap: dict[str, Any]) -> bool:
+    return any(p.get("sessions") for p in cap["curve"])
+
+
+def _load_cell(p: dict[str, Any], unit: str) -> str:
+    """``8 users``; a trace's pace or sessions per second with the requests/s they sent."""
+    text = load_text(p["load"], unit)
+    if unit in (SPEEDUP, "sessions/s") and p.get("sent_per_s") is not None:
+        text += f" ({p['sent_per_s']:.3g} req/s sent)"
+    return text
 
 
 def _pair(d: dict[str, Any]) -> str:
@@ -68,6 +92,7 @@ def rows(cap: dict[str, Any]) -> list[list[str]]:
     """One row per step, in load order."""
     out = []
     unit = cap.get("unit") or ""
+    sessions = _has_sessions(cap)
     for p in sorted(cap["curve"], key=lambda p: (p["load"], p.get("phase") or "")):
         notes = _marks(cap, p) + list(p.get("saturated") or [])
         if p.get("plateau"):
@@ -79,30 +104,49 @@ def rows(cap: dict[str, Any]) -> list[list[str]]:
         verdict = p.get("search_verdict") or p["verdict"]
         if p["verdict"] == "uncertain":
             verdict += " (uncertain)"
-        out.append(
-            [
-                f"{fmt_load(p['load'], unit)} {unit}",
-                verdict,
-                _pair(p["ttft_ms"]),
-                _pair(p["tpot_ms"]),
-                fmt_ms(p["e2e_ms"].get("p95")),
-                fmt_rate(p["throughput_per_s"]),
-                fmt_rate(p["output_tokens_per_s"]),
-                f"{p['error_rate']:.1%}",
-                "–" if p.get("ratio") is None else f"{p['ratio']:.2f}",
-                "; ".join(notes),
-            ]
-        )
+        row = [
+            _load_cell(p, unit),
+            verdict,
+            _pair(p["ttft_ms"]),
+            _pair(p["tpot_ms"]),
+            fmt_ms(p["e2e_ms"].get("p95")),
+            fmt_rate(p["throughput_per_s"]),
+            fmt_rate(p["output_tokens_per_s"]),
+            f"{p['error_rate']:.1%}",
+            "–" if p.get("ratio") is None else f"{p['ratio']:.2f}",
+            "; ".join(notes),
+        ]
+        if sessions:
+            row.insert(5, _session_cell(p.get("sessions")))
+        out.append(row)
     return out
+
+
+def _session_cell(s: dict[str, Any] | None) -> str:
+    """Time to the final answer, p50 / p95, and how many sessions reached it."""
+    if not s:
+        return "–"
+    return f"{_pair(s['session_ms'])} ({s['complete']} of {s['sessions']} complete)"
 
 
 def _how(cap: dict[str, Any]) -> str:
     elapsed = cap.get("elapsed_s") or 0.0
-    basis = (
-        "latency from the intended send time (open loop)"
-        if cap.get("unit") == "req/s"
-        else "back-to-back users (closed loop)"
-    )
+    unit = cap.get("unit")
+    if unit == SPEEDUP:
+        basis = (
+            "each step replays the trace from its window's start at its speedup, in laps "
+            "when the step outlasts the window; latency from the intended send time (open loop)"
+        )
+    elif is_open_loop(cap):
+        what = "agent sessions per second, " if unit == "sessions/s" else ""
+        basis = f"{what}latency from the intended send time (open loop)"
+    else:
+        basis = "back-to-back users (closed loop)"
+    if _has_sessions(cap):
+        basis += (
+            "; the SLO is judged on every request of the sessions, and a session's time runs "
+            "from its first request to its final answer"
+        )
     return (
         f"{cap.get('search')}: {cap['steps']} steps in {elapsed:.0f} s "
         f"(budget {cap.get('budget_s') or 0:.0f} s, tolerance {cap.get('tolerance', 0):.0%}); "
@@ -122,7 +166,7 @@ def capacity_markdown(summary: Summary) -> str:
             "## Capacity",
             f"**{cap['text']}**",
             _how(cap),
-            table(HEADER, rows(cap)),
+            table(header(cap), rows(cap)),
         ]
     )
 
@@ -146,7 +190,7 @@ def charts(cap: dict[str, Any]) -> list[Axes]:
     def line(name: str, get: Any) -> Series:
         return Series(name, [(p["load"], v) for p in pts if (v := get(p)) is not None])
 
-    ttft = "TTFT from intended send" if cap.get("unit") == "req/s" else "TTFT"
+    ttft = "TTFT from intended send" if is_open_loop(cap) else "TTFT"
     lat = [
         line(f"{ttft} p50", lambda p: p["ttft_ms"].get("p50")),
         line(f"{ttft} p95", lambda p: p["ttft_ms"].get("p95")),
@@ -194,7 +238,7 @@ def capacity_html(summary: Summary) -> str:
     cap = summary.capacity
     if not cap:
         return ""
-    head = "".join(f"<th>{escape(h)}</th>" for h in HEADER)
+    head = "".join(f"<th>{escape(h)}</th>" for h in header(cap))
     body = "".join(
         "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows(cap)
     )

@@ -37,13 +37,13 @@ def run_block(sr: ServerRun) -> dict[str, Any]:
 
 
 def _labels(run: Run) -> dict[str, str]:
-    """A capacity step's phase -> its load in words (``8 req/s``)."""
+    """A capacity step's phase -> its load in words (``8 req/s``; a trace's pace ``3×``)."""
     cap = run.meta.get("capacity")
     if not isinstance(cap, dict):
         return {}
     unit = cap.get("unit", "")
     return {
-        str(s["phase"]): f"{s['load']:g} {unit}"
+        str(s["phase"]): f"{s['load']:g}×" if unit == "speedup" else f"{s['load']:g} {unit}"
         for s in cap.get("steps") or []
         if isinstance(s, dict) and "phase" in s and isinstance(s.get("load"), int | float)
     }

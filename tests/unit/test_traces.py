@@ -1,5 +1,6 @@
 """``--dataset trace FILE``: the three trace formats read as published, the replay's prompts
-(exact lengths, shared Mooncake blocks), its times (window, speedup) and its shards."""
+(exact lengths, shared Mooncake blocks), its times (window, speedup), its shards, and the laps
+a capacity step replays it in."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from llmload.loadtests.options import RunOptions, build_options, trace_file
 from llmload.loadtests.workload.random_dataset import RandomPrompts, default_codec
-from llmload.loadtests.workload.replay import TraceReplay, TraceSchedule
+from llmload.loadtests.workload.replay import Pace, TraceReplay, TraceSchedule, window_of
 from llmload.loadtests.workload.tokencount import Codec
 from llmload.loadtests.workload.traces import MOONCAKE_BLOCK, TraceError, read_trace
 from tests.fixtures.tokenizer import merging_codec
@@ -241,3 +242,73 @@ def test_the_fixture_traces_are_what_the_formats_publish() -> None:
     assert (
         (TRACES / "azure.csv").read_text().startswith("TIMESTAMP,ContextTokens,GeneratedTokens\n")
     )
+
+
+#: four requests half a second apart: a lap of 2 s, 2 req/s at speedup 1
+PACE = Pace((0.0, 0.5, 1.0, 1.5))
+
+
+def test_a_pace_laps_its_window_one_mean_gap_after_its_last_request() -> None:
+    assert PACE.period == 2.0 and PACE.rate == 2.0
+    assert [PACE.at(i, 2.0) for i in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]
+    # arrivals due before t: the laps so far and the part of the next
+    assert [PACE.count_before(t, 1.0) for t in (0.0, 0.1, 1.9, 2.0, 2.6, 4.0)] == [0, 1, 4, 4, 6, 8]
+    assert PACE.count_before(1.3, 2.0) == 6  # 2.6 s of the trace at twice its pace
+    assert Pace((3.0,)).period is None and Pace((1.0, 1.0)).rate is None
+    assert Pace((3.0,)).at(1, 1.0) == float("inf")  # nothing to lap
+
+
+def test_a_looped_schedule_claims_the_laps_until_the_phase_ends() -> None:
+    offsets = [o / 2.0 for o in PACE.offsets]
+    sched = TraceSchedule(offsets, 2.3, period=1.0, first=8)
+    claims = []
+    while (c := sched.claim()) is not None:
+        claims.append(c)
+    # global indices from the lap it starts at (8: lap 2 of four requests), offsets its own
+    assert [i for i, _ in claims] == list(range(8, 8 + 10))
+    assert [t for _, t in claims] == pytest.approx([PACE.at(i, 2.0) for i in range(10)])
+    assert len(claims) == PACE.count_before(2.3, 2.0)
+    # shards still split it: every other arrival, across laps
+    halves = [TraceSchedule(offsets, 2.3, k, 2, period=1.0) for k in (0, 1)]
+    got = [[halves[k].claim() for _ in range(6)] for k in (0, 1)]
+    assert [c[0] for c in got[0] if c] == [0, 2, 4, 6, 8]
+    assert [c[0] for c in got[1] if c] == [1, 3, 5, 7, 9]
+
+
+def test_each_lap_replays_the_window_with_texts_of_its_own() -> None:
+    codec = default_codec()
+    trace = read_trace(TRACES / "mooncake.jsonl")
+    replay = TraceReplay(trace, RandomPrompts(codec), seed=4)
+    n = replay.count
+    sched = replay.arrivals(replay.pace.at(2 * n + 1, 4.0), speedup=4.0, lap=3)
+    first = sched.claim()
+    assert first == (3 * n, 0.0)
+    lap0, lap3 = replay.prompt(0), replay.prompt(3 * n)
+    assert lap0.prompt_id == f"trace/{trace.requests[0].line}"
+    assert lap3.prompt_id == f"trace/{trace.requests[0].line}/lap3"
+    # the same lengths as the trace's request, other words
+    assert lap3.max_tokens == lap0.max_tokens == trace.requests[0].output_len
+    assert lap3.prompt != lap0.prompt
+    assert len(codec.encode(lap3.prompt or "")) == trace.requests[0].input_len
+    # within a lap the trace's shared blocks are shared (the prefix the trace recorded)
+    shared = [
+        j for j in range(1, n) if trace.requests[j].hash_ids and trace.requests[j].hash_ids[0] == 0
+    ]
+    assert shared
+    j = shared[0]
+    block = 40  # words of the first shared block, well inside its 512
+    words = lambda p: (p.prompt or "").split()[:block]  # noqa: E731
+    assert words(replay.prompt(3 * n + j)) == words(lap3)
+    assert words(replay.prompt(j)) == words(lap0) != words(lap3)
+    # a replay of `llmload run` is unchanged: once, at --speedup, no laps
+    once = replay.arrivals(1e9)
+    assert sum(1 for _ in iter(once.claim, None)) == n
+
+
+def test_window_of_keeps_the_window_and_starts_its_clock_there() -> None:
+    trace = read_trace(TRACES / "mooncake.jsonl")
+    kept, pace = window_of(trace, "0.5:1.6")
+    assert [r.at_s for r in kept] == [r.at_s for r in trace.requests if 0.5 <= r.at_s < 1.6]
+    assert pace.offsets == pytest.approx(tuple(r.at_s - 0.5 for r in kept))
+    with pytest.raises(ValueError, match="no request inside"):
+        window_of(trace, "100:200")
