@@ -28,7 +28,7 @@ from llmload.reports.gate_metrics import (
     phase_windows,
 )
 from llmload.reports.loader import Run
-from llmload.reports.spread import spread_row
+from llmload.reports.spread import repeats_of, spread_row
 
 
 class Records(Protocol):
@@ -59,6 +59,8 @@ def spread(
 ) -> list[dict[str, Any]]:
     """Per gated metric and repeated mode: each repeat's value and the spread between them
     (``target``: which side it is, the run's or the baseline target's)."""
+    if repeats_of(run.meta) < 2:
+        return []
     by_mode: dict[str, dict[str, list[RequestRecord]]] = {}
     for r in side.records:
         by_mode.setdefault(r.mode, {}).setdefault(r.phase, []).append(r)

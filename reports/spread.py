@@ -32,6 +32,16 @@ def _phase_stat(g: Any, what: str) -> float | None:
     return float(g.error_rate)
 
 
+def repeats_of(meta: dict[str, Any]) -> int:
+    """How many times the run ran each measured phase (``--repeat``; 1 when it does not say).
+
+    Only these phases are repeats: a capacity search's steps are phases of one mode
+    too, each at its own load, and their differences are the curve, not noise."""
+    config = meta.get("config")
+    n = config.get("repeat") if isinstance(config, dict) else None
+    return n if isinstance(n, int) and n > 1 else 1
+
+
 def spread_row(values: dict[str, float | None], **labels: Any) -> dict[str, Any] | None:
     """One row: ``labels``, each phase's value, min, median, max and the spread (% of the
     median); None with fewer than two values."""

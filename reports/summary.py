@@ -25,7 +25,7 @@ from llmload.reports.schema import (
     Summary,
 )
 from llmload.reports.server.attach import attach as attach_server
-from llmload.reports.spread import report_spread
+from llmload.reports.spread import repeats_of, report_spread
 from llmload.reports.stats import PERCENTILE_METHOD
 from llmload.reports.steady import steady_states
 from llmload.reports.timeseries import per_token_gaps
@@ -256,6 +256,6 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
         run=meta,
         extra={"server_metrics": server} if server is not None else {},
     )
-    spread = report_spread(phases)
+    spread = report_spread(phases) if repeats_of(run.meta) > 1 else []
     blocks: dict[str, Any] = {"repeats": spread} if spread else {}
     return replace(summary, trust=assess(summary), extra={**summary.extra, **blocks})

@@ -8,9 +8,10 @@ import pytest
 
 from llmload.loadtests.options import build_options
 from llmload.loadtests.run.phaseloop import plan_phases
+from llmload.reports.baseline import make_baseline
 from llmload.reports.build import build_run
 from llmload.reports.cli import main
-from llmload.reports.gate import FAIL, GateConfig, evaluate_paired
+from llmload.reports.gate import FAIL, GateConfig, evaluate, evaluate_paired
 from llmload.reports.loader import load_run
 from tests.fixtures.reports import make_records, write_run
 
@@ -68,7 +69,10 @@ def paired_run(path: Path, run_ttft: float = 240.0, base_ttft: float = 200.0) ->
     return write_run(
         path,
         recs,
-        meta={"baseline_target": {"target": "http://b", "model": "synthetic"}},
+        meta={
+            "baseline_target": {"target": "http://b", "model": "synthetic"},
+            "config": {"repeat": 2},
+        },
     )
 
 
@@ -103,3 +107,14 @@ def test_a_run_without_baseline_phases_needs_a_baseline_file(
     assert main(["gate", str(run)]) == 2
     err = capsys.readouterr().err
     assert "has no --baseline-target phases: give --baseline FILE" in err
+
+
+def test_phases_of_one_mode_are_repeats_only_with_repeat(tmp_path: Path) -> None:
+    """A capacity search's steps are phases of one mode too: no spread between them."""
+    recs = []
+    for i, ttft in enumerate((100.0, 300.0)):
+        recs += make_records(f"step-{i}", "stream", 150, t_start=T0 + 10 * i, seed=i, ttft_ms=ttft)
+    path = write_run(tmp_path / "steps", recs, meta={"config": {"repeat": 1}})
+    assert "repeats" not in build_run(path).extra
+    run = load_run(path)
+    assert evaluate(run, make_baseline(run), GateConfig(metric="ttft")).spread == []
