@@ -32,6 +32,7 @@ ERROR_SLO_PCT = 5.0
 
 # Client side (exporter, ``llmload_``)
 C_TTFT = "llmload_time_to_first_token_seconds"
+C_TTFO = "llmload_time_to_first_output_token_seconds"
 C_ITL = "llmload_inter_token_latency_seconds"
 C_TPOT = "llmload_time_per_output_token_seconds"
 C_E2E = "llmload_e2e_request_latency_seconds"
@@ -104,6 +105,16 @@ def latency() -> list[Panel]:
             _p(P3, C_TTFT, CLIENT, by, "{{mode}} / {{scenario}}"),
             "s",
             description="What users feel: request handed to the HTTP client -> first content.",
+        ),
+        timeseries(
+            "Client TTFO by mode and scenario",
+            _p(P3, C_TTFO, CLIENT, by, "{{mode}} / {{scenario}}"),
+            "s",
+            description=(
+                "Time to first output: the first answer text or tool-call piece, after any "
+                "reasoning. Equal to TTFT for plain chat; for a reasoning model it is when "
+                "the user sees the answer begin, for an agent when its tool call begins."
+            ),
         ),
         timeseries(
             "Server TTFT",
