@@ -46,7 +46,12 @@ def llmload_run(out: Path, *args: str, timeout: float = 120) -> subprocess.Compl
     )
 
 
-def test_server_queue_time_matches_the_engine_arithmetic(start_server_proc, tmp_path) -> None:
+@pytest.mark.parametrize("workers", [0, 2], ids=["local", "workers"])
+def test_server_queue_time_matches_the_engine_arithmetic(
+    start_server_proc, tmp_path, workers: int
+) -> None:
+    """One scraper (the master's, with ``--workers``) on the records' clock, whatever the
+    load generator's processes."""
     server = start_server_proc(
         "--max-concurrency", str(K), "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)
     )
@@ -56,6 +61,7 @@ def test_server_queue_time_matches_the_engine_arithmetic(start_server_proc, tmp_
         *("--target", server.url, "--users", str(2 * K), "--pacing", "0s"),
         *("--spawn-rate", "100", "--first-start", "together", "--duration", "4s"),
         *("--modes", "stream", "--max-tokens", str(TOKENS), "--ignore-eos"),
+        *(("--workers", str(workers)) if workers else ()),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = [x for x in done.stderr.splitlines() if x.startswith("server metrics:")]
@@ -63,6 +69,8 @@ def test_server_queue_time_matches_the_engine_arithmetic(start_server_proc, tmp_
     records = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     n = len(records)
     assert n >= 4 * K and all(r["status"] == "ok" for r in records)
+    if workers:
+        assert {r["worker"] for r in records} == {"worker-0", "worker-1"}
 
     summary = json.loads((out / "summary.json").read_text())
     block = summary["phases"]["stream"]["server"]
