@@ -112,6 +112,18 @@ def scheduled_arrivals(opts: LoadOptions, phase: Phase, shards: int) -> int:
     return total
 
 
+def late_hint(users: int, peak: int, shards: int = 1) -> str:
+    """Why an open loop's sends were late: every user busy (the concurrency cap) — or, the
+    users never all busy (``peak`` requests in flight at most; one process, which sees every
+    start), the load generator's own delay."""
+    if shards > 1 or peak >= users - users // 10:
+        return "raise --users, the open-loop concurrency cap"
+    return (
+        f"at most {peak} of the {users} users were busy: the load generator itself fell "
+        "behind — see its harness health"
+    )
+
+
 class Session:
     """One run: the hub and its sinks, the phases, the interrupt flag."""
 
@@ -211,7 +223,7 @@ class Session:
         got = stats.requests if stats is not None else 0
         if got != issued:
             self._warn(f"phase {phase.name}: {issued} requests issued but {got} records arrived")
-        _, rate = phase.load(self.load.users, self.load.rate)
+        users, rate = phase.load(self.load.users, self.load.rate)
         if (rate is None and not phase.timed) or self.interrupted or stats is None:
             return
         if rate is not None:
@@ -225,7 +237,7 @@ class Session:
             self._warn(
                 f"phase {phase.name}: {what} not achieved: "
                 f"{got} of {expected} scheduled requests sent, schedule delay p95 "
-                f"{late * 1000:.0f} ms (raise --users, the open-loop concurrency cap)"
+                f"{late * 1000:.0f} ms ({late_hint(users, stats.peak_inflight, driver.shards)})"
             )
 
     def _warn(self, text: str) -> None:

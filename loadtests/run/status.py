@@ -67,6 +67,8 @@ class PhaseTally:
     e2e: list[float] = field(default_factory=Reservoir)
     delays: list[float] = field(default_factory=Reservoir)
     tokens: int = 0
+    #: the most requests in flight at once (this process's view) while the phase ran
+    peak_inflight: int = 0
 
     def add(self, record: RequestRecord) -> None:
         self.requests += 1
@@ -108,6 +110,9 @@ class StatusLine(NullSink):
 
     def on_request_start(self, mode: str, scenario: str, endpoint: str) -> None:
         self.started += 1
+        phase = self.current
+        if phase is not None:
+            phase.peak_inflight = max(phase.peak_inflight, self.started - self.recorded)
 
     def on_record(self, record: RequestRecord) -> None:
         self.recorded += 1

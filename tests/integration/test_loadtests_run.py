@@ -125,6 +125,7 @@ def test_open_loop_warns_when_rate_is_not_kept(start_server_proc, tmp_path: Path
     )
     assert run.rc == 0, run.stderr
     assert "not achieved" in run.stderr
+    assert "raise --users, the open-loop concurrency cap" in run.stderr  # both users busy
     assert max(r["schedule_delay_s"] for r in run.records) > 0.2
 
 

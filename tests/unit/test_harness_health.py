@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,13 +11,16 @@ from typing import Any
 import pytest
 
 from llmload.loadtests.run.healthlog import CPU_LINE_PCT, LAG_LINE_S, HealthLog, phase_health
+from llmload.loadtests.run.phaseloop import late_hint
 from llmload.loadtests.run.sinks import HarnessHealth
+from llmload.loadtests.run.status import StatusLine
 from llmload.loadtests.run.writer import RunWriter
 from llmload.reports.build import build_run
 from llmload.reports.cli import main
 from llmload.reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
 from llmload.reports.loader import load_run
 from llmload.reports.trust import AMBER, GREEN, NA, RED, assess, starved
+from tests.fixtures.reports import make_records
 
 QUIET = HarnessHealth(cpu_percent=30.0, loop_lag_s=0.002, inflight=4)
 BUSY = HarnessHealth(cpu_percent=55.0, loop_lag_s=LAG_LINE_S * 3, inflight=4)  # a neighbour
@@ -209,3 +213,22 @@ def test_the_live_status_line_shows_the_busiest_client_process() -> None:
     status.on_health("master", HOT)  # forwards only: not the client's health
     status.on_health("worker-1", BUSY)
     assert status.line().endswith("| client CPU 55% lag 60 ms saturated")
+
+
+def test_the_runs_late_warning_blames_the_cap_only_when_every_user_was_busy() -> None:
+    status = StatusLine(stream=io.StringIO())
+    status.begin("stream", "stream", 10.0)
+    for _ in range(3):  # three in flight at once, then all done
+        status.on_request_start("stream", "s", "/v1/chat/completions")
+    for r in make_records("stream", "stream", 3, t_start=0.0):
+        status.on_record(r)
+    status.on_request_start("stream", "s", "/v1/chat/completions")
+    tally = status.current
+    assert tally is not None and tally.peak_inflight == 3
+    assert late_hint(64, tally.peak_inflight) == (
+        "at most 3 of the 64 users were busy: the load generator itself fell behind — see its "
+        "harness health"
+    )
+    assert late_hint(3, 3) == late_hint(64, 60) == "raise --users, the open-loop concurrency cap"
+    # several workers: this process does not see every start as it happens
+    assert late_hint(64, 3, shards=2).startswith("raise --users")
