@@ -55,6 +55,7 @@ from llmload.loadtests.workload.replay import Pace
 from llmload.reports.capacity.curve import (
     SPEEDUP,
     answer_text,
+    client_note,
     load_text,
     plateau,
     session_point,
@@ -68,6 +69,7 @@ from llmload.reports.capacity.judge import (
 from llmload.reports.fmt import fmt_ms
 from llmload.reports.server.saturation import server_saturation
 from llmload.reports.steady import steady_part
+from llmload.reports.trust import harness_delay_ms
 
 #: open loop: concurrency cap; reaching it (the schedule slips) is a sign of saturation
 OPEN_LOOP_CAP = 64
@@ -361,6 +363,8 @@ class CapacitySearch(NullSink):
             scheduled = c.replay.count_before(duration, load)
         elif c.open_loop:
             scheduled = scheduled_arrivals(self.opts.load, phase, 1)
+        health = self._health_by_phase.get(phase.name) or {}
+        lag_ms = harness_delay_ms(health)  # the most the client itself may have added
         point = judge(
             records,
             c.criteria,
@@ -368,6 +372,8 @@ class CapacitySearch(NullSink):
             duration_s=duration,
             open_loop=c.open_loop,
             scheduled=scheduled,
+            cap=phase.users if c.open_loop else None,
+            client_lag_ms=lag_ms,
         )
         sessions = session_point(records) if c.session_steps else None
         if sessions is not None:
@@ -395,16 +401,15 @@ class CapacitySearch(NullSink):
             )
         if c.warmup_auto:
             point["transient_dropped"] = dropped
-        health = self._health_by_phase.get(phase.name) or {}
         starved = list(health.get("starved") or [])
         if not c.open_loop:
             earlier = [(e["load"], e["point"]) for e in self.log if e.get("point")]
             flat = plateau(point, load, earlier)
             if flat:
                 point["plateau"] = flat
-        # a starved client only adds delay: a pass still counts, and so does a failure by
-        # more than the client's worst lag; a closer failure is not evidence about the server
-        doubt = bool(starved) and explained_by_client(point, health)
+        # a starved or late client only adds delay: a pass still counts, and so does a failure
+        # by more than the client's own delay; a closer one is not evidence about the server
+        doubt = explained_by_client(point, health)
         verdict = PASS if point["verdict"] == "pass" else UNRELIABLE if doubt else FAIL
         uncertain = point["verdict"] == "uncertain"
         self.steps.append(Step(load, verdict, point["ratio"], bool(point["saturated"]), uncertain))
@@ -420,6 +425,8 @@ class CapacitySearch(NullSink):
                 "scheduled": scheduled,
                 "plateau": point.get("plateau", ""),
                 "pooled_with": point.get("pooled_with", []),
+                "client_lag_ms": lag_ms,
+                "client_behind": (point.get("client_behind") or {}).get("text", ""),
                 "point": point,
             }
         )
@@ -435,8 +442,14 @@ class CapacitySearch(NullSink):
             for x in point["criteria"]
         )
         extra = "".join(f" [{s}]" for s in point["saturated"])
+        behind = point.get("client_behind")
+        if behind:  # what the step counts for: said once, by the starved note when starved
+            extra += f" [{behind['text']}{'' if starved else client_note(verdict)}]"
         if starved:
-            counted = "" if verdict == UNRELIABLE else "; the verdict stands beyond its lag"
+            counted = {
+                UNRELIABLE: "",
+                PASS: "; a pass still counts: it only adds delay",
+            }.get(verdict, "; the failure stands beyond its lag")
             extra += f" [load generator starved: {', '.join(starved)}{counted}]"
         unit = self.copts.unit
         what = load_text(load, unit)
@@ -485,6 +498,7 @@ class CapacitySearch(NullSink):
                 "minimum": c.minimum,
                 "maximum": c.maximum,
                 "requests_per_step": c.requests_per_step(),
+                "concurrency_cap": c.concurrency_cap if c.open_loop else None,
                 "warmup": "auto" if c.warmup_auto else c.warmup_s,
                 "elapsed_s": time.monotonic() - self._started if self._started else 0.0,
                 "steps": [{k: v for k, v in e.items() if k != "point"} for e in self.log],

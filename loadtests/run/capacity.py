@@ -7,11 +7,12 @@ asks ``decide`` for the next load until it answers ``Done``.
 A step's ``verdict`` is ``pass`` (the SLOs were met, with the stated
 confidence), ``fail`` (they were not, or not demonstrably: ``uncertain``, run
 once more and judged on both runs' requests) or ``unreliable``
-(the load generator itself was starved: the step says nothing about the
-server).  ``ratio`` is the worst observed-percentile / limit over the SLOs
-(1.0 = exactly at the limit); it steers the interpolation.  ``saturated`` marks
-a target that stopped keeping up (errors, queueing, the open-loop schedule
-slipping, throughput no longer growing with load): nothing above it is tried.
+(the load generator itself was starved, or behind its own schedule, by enough to
+account for the failure: the step says nothing about the server).  ``ratio`` is
+the worst observed-percentile / limit over the SLOs (1.0 = exactly at the limit);
+it steers the interpolation.  ``saturated`` marks a target that stopped keeping up
+(errors, queueing, the open-loop schedule slipping, throughput no longer growing
+with load): nothing above it is tried.
 
 The search, in load units (requests/s open loop, users closed loop):
 
@@ -19,7 +20,7 @@ The search, in load units (requests/s open loop, users closed loop):
    the ratio's trend) until a step fails; or shrink (``/growth``) until one
    passes.  A passing step that already saturates the target ends the search
    there ("saturated"), as does a ceiling (``maximum``, or a load at which the
-   load generator was starved twice: a starved step is run once more first).
+   load generator could not judge twice: an unreliable step is run once more first).
 2. **Narrow.**  Between the highest pass ``lo`` and the lowest failure ``hi``,
    try where the ratio interpolates to 1 (regula falsi), kept inside the middle
    half of the bracket so each step removes at least a quarter of it.
@@ -189,7 +190,9 @@ def _propose(cfg: SearchConfig, steps: Sequence[Step]) -> Next | Done:
         return Next(_round(cfg, cfg.start), "first step")
     last = steps[-1]
     if last.verdict == UNRELIABLE and _starved_count(steps, last.load) == 1:
-        return Next(last.load, "again: the load generator was starved in the last step")
+        return Next(
+            last.load, "again: the load generator (starved or behind) could not judge the last step"
+        )
     judged_here = sum(s.load == last.load and s.verdict in (PASS, FAIL) for s in steps)
     if last.verdict == FAIL and last.uncertain and judged_here == 1:
         return Next(last.load, "again: too close to call, more requests")
@@ -199,9 +202,11 @@ def _propose(cfg: SearchConfig, steps: Sequence[Step]) -> Next | Done:
         return Done("saturated", f"the target saturated at {lo.load:g} while still within the SLO")
     if hi is None and lo is None:
         if ceiling is not None and ceiling <= cfg.minimum:
-            return Done("harness", "the load generator was starved at the lowest load")
+            return Done("harness", "the load generator could not keep up at the lowest load")
         below = ceiling / cfg.growth if ceiling is not None else cfg.minimum
-        return Next(_round(cfg, max(cfg.minimum, below)), "below the starved load")
+        return Next(
+            _round(cfg, max(cfg.minimum, below)), "below the load the client could not judge"
+        )
     if hi is None:
         assert lo is not None
         if ceiling is not None and lo.load >= ceiling:
@@ -211,7 +216,7 @@ def _propose(cfg: SearchConfig, steps: Sequence[Step]) -> Next | Done:
             if ceiling_why == "maximum":
                 nxt = ceiling
             elif converged(cfg, lo.load, ceiling):
-                return Done("harness", f"the load generator was starved at {ceiling:g}")
+                return Done("harness", f"the load generator could not keep up at {ceiling:g}")
             else:
                 nxt = (lo.load + ceiling) / 2
         return _next(cfg, steps, nxt, "growing to find a failing load")
@@ -227,7 +232,7 @@ def _propose(cfg: SearchConfig, steps: Sequence[Step]) -> Next | Done:
     if ceiling_why == "harness" and ceiling is not None and lo.load < ceiling <= _round(cfg, x):
         # the load generator cannot measure at the ceiling: narrow below it, or stop
         if converged(cfg, lo.load, ceiling):
-            return Done("harness", f"the load generator was starved at {ceiling:g}")
+            return Done("harness", f"the load generator could not keep up at {ceiling:g}")
         x = (lo.load + ceiling) / 2
     return _next(cfg, steps, x, "narrowing the bracket")
 

@@ -21,6 +21,7 @@ from llmload.reports.capacity.judge import Criterion, judge, scores
 from llmload.reports.fmt import fmt_ms
 from llmload.reports.server.saturation import server_saturation
 from llmload.reports.steady import steady_part
+from llmload.reports.trust import harness_delay_ms, phase_health
 from llmload.reports.workloads import agent_sessions
 
 #: closed loop: more users adding less than this share of throughput is a plateau
@@ -29,6 +30,15 @@ PLATEAU_GAIN = 0.05
 EARLY = ("budget", "harness", "max_steps")
 #: the unit of a search over a trace replay's pace
 SPEEDUP = "speedup"
+
+
+def client_note(verdict: str) -> str:
+    """What a step whose load generator fell behind its own schedule counts for."""
+    if verdict == "unreliable":
+        return "; it failed by no more than the client's own delay: not evidence about the target"
+    if verdict == "pass":
+        return "; a pass still counts (the client only adds delay)"
+    return "; the failure stands beyond the client's own delay"
 
 
 def is_open_loop(capacity: dict[str, Any]) -> bool:
@@ -188,7 +198,13 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
         by_phase.setdefault(r.phase, []).append(r)
     curve = []
     point_conf = float(block.get("confidence", 0.95))
+    # whose a schedule delay was needs the cap (an older run has none: every delay queueing)
+    cap = block.get("concurrency_cap") if open_loop else None
+    healths = phase_health(run.meta)
     for step in block["steps"]:
+        lag = step.get("client_lag_ms")
+        if lag is None:
+            lag = harness_delay_ms(healths.get(step["phase"]) or {})
         point = judge(
             by_phase.get(step["phase"], []),
             criteria,
@@ -196,6 +212,8 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
             duration_s=float(step.get("duration_s") or step.get("wall_s") or 1.0),
             open_loop=open_loop,
             scheduled=step.get("scheduled"),
+            cap=cap,
+            client_lag_ms=float(lag) if cap is not None else 0.0,
         )
         pooled_with = [p for p in step.get("pooled_with") or [] if p in by_phase]
         if pooled_with:  # a step run again (too close to call): judged on both runs

@@ -21,14 +21,23 @@ Open-loop steps measure TTFT and E2E from the intended send time (plus the
 schedule delay), so a load generator that fell behind cannot hide queueing.
 An arrival is a request, or an agent session (its first step's record): the
 schedule kept is counted in arrivals, the SLOs in requests.
+
+Whose delay.  A send goes out late for one of two reasons: every user (the
+concurrency cap) was busy with the target — queueing, the target's — or the load
+generator itself woke late (a busy machine, a lagging event loop).  The records
+tell them apart: at a late request's intended send time, how many users still had a
+request (an agent session) under way (``schedule_lateness``).  Only the delay of a
+request due while (nearly) every user was busy, and only beyond the load generator's
+own loop lag, is the target's; the rest is the client's, and never saturation.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmload.loadtests.durations import parse_fraction
@@ -42,8 +51,12 @@ DEFAULT_GOODPUT = 0.95
 MAX_ERROR_SHARE = 0.05
 #: open loop: the step kept less than this share of its schedule (requests sent late or never)
 KEPT_SCHEDULE_SHARE = 0.9
-#: open loop: a p95 schedule delay above this means requests waited for a free user
+#: open loop: a p95 schedule delay above this means the sends fell behind the schedule —
+#: queueing when they waited for a free user, else the load generator's own delay
 LATE_P95_MS = 50.0
+#: open loop: "every user busy" allows this share of the concurrency cap (rounded down)
+#: between one request's end and the next send
+BUSY_SLACK = 0.1
 #: open loop: the second half of a step's requests (by start) scoring this much worse than
 #: the first, on a trend that would cross the bound within one more step, is a queue
 #: still building
@@ -228,11 +241,16 @@ def judge(
     duration_s: float,
     open_loop: bool,
     scheduled: int | None = None,
+    cap: int | None = None,
+    client_lag_ms: float = 0.0,
 ) -> dict[str, Any]:
     """One step: its curve point (latencies, throughput, errors), criteria, verdict, saturation.
 
     ``scheduled``: open loop, how many arrivals (requests, or agent sessions) the step's
-    schedule held.
+    schedule held.  ``cap``: open loop, the concurrency cap (users), and
+    ``client_lag_ms``: the load generator's own loop lag in the step (p99) — together
+    they say whose a schedule delay was (``schedule_lateness``; without ``cap``, an
+    older run's, every delay counts as queueing).
     """
     ok = [r for r in records if r.ok]
     n = len(records)
@@ -268,20 +286,36 @@ def judge(
         "ratio": max(ratios) if ratios else None,
         "verdict": verdict,
     }
-    delays = sorted(r.schedule_delay_s * 1000 for r in records if r.schedule_delay_s is not None)
-    if delays:
-        point["schedule_delay_ms_p95"] = percentile(delays, 95)
+    late = schedule_lateness(records, cap, client_lag_ms) if open_loop else None
+    # the target's own latency: the client's part of each schedule delay taken out
+    target = records if late is None else late.target_records
+    if late is not None:
+        point["schedule_delay_ms_p95"] = late.delay_ms_p95
+        point["target_delay_ms_p95"] = late.target_ms_p95
     queue = sorted(r.server_queue_s * 1000 for r in ok if r.server_queue_s is not None)
     if queue:
         point["server_queue_ms_p95"] = percentile(queue, 95)
     sessions = any(r.session_id is not None for r in records)
     point["saturated"] = _saturation(point, open_loop, scheduled, sessions)
-    growing, growth = _growing(records, criteria, open_loop) if open_loop else ("", 0.0)
+    if late is not None and late.delay_ms_p95 > LATE_P95_MS:
+        if late.target_ms_p95 > LATE_P95_MS:
+            if not any(s.startswith("schedule") for s in point["saturated"]):
+                point["saturated"].append(late.queueing_text())
+        else:
+            # the sends were late, but not for want of a free user: the client's own delay
+            on_time = [judge_criterion(scores(target, c, True), c, confidence) for c in criteria]
+            behind = late.behind(on_time)
+            # arrivals due within the client's delay: 1 or more, the late sends went out in bursts
+            behind["bunched"] = late.delay_ms_p95 / 1000.0 * arrivals / dur
+            point["client_behind"] = behind
+    growing, growth = _growing(target, criteria, open_loop) if open_loop else ("", 0.0)
     if growing:
         # above the target's capacity an open-loop queue grows for as long as the step
         # lasts: a short step can still look fine on average, but it is not sustained
         point["saturated"].append(growing)
         point["verdict"] = "fail"
+        if "client_behind" in point:  # the target's own latency grew: the client is no excuse
+            point["client_behind"]["verdict_on_time"] = "fail"
     # how far beyond the SLO the step was, in ms: more than a client's own delay can explain
     tightest = min(v for c in criteria for v in c.bounds_ms.values())
     beyond = max(0.0, (point["ratio"] or 0.0) - 1.0, growth)
@@ -290,8 +324,19 @@ def judge(
 
 
 def explained_by_client(point: dict[str, Any], health: dict[str, Any]) -> bool:
-    """Could a starved load generator alone have failed this step?  Each timestamp it took
-    was late by at most its worst event-loop lag, so a failure by more than that stands."""
+    """Could the load generator alone have failed this step?  Behind its own schedule
+    (``client_behind``): when the step, judged without the client's part of each schedule
+    delay, would not have failed; or failed by no more than that delay (p95) while a whole
+    arrival or more was due within it (``bunched``): the sends it let slip went out
+    together, a burst the schedule did not hold.  Starved: each timestamp it took was late
+    by at most its worst event-loop lag.  A failure by more than that stands."""
+    behind = point.get("client_behind")
+    if behind and point.get("verdict") == "fail":
+        if behind.get("verdict_on_time") != "fail":
+            return True
+        within = point.get("beyond_slo_ms", math.inf) <= behind["schedule_delay_ms_p95"]
+        if within and behind.get("bunched", 0.0) >= 1.0:
+            return True
     lags = [
         float(p.get("lag_max_ms") or 0.0)
         for src, p in (health.get("processes") or {}).items()
@@ -324,17 +369,137 @@ def _growing(
 def _saturation(
     point: dict[str, Any], open_loop: bool, scheduled: int | None, sessions: bool = False
 ) -> list[str]:
-    """Why this step shows a target that stopped keeping up (empty: it kept up); ``sessions``:
-    its arrivals were agent sessions."""
+    """Why this step shows a target that stopped keeping up (empty: it kept up) by its errors
+    and the schedule kept; ``sessions``: its arrivals were agent sessions.  (Late sends are
+    judged by ``schedule_lateness``: queueing only when they waited for a free user.)"""
     why = []
     if point["requests"] and point["error_rate"] > MAX_ERROR_SHARE:
         why.append(f"errors: {point['error_rate']:.0%} of requests failed")
     if open_loop:
-        late = point.get("schedule_delay_ms_p95")
         sent = point.get("arrivals", point["requests"])
         if scheduled and sent < KEPT_SCHEDULE_SHARE * scheduled:
             what = "sessions started" if sessions else "requests sent"
             why.append(f"schedule: {sent} of {scheduled} scheduled {what}")
-        elif late is not None and late > LATE_P95_MS:
-            why.append(f"queueing: schedule delay p95 {late:.0f} ms (every user busy)")
     return why
+
+
+@dataclass(frozen=True)
+class Lateness:
+    """Whose an open-loop step's schedule delays were (``schedule_lateness``)."""
+
+    #: p95 of every schedule delay (ms), and of the target's part of each
+    delay_ms_p95: float
+    target_ms_p95: float
+    #: the records with only the target's part of their delay (the client's taken out)
+    target_records: list[RequestRecord]
+    #: the most users busy when a late request (delay > ``LATE_P95_MS``) was due; None
+    #: without a cap
+    busy_max: int | None
+    cap: int | None
+    #: users busy at or above this: "every user busy"
+    busy_line: int | None
+    lag_ms: float
+
+    def queueing_text(self) -> str:
+        """The saturation reason: sends waited for a free user, beyond the client's lag."""
+        busy = "every user busy"
+        if self.cap is not None:
+            busy += f": up to {self.busy_max} of {self.cap}"
+        if self.lag_ms > 0:
+            busy += f"; {self.target_ms_p95:.0f} ms beyond the load generator's own lag"
+        return f"queueing: schedule delay p95 {self.delay_ms_p95:.0f} ms ({busy})"
+
+    def behind(self, on_time: list[dict[str, Any]]) -> dict[str, Any]:
+        """``client_behind``: the sends were late by the load generator's own doing, with the
+        figures, and the verdict the step gets with the client's part of each delay taken out."""
+        verdicts = {c["verdict"] for c in on_time}
+        verdict = "pass" if verdicts == {"pass"} else "fail" if "fail" in verdicts else "uncertain"
+        lag = f"its event loop lagged {self.lag_ms:.0f} ms (p99)"
+        if self.busy_max is not None and self.busy_line is not None:
+            if self.busy_max < self.busy_line:
+                why = f", due while at most {self.busy_max} of the {self.cap} users were busy"
+            else:
+                why = (
+                    f", every user busy for some of them but by no more than the load "
+                    f"generator's own lag (the target's part p95 {self.target_ms_p95:.0f} ms)"
+                )
+            if self.lag_ms > 0:
+                why += f"; {lag}"
+        else:  # an older run: no cap to count the busy users against
+            why = f", no more than the load generator's own lag ({lag})"
+        return {
+            "text": (
+                f"load generator behind, not the target: sends {self.delay_ms_p95:.0f} ms late "
+                f"(p95){why}"
+            ),
+            "schedule_delay_ms_p95": self.delay_ms_p95,
+            "target_delay_ms_p95": self.target_ms_p95,
+            "busy_max": self.busy_max,
+            "cap": self.cap,
+            "lag_ms": self.lag_ms,
+            "verdict_on_time": verdict,
+        }
+
+
+def busy_spans(records: Sequence[RequestRecord]) -> list[tuple[float, float]]:
+    """When each user was busy (wall clock): a request from its start to its end, an agent
+    session from its first request's start to its last one's end; a request without an end
+    (timed out, stalled, cut) busy to the end of the step."""
+    spans: dict[str, tuple[float, float]] = {}
+    for r in records:
+        end = math.inf if r.e2e_s is None else r.started_at + r.e2e_s
+        key = r.request_id if r.session_id is None else f"session:{r.session_id}"
+        lo, hi = spans.get(key, (r.started_at, end))
+        spans[key] = (min(lo, r.started_at), max(hi, end))
+    return list(spans.values())
+
+
+def schedule_lateness(
+    records: Sequence[RequestRecord], cap: int | None, lag_ms: float = 0.0
+) -> Lateness | None:
+    """Split each open-loop schedule delay into the target's part and the client's.
+
+    An arrival (a request, or a session's first) that was due while at least
+    ``cap - BUSY_SLACK x cap`` users were busy (``busy_spans``) waited for a free
+    user: its delay beyond the client's own loop lag ``lag_ms`` is the target's
+    queueing.  One due while users were free went out late only because the load
+    generator itself woke late: all of its delay is the client's.  Without ``cap`` (an
+    older run) every delay counts as queueing, as it did.  None: no delays."""
+    delayed = [r for r in records if r.schedule_delay_s is not None]
+    if not delayed:
+        return None
+    spans = busy_spans(records)
+    starts = sorted(s for s, _ in spans)
+    ends = sorted(e for _, e in spans)
+    line = None if cap is None else max(1, cap - int(cap * BUSY_SLACK))
+    lag_s = max(0.0, lag_ms) / 1000.0
+    target: list[RequestRecord] = []
+    parts: list[float] = []
+    busy_late: list[int] = []
+    for r in records:
+        delay = r.schedule_delay_s
+        if delay is None:
+            target.append(r)
+            continue
+        part = delay
+        if delay > 0 and line is not None:
+            due = r.started_at - delay
+            busy = bisect_right(starts, due) - bisect_right(ends, due)
+            if delay * 1000.0 > LATE_P95_MS:
+                busy_late.append(busy)
+            arrival = not r.step  # a session's later steps wait for nobody but the client
+            part = max(0.0, delay - lag_s) if arrival and busy >= line else 0.0
+        elif line is None:
+            part = max(0.0, delay - lag_s)
+        parts.append(part * 1000.0)
+        target.append(r if part == delay else replace(r, schedule_delay_s=part))
+    delays = sorted(r.schedule_delay_s * 1000.0 for r in delayed if r.schedule_delay_s is not None)
+    return Lateness(
+        delay_ms_p95=percentile(delays, 95),
+        target_ms_p95=percentile(sorted(parts), 95),
+        target_records=target,
+        busy_max=max(busy_late) if busy_late else (None if cap is None else 0),
+        cap=cap,
+        busy_line=line,
+        lag_ms=max(0.0, lag_ms),
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from llmload.reports.capacity.curve import SPEEDUP, is_open_loop, load_text
+from llmload.reports.capacity.curve import SPEEDUP, client_note, is_open_loop, load_text
 from llmload.reports.charts import Axes, Series, render
 from llmload.reports.fmt import fmt_ms, fmt_rate, table
 from llmload.reports.schema import Summary
@@ -99,6 +99,10 @@ def rows(cap: dict[str, Any]) -> list[list[str]]:
             notes.append(p["plateau"])
         if p.get("pooled_with"):
             notes.append(f"too close to call alone: judged with {', '.join(p['pooled_with'])}")
+        behind = p.get("client_behind")
+        if behind:  # what the step counts for: said once, by the starved note when starved
+            verdict = p.get("search_verdict") or p["verdict"]
+            notes.append(behind["text"] + ("" if p.get("starved") else client_note(verdict)))
         if p.get("starved"):
             notes.append(_starved_note(p))
         verdict = p.get("search_verdict") or p["verdict"]
@@ -161,10 +165,12 @@ def capacity_markdown(summary: Summary) -> str:
     cap = summary.capacity
     if not cap:
         return ""
+    behind = behind_text(cap)
     return "\n\n".join(
         [
             "## Capacity",
             f"**{cap['text']}**",
+            *([f"Note: {behind}."] if behind else []),
             _how(cap),
             table(header(cap), rows(cap)),
         ]
@@ -175,7 +181,29 @@ def capacity_terminal(summary: Summary) -> list[str]:
     cap = summary.capacity
     if not cap:
         return []
-    return [f"capacity: {cap['text']} ({cap['steps']} steps, {cap.get('elapsed_s') or 0:.0f} s)"]
+    out = [f"capacity: {cap['text']} ({cap['steps']} steps, {cap.get('elapsed_s') or 0:.0f} s)"]
+    behind = behind_text(cap)
+    if behind:
+        out.append(f"capacity: {behind}")
+    return out
+
+
+def behind_text(cap: dict[str, Any]) -> str:
+    """'' or, when the load generator fell behind its own schedule in some steps, which ones
+    and by how much: their late sends were not counted as the target's queueing."""
+    steps = [p for p in cap["curve"] if p.get("client_behind")]
+    if not steps:
+        return ""
+    unit = cap.get("unit") or ""
+    worst = max(steps, key=lambda p: p["client_behind"]["schedule_delay_ms_p95"])
+    lags = [p["client_behind"]["lag_ms"] for p in steps if p["client_behind"].get("lag_ms")]
+    lag = f" with its event loop lagging up to {max(lags):.0f} ms (p99)" if lags else ""
+    at = ", ".join(dict.fromkeys(load_text(p["load"], unit) for p in steps))
+    worst_ms = worst["client_behind"]["schedule_delay_ms_p95"]
+    return (
+        f"the load generator itself fell behind its schedule at {at}: sends up to "
+        f"{worst_ms:.0f} ms late (p95){lag}, not counted as the target's queueing"
+    )
 
 
 def _vline(x: float, y_max: float, name: str, color: str) -> Series:
@@ -243,9 +271,11 @@ def capacity_html(summary: Summary) -> str:
         "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows(cap)
     )
     figs = "".join(render(ax) for ax in charts(cap))
+    behind = behind_text(cap)
+    note = f'<p class="note">Note: {escape(behind)}.</p>' if behind else ""
     return (
         f'<h2 id="capacity">Capacity</h2><p style="font-size:17px"><b>{escape(cap["text"])}</b>'
-        f'</p><p class="note">{escape(_how(cap))}</p>'
+        f'</p>{note}<p class="note">{escape(_how(cap))}</p>'
         f'<div class="grid2">{figs}</div>'
         f'<div id="capacity-table"><table><tr>{head}</tr>{body}</table></div>'
     )
