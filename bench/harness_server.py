@@ -12,6 +12,14 @@ client's reading, and nothing the server's event loop did before writing.
 and the request's write included), so ``ttft_s - queue_s`` is the server's own
 TTFT as a server measures it (from the request's arrival).
 
+``x_llmload.write_s`` is how long that first write took, from the call to the
+stamp after it: how late ``ttft_s``'s stamp can be.  On loopback the kernel
+stamps the client's copy (``SO_TIMESTAMPNS``) inside the write, so a client that
+times reads by those stamps can see its first token up to ``write_s`` *before*
+this server's stamp — a write descheduled on a busy machine makes that
+milliseconds.  A check of client TTFT − ``ttft_s`` is bounded below by
+``-write_s``, not by zero.
+
 ``--close`` (third argument ``close``): answer HTTP/1.0-style, ``Connection:
 close`` and a close-delimited body (no chunked framing, no length), one
 request per connection — old proxies, simple servers, some gateways.
@@ -73,16 +81,23 @@ async def _serve_one(
     n = int(req.get("max_tokens", 16))
     writer.write(HEAD_CLOSE if close else HEAD)
     await asyncio.sleep(ttft)
-    first = None
+    first = write_s = None
     for i in range(n):
-        writer.write(_event({"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}, close))
+        event = _event({"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}, close)
+        before = perf_counter()
+        writer.write(event)
         if first is None:
             first = perf_counter()
+            write_s = first - before
         await asyncio.sleep(itl)
     final = {
         "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": n},
-        "x_llmload": {"ttft_s": (first or perf_counter()) - t0, "queue_s": arrival - t0},
+        "x_llmload": {
+            "ttft_s": (first or perf_counter()) - t0,
+            "queue_s": arrival - t0,
+            "write_s": write_s or 0.0,
+        },
     }
     if close:
         writer.write(_event(final, close) + b"data: [DONE]\n\n")
