@@ -36,6 +36,7 @@ from typing import Any
 
 from llmload.loadtests.durations import parse_duration, parse_fraction
 from llmload.loadtests.redact import redact_header, redact_url
+from llmload.loadtests.sizes import MIB, parse_size
 from llmload.loadtests.slo import parse_slo
 
 MODES = ("sync", "stream")
@@ -43,6 +44,9 @@ ARRIVALS = ("poisson", "constant")
 FIRST_STARTS = ("spread", "together")
 #: the load generator's HTTP client: ``loadtests.transport.http1`` or httpx
 HTTP_CLIENTS = ("lean", "httpx")
+#: defaults of ``--max-event-bytes`` and ``--max-body-bytes`` (``loadtests.measure.caps``)
+MAX_EVENT_BYTES = 1 * MIB
+MAX_BODY_BYTES = 64 * MIB
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,10 @@ def _as_list(value: Any) -> list[str]:
 
 def _duration(value: Any) -> float:
     return parse_duration(value)
+
+
+def _size(value: Any) -> int:
+    return parse_size(value)
 
 
 def _fraction(value: Any) -> float | None:
@@ -198,6 +206,22 @@ class ConnectionOptions:
         "lean: one socket per user, read directly; httpx: the general client",
         choices=HTTP_CLIENTS,
     )
+    max_event_bytes: int = option(
+        MAX_EVENT_BYTES,
+        "one SSE event may hold this much before its end; past it -> 'protocol'",
+        parse=_size,
+        metavar="SIZE",
+        shown="1MiB",
+        check=(_positive, "must be positive"),
+    )
+    max_body_bytes: int = option(
+        MAX_BODY_BYTES,
+        "one response body (decoded) may hold this much; past it -> 'protocol'",
+        parse=_size,
+        metavar="SIZE",
+        shown="64MiB",
+        check=(_positive, "must be positive"),
+    )
 
     def headers_dict(self) -> dict[str, str]:
         """``--header K:V`` values as a dict (values verbatim; never logged)."""
@@ -267,6 +291,13 @@ class LoadOptions:
         shown="0s",
     )
     cooldown: float = option(0.0, "pause between measured phases", parse=_duration, shown="0s")
+    drain_timeout: float = option(
+        10.0,
+        "at a phase's end, requests in flight get this long to finish, then end as "
+        "'disconnect' (cancelled by the client)",
+        parse=_duration,
+        shown="10s",
+    )
     #: fixes prompt choice and order, and open-loop arrivals and first starts
     seed: int = option(0, "seed for prompt choice, arrivals and first starts")
 

@@ -27,8 +27,9 @@ from llmload.target_server.engine import (
     PreparedRequest,
     engine_fault,
 )
-from llmload.target_server.errors import ApiError
+from llmload.target_server.errors import ERROR_KINDS, ApiError
 from llmload.target_server.generation import RAW_SEND, DropInjectedDisconnectLogs, GenerationCall
+from llmload.target_server.read_deadline import BODY_TIMED_OUT
 from llmload.target_server.schemas import (
     CHAT,
     COMPLETIONS,
@@ -130,8 +131,10 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
         return err.response()
     except ClientDisconnect:  # gone while we read the body: nobody to answer
         ctx.status, ctx.http_status = "cancelled", 499
+        if request.scope.get(BODY_TIMED_OUT):  # dropped by us: the 408 went out already
+            ctx.status, ctx.http_status = ERROR_KINDS[408][1], 408
         state.finish(ctx)
-        return Response(status_code=499)
+        return Response(status_code=ctx.http_status)
     except Exception:  # a validator that raised instead of reporting: a bug, but answered
         log.exception("request %s: reading the request failed", ctx.request_id)
         bug = ApiError(500, "internal error while reading the request", code="internal_error")

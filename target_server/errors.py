@@ -12,6 +12,7 @@ ERROR_KINDS: dict[int, tuple[str, str]] = {
     401: ("authentication_error", "unauthorized"),
     404: ("not_found_error", "not_found"),
     405: ("invalid_request_error", "bad_request"),
+    408: ("invalid_request_error", "client_timeout"),
     413: ("invalid_request_error", "too_large"),
     429: ("rate_limit_error", "rejected"),
     500: ("server_error", "error"),

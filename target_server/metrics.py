@@ -28,6 +28,7 @@ STATUSES = {
     "unauthorized": "401: missing or wrong API key",
     "not_found": "404: unknown model",
     "too_large": "413: body over 4 MiB",
+    "client_timeout": "408: the request body stopped coming for --client-body-timeout",
     "rejected": "429: admission queue full",
     "unavailable": "503: engine not ready",
     "error": "500 before streaming, or an engine error mid-stream",

@@ -22,9 +22,9 @@ from fastapi import FastAPI
 from llmload.target_server.app import build_app
 from llmload.target_server.engine import Engine, build_engine
 from llmload.target_server.launch import wait_healthy
+from llmload.target_server.read_deadline import http_protocol
 from llmload.target_server.settings import Settings
 from llmload.target_server.state import ServerState
-from llmload.target_server.write_deadline import http_protocol
 
 
 def bind(host: str, port: int, reuse_port: bool = False, listen: bool = True) -> socket.socket:
@@ -54,10 +54,12 @@ def url_of(sock: socket.socket) -> str:
 
 
 def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
-    """How the bundled server runs under uvicorn (its write deadline and JSON 400s included)."""
+    """How the bundled server runs under uvicorn (its write and read deadlines, JSON 400s)."""
     options: dict[str, Any] = {
         "loop": settings.loop,
-        "http": http_protocol(settings.send_timeout),
+        "http": http_protocol(
+            settings.send_timeout, settings.client_header_timeout, settings.client_body_timeout
+        ),
         "log_config": None,
         "access_log": False,
         "timeout_keep_alive": 30,

@@ -50,6 +50,17 @@ class Settings:
         "connection is dropped (0 = never)",
         default=30.0,
     )
+    client_header_timeout: float = _flag(
+        "seconds a client has to send a whole request head (from its connection, or from "
+        "its first byte on a kept-alive one); then 408, or closed if it sent nothing "
+        "(0 = never; nginx's client_header_timeout)",
+        default=60.0,
+    )
+    client_body_timeout: float = _flag(
+        "seconds a client may send nothing while its request body is still due; then 408 "
+        "and closed (0 = never; nginx's client_body_timeout)",
+        default=60.0,
+    )
     api_key: str | None = _flag(
         "require 'Authorization: Bearer KEY' on /v1/* (prefer env LLMLOAD_API_KEY)",
         default=None,
@@ -112,6 +123,8 @@ class Settings:
                 raise ValueError(f"{name} must be within [0, 1]")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
+        if self.client_header_timeout < 0 or self.client_body_timeout < 0:
+            raise ValueError("client_header_timeout/client_body_timeout must be >= 0")
         if self.max_concurrency < 0 or self.max_queue < 0 or self.max_output_tokens < 1:
             raise ValueError("max_concurrency/max_queue must be >= 0, max_output_tokens >= 1")
 

@@ -125,8 +125,3 @@ class ServerProtocol(HttpToolsProtocol):
         self._write_deadline = None
         self.logger.info("client read nothing for %g s: connection dropped", self.send_timeout)
         self.transport.abort()
-
-
-def http_protocol(send_timeout: float) -> type[ServerProtocol]:
-    """The protocol class for ``uvicorn.Config(http=...)`` with this write deadline (0: none)."""
-    return type("ServerProtocol", (ServerProtocol,), {"send_timeout": float(send_timeout)})

@@ -5,9 +5,17 @@ Framing is done on bytes (WHATWG SSE rules): lines end in ``\\r\\n``, ``\\n`` or
 (keep-alives); several ``data:`` lines join with ``\\n``; ``event:`` names the
 event; ``id:``/``retry:`` and unknown fields are ignored.  Only complete lines
 are decoded, so a UTF-8 character split across two reads is safe.
+
+An event is capped (``max_event`` bytes, ``--max-event-bytes``): one that grows
+past it before its end raises ``OverCap`` (``loadtests.measure.caps``).  The
+unfinished line is kept as a list of the reads that brought it and joined once
+its end arrives, so a line that never ends costs each read its own length, not
+the length so far: a server trickling an endless event does not spin a core.
 """
 
 from __future__ import annotations
+
+from llmload.loadtests.measure.caps import MAX_EVENT_BYTES, OverCap, event_over
 
 #: one parsed event: (``event:`` name or None, joined ``data:`` lines)
 Event = tuple[str | None, str]
@@ -16,11 +24,14 @@ Event = tuple[str | None, str]
 class SSEParser:
     """Feed it byte chunks exactly as read from the socket; it returns the events they complete."""
 
-    __slots__ = ("_buf", "_data", "_event", "_skip_lf", "comments")
+    __slots__ = ("_buf", "_buf_len", "_data", "_held", "_max", "_event", "_skip_lf", "comments")
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, max_event: int = MAX_EVENT_BYTES) -> None:
+        self._buf: list[bytes] = []  # the unfinished line, as the reads that brought it
+        self._buf_len = 0
         self._data: list[bytes] = []
+        self._held = 0  # bytes of the pending event's data lines
+        self._max = max_event
         self._event: str | None = None
         # the previous chunk ended in "\r": a leading "\n" now belongs to that line end
         self._skip_lf = False
@@ -46,27 +57,49 @@ class SSEParser:
             and self._event is None
             and chunk.startswith(b"data: ")
             and chunk.endswith(b"\n\n")
+            and len(chunk) <= self._max
         ):  # fast path: whole single-line data events (the usual read, one or a few events)
             if chunk.find(b"\n") == len(chunk) - 2:
                 return [(None, chunk[6:-2].decode("utf-8", "replace"))]
             parts = chunk[6:-2].split(b"\n\ndata: ")
             if chunk.count(b"\n") == 2 * len(parts):
                 return [(None, p.decode("utf-8", "replace")) for p in parts]
-        buf = self._buf + chunk if self._buf else chunk
-        end = buf.rfind(b"\n")
-        if end < 0:
-            self._buf = buf
+        end = chunk.rfind(b"\n")
+        if end < 0:  # the line goes on: keep the read, join the line once it ends
+            self._buf.append(chunk)
+            self._buf_len += len(chunk)
+            if self._buf_len + self._held > self._max:
+                raise event_over(self._max)
             return []
-        self._buf = buf[end + 1 :]
-        return self._lines(buf[:end].split(b"\n"))
+        if self._buf:
+            self._buf.append(chunk[:end])
+            text = b"".join(self._buf)
+        else:
+            text = chunk[:end]
+        rest = chunk[end + 1 :]
+        self._buf = [rest] if rest else []
+        self._buf_len = len(rest)
+        out = self._lines(text.split(b"\n"))
+        if self._buf_len + self._held > self._max:
+            raise event_over(self._max)
+        return out
 
     def close(self) -> list[Event]:
-        """End of body: dispatch a trailing unterminated line and any pending event."""
-        lines = [self._buf] if self._buf else []
-        self._buf = b""
-        out = self._lines(lines)
+        """End of body: dispatch a trailing unterminated line and any pending event.
+
+        An event already over the cap (its ``OverCap`` ended the request) is dropped."""
+        lines = [b"".join(self._buf)] if self._buf else []
+        self._buf = []
+        self._buf_len = 0
+        try:
+            out = self._lines(lines)
+        except OverCap:
+            out = []
         if self._data:
-            out.append(self._dispatch())
+            if self._held > self._max:
+                self._data, self._held, self._event = [], 0, None
+            else:
+                out.append(self._dispatch())
         return out
 
     @property
@@ -79,6 +112,7 @@ class SSEParser:
         text = data[0] if len(data) == 1 else b"\n".join(data)
         event = (self._event, text.decode("utf-8", "replace"))
         self._data = []
+        self._held = 0
         self._event = None
         return event
 
@@ -104,8 +138,12 @@ class SSEParser:
                     self._event = value.decode("utf-8", "replace")
                 elif field == b"data":  # "data" with no colon: an empty data line
                     self._data.append(b"")
+                    self._held += 1
                 continue
             if value[:1] == b" ":
                 value = value[1:]
             self._data.append(value)
+            self._held += len(value) + 1  # and the newline that joins it to the next
+            if self._held > self._max:
+                raise event_over(self._max)
         return out

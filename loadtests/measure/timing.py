@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmload.loadtests.measure.adapters.base import Adapter, EventInfo
+from llmload.loadtests.measure.caps import MAX_EVENT_BYTES
 from llmload.loadtests.measure.record import Mode, RequestRecord, StreamEnd, TokenSource
 from llmload.loadtests.measure.sse import SSEParser
 
@@ -78,12 +79,17 @@ class StreamTimer:
     )
 
     def __init__(
-        self, adapter: Adapter, t0: float, *, tokenizer: Callable[[str], int] | None = None
+        self,
+        adapter: Adapter,
+        t0: float,
+        *,
+        tokenizer: Callable[[str], int] | None = None,
+        max_event: int = MAX_EVENT_BYTES,
     ) -> None:
         self._adapter = adapter
         self._t0 = t0
         self._tokenizer = tokenizer
-        self._parser = SSEParser()
+        self._parser = SSEParser(max_event)  # ``feed`` raises ``OverCap`` past it
         self._times: list[float] = []  # arrival of each content event
         self._pieces: list[str] = []  # its new text
         self._text: str | None = ""
@@ -117,7 +123,9 @@ class StreamTimer:
         self._connect_s = seconds
 
     def feed(self, chunk: bytes, t: float) -> None:
-        """Streaming: raw body bytes as read (any split), read at ``t``."""
+        """Streaming: raw body bytes as read (any split), read at ``t``.
+
+        Raises ``OverCap`` when an event grows past ``max_event`` before its end."""
         if self._error_body is not None:
             self._keep_error_body(chunk)
             return

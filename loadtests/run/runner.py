@@ -8,11 +8,12 @@ each phase — warm-up, then one per mode, all with the same shape, prompts and
 seed — on a driver: ``LocalDriver`` (users in this process) or, with
 ``--workers``/``--master``, ``distributed.MasterDriver`` (locust workers).
 
-A phase ends when its shape does; requests in flight then finish (each is
-bounded by ``--request-timeout``).  Ctrl-C (or SIGTERM) stops the run at once:
-in-flight requests are cancelled and recorded as ``disconnect`` with error
-``cancelled by the client: run stopped``, the files are written, the run's
-status is ``interrupted`` and the exit code 130.
+A phase ends when its shape does; requests in flight then get ``--drain-timeout``
+to finish, and those still running after it are cancelled — each one
+``disconnect`` record, error ``cancelled by the client: run stopped``.  Ctrl-C
+(or SIGTERM) stops the run at once: in-flight requests are cancelled and
+recorded the same way, the files are written, the run's status is
+``interrupted`` and the exit code 130.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ log = logging.getLogger("llmload.loadtests")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: the run completed but more of its measured requests failed than ``--max-error-rate`` allows
 EXIT_ERROR_RATE = 3
-#: seconds in-flight requests get beyond ``--request-timeout`` at a phase end
-DRAIN_SLACK_S = 5.0
+#: seconds users with nothing in flight get to leave their task at a phase end
+IDLE_STOP_S = 1.0
 
 
 def default_out(label: str) -> Path:
@@ -91,16 +92,17 @@ class LocalDriver:
         return int(self.runner.user_count)
 
     def stop(self, force: bool) -> None:
-        timeout = self.ctx.connection.request_timeout
         if not force:
             # Drain first: stopping the users holds the event loop (tens of ms at 1,000
             # users), and the first tokens of requests still in flight would wait behind
             # it — the phase's last requests measured the harness, not the target.
             self.ctx.stop_accepting()
-            deadline = time.monotonic() + timeout + DRAIN_SLACK_S
+            deadline = time.monotonic() + self.ctx.load.drain_timeout
             while self.ctx.inflight > 0 and time.monotonic() < deadline:
                 gevent.sleep(0.02)
-        self.env.stop_timeout = 0 if force else timeout + DRAIN_SLACK_S
+        # what is still in flight after the drain is cancelled now (one record each);
+        # users between requests stop as soon as their task returns
+        self.env.stop_timeout = 0 if force or self.ctx.inflight else IDLE_STOP_S
         self.runner.stop()
 
     def abort(self) -> None:
@@ -189,7 +191,9 @@ def run(
     for sink in extra:
         hub.add(sink)
     env = Environment(user_classes=[LLMUser], host=target.base_url)
-    env.stop_timeout = opts.connection.request_timeout + DRAIN_SLACK_S
+    # locust waits this long for users in a task to finish at a stop, then kills them (a
+    # cancelled request is one record); a master sends it to its workers with each start
+    env.stop_timeout = opts.load.drain_timeout
     session = Session(opts, hub, status)
     session.after_phase.append(lambda phase: save_locust_stats(env, out_dir, phase))
     session.install_signals()

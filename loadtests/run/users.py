@@ -143,7 +143,9 @@ class LLMUser(User):
             user_id=self.index,
             warmup=phase.warmup,
         )
-        timer = StreamTimer(self.adapter, t0, tokenizer=ctx.tokenizer)
+        timer = StreamTimer(
+            self.adapter, t0, tokenizer=ctx.tokenizer, max_event=ctx.target.max_event_bytes
+        )
         try:
             status, error = perform(self.http, ctx.target, call, timer, self.follow_up)
         except GreenletExit:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from llmload.loadtests.measure.adapters.base import HttpCall
+from llmload.loadtests.measure.caps import MAX_BODY_BYTES, body_over
 from llmload.loadtests.measure.timing import StreamTimer
 from llmload.loadtests.transport.connect import connector, readable_now
 from llmload.loadtests.transport.framing import (
@@ -66,6 +67,8 @@ class Origin:
     url_of: Callable[[str], httpx.URL]  # a call's path -> its full URL (prefix, query)
     ssl_context: Callable[[], ssl.SSLContext]
     connect_timeout: float
+    #: what one response body may hold once decoded (``--max-body-bytes``)
+    max_body: int = MAX_BODY_BYTES
     #: why this target's responses cannot be read here (then httpx serves it), once known
     unsupported: str | None = None
     _heads: dict[tuple, tuple[bytes, bytes]] = field(default_factory=dict, repr=False)
@@ -127,7 +130,8 @@ class Http1Client:
         """Send ``call``; feed ``timer`` (each read of a stream as it arrives, or the whole body).
 
         Raises ``Failed`` (a transport failure, with its error class),
-        ``h1.ProtocolError``, ``h1.Unsupported`` or ``zlib.error``.
+        ``h1.ProtocolError``, ``h1.Unsupported``, ``zlib.error`` or ``OverCap`` (a body
+        or an event over its cap; the connection is closed, not reused).
         """
         self._exchange(call, timer, read_timeout)
 
@@ -163,11 +167,14 @@ class Http1Client:
                 timer.headers(t, head.status)
             kind, length = head.framing(call.method)
             unzip = decoder(head.get("content-encoding"))
+            cap = origin.max_body
             if call.stream and not whole and timer is not None:
-                reusable = _read_body(conn, kind, length, rest, t, unzip, timer.feed)
+                reusable = _read_body(conn, kind, length, rest, t, unzip, timer.feed, cap)
                 return head.status, b""
             parts: list[bytes] = []
-            reusable = _read_body(conn, kind, length, rest, t, unzip, lambda p, _t: parts.append(p))
+            reusable = _read_body(
+                conn, kind, length, rest, t, unzip, lambda p, _t: parts.append(p), cap
+            )
             payload = b"".join(parts)
             if timer is not None and not whole:
                 timer.feed_body(payload, clock())
@@ -258,16 +265,24 @@ def _read_body(
     t: float,
     unzip: zlib._Decompress | None,
     sink: Callable[[bytes, float], None],
+    cap: int = MAX_BODY_BYTES,
 ) -> bool:
     """Read one body, handing each read's payload to ``sink(payload, t)``; reusable after it?
 
-    ``rest``: body bytes that came with the head, read at ``t``.
+    ``rest``: body bytes that came with the head, read at ``t``.  More than ``cap``
+    bytes of payload (decoded: a small gzip body can decompress to gigabytes) raise
+    ``OverCap`` before the sink sees them.
     """
     z = unzip
+    left = cap  # payload bytes the sink may still be given
 
     def give(payload: bytes, t: float) -> None:
-        if z is not None:
-            payload = z.decompress(payload)
+        nonlocal left
+        if z is not None:  # never more than one byte past the cap out of the decompressor
+            payload = z.decompress(payload, left + 1)
+        left -= len(payload)
+        if left < 0:
+            raise body_over(cap)
         if payload:
             sink(payload, t)
 
@@ -290,27 +305,32 @@ def _read_body(
             payload = feed(data)
             if payload:
                 if z is None:
+                    left -= len(payload)
+                    if left < 0:
+                        raise body_over(cap)
                     sink(payload, conn.last)
                 else:
                     give(payload, conn.last)
         reusable = not chunks.extra
     elif kind == "length":
-        left = length
+        if length > cap and z is None:
+            raise body_over(cap)
+        due = length
         if rest:
-            give(rest[:left], t)
-            left -= len(rest)
-        while left > 0:
+            give(rest[:due], t)
+            due -= len(rest)
+        while due > 0:
             data = recv()
             if not data:
                 raise Failed(
                     "disconnect",
                     "RemoteProtocolError: peer closed connection without "
-                    f"sending complete message body (received {length - left} bytes, "
+                    f"sending complete message body (received {length - due} bytes, "
                     f"expected {length})",
                 )
-            give(data[:left], conn.last)
-            left -= len(data)
-        reusable = left == 0
+            give(data[:due], conn.last)
+            due -= len(data)
+        reusable = due == 0
     else:  # close-delimited: the body ends with the connection
         if rest:
             give(rest, t)
@@ -319,6 +339,9 @@ def _read_body(
         reusable = False
     if z is not None:
         tail = z.flush()
+        left -= len(tail)
+        if left < 0:
+            raise body_over(cap)
         if tail:
             sink(tail, conn.last)
     return reusable

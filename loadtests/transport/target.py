@@ -36,6 +36,7 @@ import httpcore
 import httpx
 
 from llmload.loadtests.measure.adapters.base import HttpCall
+from llmload.loadtests.measure.caps import MAX_BODY_BYTES, MAX_EVENT_BYTES, OverCap, body_over
 from llmload.loadtests.measure.timing import StreamTimer
 from llmload.loadtests.options import ConnectionOptions
 from llmload.loadtests.redact import redact_url
@@ -73,6 +74,9 @@ class Target:
     #: ``lean`` (``loadtests.transport.http1``) or ``httpx``: which client ``session()``
     #: gives each user
     http_client: str = "lean"
+    #: what one SSE event and one (decoded) response body may hold (``loadtests.measure.caps``)
+    max_event_bytes: int = MAX_EVENT_BYTES
+    max_body_bytes: int = MAX_BODY_BYTES
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
@@ -124,6 +128,8 @@ class Target:
             ca_bundle=opts.ca_bundle,
             insecure=opts.insecure,
             http_client=opts.http_client,
+            max_event_bytes=opts.max_event_bytes,
+            max_body_bytes=opts.max_body_bytes,
         )
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -165,6 +171,7 @@ class Target:
                 self.url_of,
                 self.ssl_context,
                 CONNECT_TIMEOUT_S,
+                self.max_body_bytes,
             )
         return self._origin
 
@@ -308,6 +315,8 @@ def perform(
         return _perform_httpx(client, target, call, timer, follow_up)
     except _RequestDeadline:
         return "timeout", f"no complete response within {target.request_timeout:g}s"
+    except OverCap as exc:  # the connection was closed on the way out, not reused
+        return "protocol", str(exc)
     finally:
         deadline.close()
 
@@ -385,12 +394,21 @@ def _perform_httpx(
             connect_s = take_connect_s(resp.extensions.get("network_stream"))
             if connect_s is not None:
                 timer.connected(connect_s)
+            left = target.max_body_bytes
             if call.stream:
                 for chunk in resp.iter_bytes():
+                    left -= len(chunk)
+                    if left < 0:
+                        raise body_over(target.max_body_bytes)
                     timer.feed(chunk, clock())
             else:
-                body = resp.read()
-                timer.feed_body(body, clock())
+                parts = []
+                for chunk in resp.iter_bytes():
+                    left -= len(chunk)
+                    if left < 0:
+                        raise body_over(target.max_body_bytes)
+                    parts.append(chunk)
+                timer.feed_body(b"".join(parts), clock())
         finally:
             resp.close()
         return None, None
