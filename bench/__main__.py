@@ -19,6 +19,7 @@ BENCHES: dict[str, str] = {
     "engine-process": "bench.engine_process",
     "capacity": "bench.capacity",
     "scale": "bench.scale",
+    "records": "bench.records",
     "flamegraphs": "bench.flamegraphs",
 }
 

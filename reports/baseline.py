@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_value
 from llmload.reports.capacity.curve import capacity_doc
+from llmload.reports.columns import RecordTable
 from llmload.reports.loader import Run
 from llmload.reports.stats import percentile
 
@@ -27,28 +30,28 @@ class BaselineError(Exception):
     """The baseline file is missing, unreadable or not a baseline."""
 
 
-def metric_values(records: list[RequestRecord], metric: str) -> list[float]:
+def metric_values(records: Sequence[RequestRecord], metric: str) -> np.ndarray:
     """Milliseconds of ``metric`` over the successful records (ITL: every gap, pooled).
 
     ``*_from_intended`` adds each record's schedule delay and skips records without one
-    (closed-loop requests have no intended send time).
+    (closed-loop requests have no intended send time).  Read from the records' columns
+    (``reports.columns``): an array, in record order.
     """
-    ok = [r for r in records if r.ok]
+    t = RecordTable.of(records)
+    ok = t.ok()
     if metric == "itl":
-        return [g * 1000 for r in ok for g in r.itl_s]
+        return t.itl(ok) * 1000  # type: ignore[no-any-return]
     if metric in FROM_INTENDED:
-        late = ((getattr(r, FROM_INTENDED[metric]), r.schedule_delay_s) for r in ok)
-        return [
-            (v + d) * 1000 for v, d in late if v is not None and d is not None and math.isfinite(v)
-        ]
-    attr = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}[metric]
-    vals = (getattr(r, attr) for r in ok)
-    return [v * 1000 for v in vals if v is not None and math.isfinite(v)]
+        v, d = t.num(FROM_INTENDED[metric])[ok], t.num("schedule_delay_s")[ok]
+        keep = np.isfinite(v) & ~np.isnan(d)
+        return (v[keep] + d[keep]) * 1000  # type: ignore[no-any-return]
+    v = t.num({"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}[metric])[ok]
+    return v[np.isfinite(v)] * 1000  # type: ignore[no-any-return]
 
 
-def compact(values: list[float]) -> dict[str, Any]:
+def compact(values: Sequence[float] | np.ndarray) -> dict[str, Any]:
     """Sorted values rounded to 10 µs, or a quantile sketch of ``MAX_VALUES`` points when larger."""
-    xs = sorted(values)
+    xs = np.sort(np.asarray(values, dtype=float)).tolist() if len(values) else []
     n = len(xs)
     if n > MAX_VALUES:
         xs = [percentile(xs, 100.0 * (i + 0.5) / MAX_VALUES) for i in range(MAX_VALUES)]
@@ -60,9 +63,9 @@ def make_baseline(run: Run) -> dict[str, Any]:
     measured = run.measured
     metrics: dict[str, dict[str, Any]] = {}
     for metric in GATED_METRICS:
-        for mode in sorted({r.mode for r in measured}):
-            vals = metric_values([r for r in measured if r.mode == mode], metric)
-            if vals:
+        for mode in sorted(measured.distinct("mode")):
+            vals = metric_values(measured.where(measured.is_("mode", mode)), metric)
+            if len(vals):
                 metrics.setdefault(metric, {})[mode] = compact(vals)
     meta = redact_value(
         {

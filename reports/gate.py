@@ -24,6 +24,7 @@ and that must not fail a good build.  A worker lost mid-run (records with status
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,7 +160,7 @@ def ratio_words(ratio: float, lo: float, hi: float, confidence: float) -> str:
 
 
 def relative_check(
-    mode: str, base: dict[str, Any], run_vals: list[float], cfg: GateConfig
+    mode: str, base: dict[str, Any], run_vals: Sequence[float] | np.ndarray, cfg: GateConfig
 ) -> Check:
     """Compare one mode's run values against its baseline entry."""
     q, limit = cfg.percentile, 1.0 + cfg.max_regression
@@ -213,10 +214,12 @@ def relative_check(
     return Check(name, PASS, f"{what}: within {allowed}", nums)
 
 
-def absolute_check(mode: str, vals: list[float], limit_ms: float, what: str = "ttft") -> Check:
+def absolute_check(
+    mode: str, vals: Sequence[float] | np.ndarray, limit_ms: float, what: str = "ttft"
+) -> Check:
     """``--max-ttft-p95-ms``: the run's TTFT p95 (``what``: which TTFT) against a fixed limit."""
     name = f"{what} p95 {mode} <= {limit_ms:g} ms"
-    if not vals:
+    if not len(vals):
         return Check(name, INCONCLUSIVE, f"no successful {mode} requests to check", {"mode": mode})
     p95 = float(np.percentile(np.asarray(vals), 95))
     nums = {"mode": mode, "run_ms": p95, "limit_ms": limit_ms, "run_n": len(vals)}
@@ -233,7 +236,7 @@ def absolute_check(mode: str, vals: list[float], limit_ms: float, what: str = "t
 def gated_modes(baseline: dict[str, Any], run: Run, cfg: GateConfig) -> list[str]:
     """The modes to gate: those asked for, else stream when both have it, else all shared."""
     base_modes = set(baseline["metrics"].get(cfg.key, {}))
-    run_modes = {r.mode for r in run.measured}
+    run_modes = set(run.measured.distinct("mode"))
     if cfg.modes:
         return list(cfg.modes)
     if "stream" in base_modes and "stream" in run_modes:
@@ -246,7 +249,7 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
     checks: list[Check] = []
     per_mode = baseline["metrics"].get(cfg.key, {})
     for mode in gated_modes(baseline, run, cfg):
-        records = [r for r in run.measured if r.mode == mode]
+        records = run.measured.where(run.measured.is_("mode", mode))
         vals = metric_values(records, cfg.key)
         missing = _missing(cfg, mode, mode in per_mode, records, vals)
         if missing:
@@ -311,12 +314,12 @@ def _unless_starved(check: Check, run: Run, mode: str, cfg: GateConfig) -> Check
 
 def _lost(run: Run) -> str:
     """Why the run's load is incomplete (a lost worker), empty when it is not."""
-    lost = [r for r in run.measured if r.status == "lost"]
+    lost = run.measured.where(run.measured.is_("status", "lost"))
     workers = run.meta.get("lost_workers") or []
     if not lost and not workers:
         return ""
     names = sorted({str(w.get("worker")) for w in workers if isinstance(w, dict)})
-    names = names or sorted({r.worker for r in lost})
+    names = names or sorted(lost.distinct("worker"))
     return (
         f"inconclusive: worker {', '.join(names)} was lost mid-run; {len(lost)} requests "
         "have no outcome and the load it was to apply went missing"
@@ -324,13 +327,17 @@ def _lost(run: Run) -> str:
 
 
 def _missing(
-    cfg: GateConfig, mode: str, in_base: bool, records: list[RequestRecord], vals: list[float]
+    cfg: GateConfig,
+    mode: str,
+    in_base: bool,
+    records: Sequence[RequestRecord],
+    vals: Sequence[float] | np.ndarray,
 ) -> str:
     """Why ``mode`` cannot be gated at all (empty when it can)."""
     open_loop = "an open-loop run (loadtests --rate), which records each schedule delay"
     if not in_base:
         why = f"the baseline has no {cfg.key} values for mode {mode}"
         return why + (f"; make it from {open_loop}" if cfg.from_intended else "")
-    if cfg.from_intended and records and not vals:
+    if cfg.from_intended and len(records) and not len(vals):
         return f"the run has no schedule delays for mode {mode}: --from-intended needs {open_loop}"
     return ""

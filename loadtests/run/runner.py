@@ -183,7 +183,7 @@ def run(
     if (out_dir / "run.json").exists():
         print(f"warning: replacing the previous run in {out_dir}", file=sys.stderr, flush=True)
     info = {**run_info(opts, argv, out_dir.name, model, ctx.workload), **(extra_info or {})}
-    writer = RunWriter(out_dir, info)
+    writer = RunWriter(out_dir, info, opts.output.records_compression)
     status = StatusLine()
     hub.add(writer)
     hub.add(status)

@@ -1,0 +1,426 @@
+"""A run's records as columns: numpy arrays instead of a million record objects.
+
+An hour of requests is a million records and tens of millions of token gaps.
+As ``RequestRecord`` objects with lists of Python floats that was 5 GiB and
+minutes for ``llmload report build``; here each numeric field is one float64
+column (``None`` is NaN), each label (phase, scenario, status, ...) a small
+integer code into its distinct values, and every record's ``itl_s`` one slice
+of a single flat float64 array (``tokens_per_event`` likewise, stored compactly:
+the usual "one token per event" as a length).  Values are the JSON's own
+float64s, so statistics over them are exact — the same percentiles, means and
+counts as over the record objects.
+
+``RecordTable`` is also a ``Sequence[RequestRecord]``: iterating (or indexing)
+it builds each record on the fly, so code that reads records one by one still
+works on a table; the report's statistics read the columns.  ``where(mask)``
+selects records without copying the columns (a table is a shared store plus
+the row numbers it holds); ``TableBuilder`` fills a store one decoded JSON
+object at a time (``reports.loader`` streams ``requests.jsonl`` into it), and
+``RecordTable.of(records)`` makes one from record objects.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
+
+import numpy as np
+
+from llmload.loadtests.measure.record import RequestRecord
+
+#: numeric fields, each a float64 column (NaN for None); ints come back as ints
+NUMBERS = (
+    "started_at",
+    "ttft_s",
+    "e2e_s",
+    "headers_s",
+    "tpot_s",
+    "ttst_s",
+    "server_ttft_s",
+    "server_queue_s",
+    "server_e2e_s",
+    "schedule_delay_s",
+    "connect_s",
+    "output_tokens",
+    "usage_output_tokens",
+    "client_output_tokens",
+    "prompt_tokens",
+    "http_status",
+    "turn",
+    "user_id",
+)
+#: of those, the ones a record holds as ints
+INTS = frozenset(
+    (
+        "output_tokens",
+        "usage_output_tokens",
+        "client_output_tokens",
+        "prompt_tokens",
+        "http_status",
+        "turn",
+        "user_id",
+    )
+)
+#: label fields: a code per record into the field's distinct values (None included)
+LABELS = (
+    "phase",
+    "scenario",
+    "mode",
+    "endpoint",
+    "status",
+    "token_source",
+    "worker",
+    "finish_reason",
+    "stream_end",
+)
+_DEFAULTS: dict[str, Any] = {
+    "token_source": "events",
+    "worker": "local",
+    "turn": 0,
+}
+_REQUIRED = ("request_id", "phase", "scenario", "mode", "endpoint", "started_at", "status")
+_COL = {name: i for i, name in enumerate(NUMBERS)}
+_WIDTH = len(NUMBERS)
+_NAN = math.nan
+_NUMBER_TYPES = frozenset((int, float))
+_SCALAR_TYPES = frozenset((int, float, type(None)))
+#: ``tokens_per_event`` kinds: none, all ones (its length kept), one value, any values
+_TPE_EMPTY, _TPE_ONES, _TPE_ONE, _TPE_LIST = 0, 1, 2, 3
+
+
+class _Store:
+    """The columns of every record of a run (append-only while building)."""
+
+    def __init__(self) -> None:
+        self.numbers = array("d")  # row-major, _WIDTH per record
+        self.codes: dict[str, array[int]] = {name: array("i") for name in LABELS}
+        self.values: dict[str, list[Any]] = {name: [] for name in LABELS}
+        self.index: dict[str, dict[Any, int]] = {name: {} for name in LABELS}
+        self.request_ids: list[Any] = []
+        self.errors: dict[int, Any] = {}  # row -> error (most are None)
+        self.warmup = array("b")
+        self.itl = array("d")
+        self.itl_ends = array("q")  # itl_ends[i]: end of record i's gaps in ``itl``
+        self.tpe_kind = array("b")
+        self.tpe_value = array("d")  # ones: the length; one value: the value
+        self.tpe_lists: dict[int, list[Any]] = {}
+        self.n = 0
+        self._frozen: dict[str, Any] | None = None
+
+    def frozen(self) -> dict[str, Any]:
+        """numpy views of the columns (no copies), made once the store is complete."""
+        if self._frozen is None:
+            num = np.frombuffer(self.numbers, dtype=np.float64).reshape(-1, _WIDTH)
+            ends = np.frombuffer(self.itl_ends, dtype=np.int64)
+            self._frozen = {
+                "numbers": num,
+                "codes": {k: np.frombuffer(v, dtype=np.int32) for k, v in self.codes.items()},
+                "warmup": np.frombuffer(self.warmup, dtype=np.int8).astype(bool),
+                "itl": np.frombuffer(self.itl, dtype=np.float64),
+                "itl_ends": ends,
+                "itl_starts": np.concatenate(([0], ends[:-1])) if len(ends) else ends,
+                "tpe_kind": np.frombuffer(self.tpe_kind, dtype=np.int8),
+                "tpe_value": np.frombuffer(self.tpe_value, dtype=np.float64),
+            }
+        return self._frozen
+
+
+class TableBuilder:
+    """Fills a table from decoded JSON objects (``add``), refusing a malformed one whole."""
+
+    def __init__(self) -> None:
+        self.store = _Store()
+
+    def add(self, data: dict[str, Any]) -> None:
+        """One record's JSON object; ``ValueError``/``TypeError`` if it is not a record.
+
+        The same records are refused as ``RequestRecord.from_dict`` plus the loader's
+        type checks refused: a missing field, a number that is not one, a label that is
+        not a string, a gap list that is not numbers.  Nothing is appended unless all
+        of the record is good.
+        """
+        for key in _REQUIRED:
+            if key not in data:
+                raise TypeError(f"missing field {key!r}")
+        get = data.get
+        nums = [get(k, _DEFAULTS.get(k)) for k in NUMBERS]
+        if type(nums[0]) not in _NUMBER_TYPES or not set(map(type, nums)) <= _SCALAR_TYPES:
+            raise ValueError("a numeric field is not a number")
+        labels = [get(k, _DEFAULTS.get(k)) for k in LABELS]
+        for k in ("phase", "scenario", "mode", "status"):
+            if type(data[k]) is not str:
+                raise ValueError("phase, scenario, mode and status must be strings")
+        itl = get("itl_s")
+        itl = [] if itl is None else itl
+        tpe = get("tokens_per_event")
+        tpe = [] if tpe is None else tpe
+        if type(itl) is not list or not set(map(type, itl)) <= _NUMBER_TYPES:
+            raise ValueError("itl_s must be a list of numbers")
+        if type(tpe) is not list or not set(map(type, tpe)) <= _NUMBER_TYPES:
+            raise ValueError("tokens_per_event must be a list of numbers")
+        warmup = get("warmup", False)
+        s = self.store
+        codes: list[tuple[str, int, bool, Any]] = []
+        for name, value in zip(LABELS, labels, strict=True):
+            code = s.index[name].get(value)  # TypeError for a list or an object: refused
+            if code is None:
+                codes.append((name, len(s.values[name]), True, value))
+            else:
+                codes.append((name, code, False, value))
+        # all checked: append (nothing above changed the store)
+        for name, code, new, value in codes:
+            if new:
+                s.index[name][value] = code
+                s.values[name].append(value)
+            s.codes[name].append(code)
+        s.numbers.extend([_NAN if v is None else v for v in nums])
+        s.request_ids.append(data["request_id"])
+        error = get("error")
+        if error is not None:
+            s.errors[s.n] = error
+        s.warmup.append(1 if warmup else 0)
+        s.itl.extend(itl)
+        s.itl_ends.append(len(s.itl))
+        n = len(tpe)
+        if n == 0:
+            s.tpe_kind.append(_TPE_EMPTY)
+            s.tpe_value.append(0.0)
+        elif tpe.count(1) == n and all(type(t) is int for t in tpe[:1]):
+            s.tpe_kind.append(_TPE_ONES)
+            s.tpe_value.append(float(n))
+        elif n == 1 and type(tpe[0]) is int:
+            s.tpe_kind.append(_TPE_ONE)
+            s.tpe_value.append(float(tpe[0]))
+        else:
+            s.tpe_kind.append(_TPE_LIST)
+            s.tpe_value.append(0.0)
+            s.tpe_lists[s.n] = tpe
+        s.n += 1
+
+    def add_record(self, record: RequestRecord) -> None:
+        self.add(record.to_dict())
+
+    def table(self) -> RecordTable:
+        return RecordTable(self.store)
+
+
+class RecordTable(Sequence[RequestRecord]):
+    """Some of a run's records (all of them, or a selection), as columns."""
+
+    def __init__(self, store: _Store, rows: np.ndarray | None = None) -> None:
+        self._s = store
+        self._f = store.frozen()
+        self.rows = np.arange(store.n, dtype=np.int64) if rows is None else rows
+
+    @classmethod
+    def of(cls, records: Iterable[RequestRecord]) -> RecordTable:
+        """A table of record objects (already a table: itself)."""
+        if isinstance(records, RecordTable):
+            return records
+        builder = TableBuilder()
+        for r in records:
+            builder.add_record(r)
+        return builder.table()
+
+    # -- Sequence -----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, i: int) -> RequestRecord: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> RecordTable: ...
+
+    def __getitem__(self, i: int | slice) -> RequestRecord | RecordTable:
+        if isinstance(i, slice):
+            return RecordTable(self._s, self.rows[i])
+        return self._record(int(self.rows[i]))
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        for row in self.rows.tolist():
+            yield self._record(row)
+
+    def _record(self, row: int) -> RequestRecord:
+        s, f = self._s, self._f
+        kw: dict[str, Any] = {}
+        for name, v in zip(NUMBERS, f["numbers"][row].tolist(), strict=True):
+            if v == v:  # not NaN
+                kw[name] = int(v) if name in INTS else v
+            elif name == "turn":
+                kw[name] = 0
+        for name in LABELS:
+            kw[name] = s.values[name][s.codes[name][row]]
+        kw["request_id"] = s.request_ids[row]
+        kw["error"] = s.errors.get(row)
+        kw["warmup"] = bool(s.warmup[row])
+        start = s.itl_ends[row - 1] if row else 0
+        kw["itl_s"] = s.itl[start : s.itl_ends[row]].tolist()
+        kind, value = s.tpe_kind[row], s.tpe_value[row]
+        if kind == _TPE_ONES:
+            kw["tokens_per_event"] = [1] * int(value)
+        elif kind == _TPE_ONE:
+            kw["tokens_per_event"] = [int(value)]
+        elif kind == _TPE_LIST:
+            kw["tokens_per_event"] = list(s.tpe_lists[row])
+        else:
+            kw["tokens_per_event"] = []
+        return RequestRecord(**kw)
+
+    # -- selections ---------------------------------------------------------------------
+
+    def where(self, mask: np.ndarray) -> RecordTable:
+        """The records of this table where ``mask`` (one bool per record) is true."""
+        return RecordTable(self._s, self.rows[mask])
+
+    def num(self, name: str) -> np.ndarray:
+        """A numeric field of these records (float64; NaN where None)."""
+        return self._f["numbers"][self.rows, _COL[name]]
+
+    def codes(self, name: str) -> np.ndarray:
+        """A label field of these records as codes into ``label_values(name)``."""
+        return self._f["codes"][name][self.rows]
+
+    def label_values(self, name: str) -> list[Any]:
+        """Every distinct value of a label field in the whole store (by code)."""
+        return self._s.values[name]
+
+    def is_(self, name: str, value: Any) -> np.ndarray:
+        """Mask: these records whose label ``name`` equals ``value``."""
+        code = self._s.index[name].get(value)
+        if code is None:
+            return np.zeros(len(self.rows), dtype=bool)
+        return self.codes(name) == code
+
+    def distinct(self, name: str) -> list[Any]:
+        """The values of a label among these records, in order of first appearance."""
+        codes = self.codes(name)
+        if not len(codes):
+            return []
+        uniq, first = np.unique(codes, return_index=True)
+        values = self._s.values[name]
+        return [values[c] for c in uniq[np.argsort(first)].tolist()]
+
+    def ok(self) -> np.ndarray:
+        return self.is_("status", "ok")
+
+    def warmup_field(self) -> np.ndarray:
+        """The records' own ``warmup`` field (``warmup()`` also counts the warm-up phase)."""
+        return self._f["warmup"][self.rows]
+
+    def warmup(self) -> np.ndarray:
+        """Warm-up records: ``warmup`` set, or in the phase named ``warmup``."""
+        return self._f["warmup"][self.rows] | self.is_("phase", "warmup")
+
+    # -- token gaps -----------------------------------------------------------------------
+
+    def itl_counts(self) -> np.ndarray:
+        """How many gaps each of these records has."""
+        f = self._f
+        return f["itl_ends"][self.rows] - f["itl_starts"][self.rows]
+
+    def gaps_below(self, threshold: float) -> np.ndarray:
+        """How many of each record's gaps are under ``threshold`` (computed once per store)."""
+        cache = self._s.__dict__.setdefault("_below", {})
+        if threshold not in cache:
+            f = self._f
+            flat, starts, ends = f["itl"], f["itl_starts"], f["itl_ends"]
+            below = np.zeros(self._s.n, dtype=np.int64)
+            has = ends > starts
+            if has.any():
+                sums = np.add.reduceat(flat < threshold, starts[has], dtype=np.int64)
+                below[has] = sums
+            cache[threshold] = below
+        return cache[threshold][self.rows]  # type: ignore[no-any-return]
+
+    def gaps_of(self, i: int) -> np.ndarray:
+        """The gaps of this table's ``i``-th record (a view)."""
+        f, row = self._f, int(self.rows[i])
+        return f["itl"][int(f["itl_starts"][row]) : int(f["itl_ends"][row])]  # type: ignore[no-any-return]
+
+    def gap_positions(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For flat gap positions: (their record's store row, their index within it)."""
+        f = self._f
+        rows = np.searchsorted(f["itl_ends"], positions, side="right")
+        return rows, positions - f["itl_starts"][rows]
+
+    def gaps_mask(self, mask: np.ndarray | None = None) -> np.ndarray:
+        """A mask over the flat gaps: those of these records (where ``mask``)."""
+        f = self._f
+        keep = np.zeros(self._s.n, dtype=bool)
+        keep[self.rows if mask is None else self.rows[mask]] = True
+        lengths = f["itl_ends"] - f["itl_starts"]
+        return np.repeat(keep, lengths)
+
+    def itl(self, mask: np.ndarray | None = None) -> np.ndarray:
+        """Every gap of these records (where ``mask``), record by record.
+
+        May be a view of the store's own array: do not modify it."""
+        f = self._f
+        flat = f["itl"]
+        rows = self.rows if mask is None else self.rows[mask]
+        if not len(rows):
+            return flat[:0]
+        first, last = int(rows[0]), int(rows[-1])
+        if last - first + 1 == len(rows):  # consecutive records: one slice of the flat array
+            return flat[int(f["itl_starts"][first]) : int(f["itl_ends"][last])]
+        if len(rows) * 8 < self._s.n:  # a few records: gather their slices
+            starts, counts = f["itl_starts"][rows], (f["itl_ends"] - f["itl_starts"])[rows]
+            before = np.cumsum(counts) - counts
+            index = np.repeat(starts - before, counts) + np.arange(int(counts.sum()))
+            return flat[index]
+        return flat[self.gaps_mask(mask)]
+
+    def gap_owner(self, mask: np.ndarray | None = None) -> np.ndarray:
+        """For each gap ``itl(mask)`` returns: its record's index in this table."""
+        counts = self.itl_counts()
+        index = np.arange(len(self.rows))
+        if mask is not None:
+            counts, index = counts[mask], index[mask]
+        return np.repeat(index, counts)
+
+    def per_token_is_itl(self, mask: np.ndarray | None = None) -> bool:
+        """Are ``per_token_gaps(mask)`` the gaps themselves (one token per event, always)?"""
+        f = self._f
+        rows = self.rows if mask is None else self.rows[mask]
+        counts = (f["itl_ends"] - f["itl_starts"])[rows]
+        with_gaps = counts > 0
+        kind, value = f["tpe_kind"][rows][with_gaps], f["tpe_value"][rows][with_gaps]
+        return bool(((kind == _TPE_ONES) & (value == counts[with_gaps] + 1)).all())
+
+    def per_token_gaps(self, mask: np.ndarray | None = None) -> np.ndarray:
+        """``reports.timeseries.per_token_gaps`` of every one of these records (where ``mask``).
+
+        Each gap divided by the tokens of the event that ends it, for records whose
+        ``tokens_per_event`` has one entry more than their gaps; zero-token events
+        are left out.  One token per event (the usual stream): the gaps themselves.
+        """
+        f = self._f
+        sel = np.ones(len(self.rows), dtype=bool) if mask is None else mask
+        rows = self.rows[sel]
+        counts = (f["itl_ends"] - f["itl_starts"])[rows]
+        kind, value = f["tpe_kind"][rows], f["tpe_value"][rows]
+        ones = (kind == _TPE_ONES) & (value == counts + 1)
+        # (one value or none: no gap has an event of its own to divide by)
+        lists = kind == _TPE_LIST
+        if not lists.any():
+            sub = sel.copy()
+            sub[sel] = ones
+            return self.itl(sub)
+        parts: list[np.ndarray] = []
+        idx = np.nonzero(sel)[0]
+        sub = np.zeros(len(self.rows), dtype=bool)
+        sub[idx[ones]] = True
+        parts.append(self.itl(sub))
+        for row in rows[lists].tolist():
+            tpe = self._s.tpe_lists[row]
+            start = int(f["itl_starts"][row])
+            gaps = f["itl"][start : int(f["itl_ends"][row])]
+            if len(tpe) != len(gaps) + 1:
+                continue
+            n = np.asarray(tpe[1:], dtype=np.float64)
+            parts.append(gaps[n > 0] / n[n > 0])
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
