@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, overload
 
 import numpy as np
@@ -81,10 +82,14 @@ _DEFAULTS: dict[str, Any] = {
     "turn": 0,
 }
 _REQUIRED = ("request_id", "phase", "scenario", "mode", "endpoint", "started_at", "status")
+#: what ``TableBuilder.add`` reads of a record, in this order
+_ALL_KEYS = (*NUMBERS, *LABELS, "itl_s", "tokens_per_event", "request_id", "error", "warmup")
+_ALL = itemgetter(*_ALL_KEYS)
 _COL = {name: i for i, name in enumerate(NUMBERS)}
 _WIDTH = len(NUMBERS)
 _NAN = math.nan
 _NUMBER_TYPES = frozenset((int, float))
+_STR = {str}
 _SCALAR_TYPES = frozenset((int, float, type(None)))
 #: ``tokens_per_event`` kinds: none, all ones (its length kept), one value, any values
 _TPE_EMPTY, _TPE_ONES, _TPE_ONE, _TPE_LIST = 0, 1, 2, 3
@@ -131,71 +136,73 @@ class TableBuilder:
     """Fills a table from decoded JSON objects (``add``), refusing a malformed one whole."""
 
     def __init__(self) -> None:
-        self.store = _Store()
+        self.store = s = _Store()
+        self._indexes = tuple(s.index[name] for name in LABELS)
+        self._codes = tuple(s.codes[name] for name in LABELS)
 
     def add(self, data: dict[str, Any]) -> None:
         """One record's JSON object; ``ValueError``/``TypeError`` if it is not a record.
 
-        The same records are refused as ``RequestRecord.from_dict`` plus the loader's
-        type checks refused: a missing field, a number that is not one, a label that is
-        not a string, a gap list that is not numbers.  Nothing is appended unless all
-        of the record is good.
+        Refused as ``RequestRecord.from_dict`` and the loader's type checks refused
+        them: a missing field, a number that is not one, a phase, scenario, mode or
+        status that is not a string, a gap or token list that is not numbers (a
+        ``true`` in one reads as 1), a label that is a list or an object.  Nothing is
+        appended unless all of the record is good.  The hot path of loading a run:
+        the checks are done by C (``set(map(type, ...))``, ``array``), not per value.
         """
-        for key in _REQUIRED:
-            if key not in data:
-                raise TypeError(f"missing field {key!r}")
-        get = data.get
-        nums = [get(k, _DEFAULTS.get(k)) for k in NUMBERS]
+        try:  # a record as the run writer writes it: every field, one C call
+            values = _ALL(data)
+        except KeyError:  # fields left out: their defaults (the required ones: refused)
+            for key in _REQUIRED:
+                if key not in data:
+                    raise TypeError(f"missing field {key!r}") from None
+            values = tuple(data.get(k, _DEFAULTS.get(k)) for k in _ALL_KEYS)
+        nums = values[:_WIDTH]
         if type(nums[0]) not in _NUMBER_TYPES or not set(map(type, nums)) <= _SCALAR_TYPES:
             raise ValueError("a numeric field is not a number")
-        labels = [get(k, _DEFAULTS.get(k)) for k in LABELS]
-        for k in ("phase", "scenario", "mode", "status"):
-            if type(data[k]) is not str:
-                raise ValueError("phase, scenario, mode and status must be strings")
-        itl = get("itl_s")
-        itl = [] if itl is None else itl
-        tpe = get("tokens_per_event")
-        tpe = [] if tpe is None else tpe
-        if type(itl) is not list or not set(map(type, itl)) <= _NUMBER_TYPES:
-            raise ValueError("itl_s must be a list of numbers")
-        if type(tpe) is not list or not set(map(type, tpe)) <= _NUMBER_TYPES:
-            raise ValueError("tokens_per_event must be a list of numbers")
-        warmup = get("warmup", False)
+        labels = values[_WIDTH : _WIDTH + len(LABELS)]
+        if set(map(type, labels[:5:4] + labels[1:3])) != _STR:  # phase, status, scenario, mode
+            raise ValueError("phase, scenario, mode and status must be strings")
+        codes: list[int | None] = [
+            index.get(v) for index, v in zip(self._indexes, labels, strict=True)
+        ]
+        itl, tpe, request_id, error, warmup = values[_WIDTH + len(LABELS) :]
+        if (itl is not None and type(itl) is not list) or (
+            tpe is not None and type(tpe) is not list
+        ):
+            raise ValueError("itl_s and tokens_per_event must be lists of numbers")
+        gaps = array("d", itl or ())  # TypeError for anything but numbers
+        tpe = tpe or []
+        n = len(tpe)
+        if n == 0:
+            kind, value = _TPE_EMPTY, 0.0
+        elif tpe.count(1) == n:
+            kind, value = _TPE_ONES, float(n)
+        elif n == 1 and type(tpe[0]) is int:
+            kind, value = _TPE_ONE, float(tpe[0])
+        else:
+            array("d", tpe)  # numbers, or TypeError
+            kind, value = _TPE_LIST, 0.0
         s = self.store
-        codes: list[tuple[str, int, bool, Any]] = []
-        for name, value in zip(LABELS, labels, strict=True):
-            code = s.index[name].get(value)  # TypeError for a list or an object: refused
-            if code is None:
-                codes.append((name, len(s.values[name]), True, value))
-            else:
-                codes.append((name, code, False, value))
         # all checked: append (nothing above changed the store)
-        for name, code, new, value in codes:
-            if new:
-                s.index[name][value] = code
-                s.values[name].append(value)
-            s.codes[name].append(code)
+        if None in codes:  # a label value not seen before
+            for i, (name, v) in enumerate(zip(LABELS, labels, strict=True)):
+                if codes[i] is None:
+                    new = len(s.values[name])
+                    codes[i] = s.index[name][v] = new
+                    s.values[name].append(v)
+        for column, code in zip(self._codes, codes, strict=True):
+            column.append(code)  # type: ignore[arg-type]  # (no None left)
         s.numbers.extend([_NAN if v is None else v for v in nums])
-        s.request_ids.append(data["request_id"])
-        error = get("error")
+        s.request_ids.append(request_id)
         if error is not None:
             s.errors[s.n] = error
         s.warmup.append(1 if warmup else 0)
-        s.itl.extend(itl)
+        s.itl.extend(gaps)
         s.itl_ends.append(len(s.itl))
-        n = len(tpe)
-        if n == 0:
-            s.tpe_kind.append(_TPE_EMPTY)
-            s.tpe_value.append(0.0)
-        elif tpe.count(1) == n and all(type(t) is int for t in tpe[:1]):
-            s.tpe_kind.append(_TPE_ONES)
-            s.tpe_value.append(float(n))
-        elif n == 1 and type(tpe[0]) is int:
-            s.tpe_kind.append(_TPE_ONE)
-            s.tpe_value.append(float(tpe[0]))
-        else:
-            s.tpe_kind.append(_TPE_LIST)
-            s.tpe_value.append(0.0)
+        s.tpe_kind.append(kind)
+        s.tpe_value.append(value)
+        if kind == _TPE_LIST:
             s.tpe_lists[s.n] = tpe
         s.n += 1
 
@@ -341,6 +348,15 @@ class RecordTable(Sequence[RequestRecord]):
         f, row = self._f, int(self.rows[i])
         return f["itl"][int(f["itl_starts"][row]) : int(f["itl_ends"][row])]  # type: ignore[no-any-return]
 
+    def gap_span(self) -> tuple[np.ndarray, int]:
+        """The store's flat gaps from this table's first record to its last (a view; it
+        may hold other records' gaps between them), and where it starts in the store."""
+        f = self._f
+        if not len(self.rows):
+            return f["itl"][:0], 0
+        start = int(f["itl_starts"][int(self.rows[0])])
+        return f["itl"][start : int(f["itl_ends"][int(self.rows[-1])])], start
+
     def gap_positions(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For flat gap positions: (their record's store row, their index within it)."""
         f = self._f
@@ -355,18 +371,20 @@ class RecordTable(Sequence[RequestRecord]):
         lengths = f["itl_ends"] - f["itl_starts"]
         return np.repeat(keep, lengths)
 
-    def itl(self, mask: np.ndarray | None = None) -> np.ndarray:
+    def itl(self, mask: np.ndarray | None = None, copy: bool = False) -> np.ndarray:
         """Every gap of these records (where ``mask``), record by record.
 
-        May be a view of the store's own array: do not modify it."""
+        A view of the store's own array when the records are consecutive (do not
+        modify it), unless ``copy``: then always an array of its own."""
         f = self._f
         flat = f["itl"]
         rows = self.rows if mask is None else self.rows[mask]
         if not len(rows):
-            return flat[:0]
+            return flat[:0].copy()
         first, last = int(rows[0]), int(rows[-1])
         if last - first + 1 == len(rows):  # consecutive records: one slice of the flat array
-            return flat[int(f["itl_starts"][first]) : int(f["itl_ends"][last])]
+            view = flat[int(f["itl_starts"][first]) : int(f["itl_ends"][last])]
+            return view.copy() if copy else view
         if len(rows) * 8 < self._s.n:  # a few records: gather their slices
             starts, counts = f["itl_starts"][rows], (f["itl_ends"] - f["itl_starts"])[rows]
             before = np.cumsum(counts) - counts
@@ -409,7 +427,7 @@ class RecordTable(Sequence[RequestRecord]):
         if not lists.any():
             sub = sel.copy()
             sub[sel] = ones
-            return self.itl(sub)
+            return self.itl(sub, copy=True)
         parts: list[np.ndarray] = []
         idx = np.nonzero(sel)[0]
         sub = np.zeros(len(self.rows), dtype=bool)

@@ -214,31 +214,35 @@ class _Facts:
         return out
 
     def stalls(self) -> np.ndarray:
-        """``stall_then_burst`` of each record (NaN: none, or too few gaps)."""
+        """``stall_then_burst`` of each record (NaN: none, or too few gaps).
+
+        Candidates are found over the store's flat gaps from this table's first record
+        to its last (a view, no copy): a long gap followed by ``BURST_RUN`` short ones
+        within its record; only records with one are judged gap by gap."""
         t, counts = self.t, self.counts
         out = np.full(len(t), np.nan)
         judged = counts >= STUTTER_MIN_GAPS
         if not judged.any():
             return out
-        gaps = t.itl(judged)
-        big = gaps >= STALL_MIN_S
-        small = gaps < BURST_GAP_S
-        follow = np.zeros_like(big)
+        gaps, base = t.gap_span()
         n = len(gaps)
+        cand = gaps >= STALL_MIN_S
         if n > BURST_RUN:
-            follow[: n - BURST_RUN] = small[1 : n - BURST_RUN + 1]
-            for k in range(2, BURST_RUN + 1):
-                follow[: n - BURST_RUN] &= small[k : n - BURST_RUN + k]
-        positions = np.flatnonzero(big & follow)
+            for k in range(1, BURST_RUN + 1):
+                cand[: n - BURST_RUN] &= gaps[k : n - BURST_RUN + k] < BURST_GAP_S
+        cand[max(n - BURST_RUN, 0) :] = False
+        positions = np.flatnonzero(cand) + base
+        del cand
         if not len(positions):
             return out
-        index = np.flatnonzero(judged)
-        ends = np.cumsum(counts[judged])
-        owner = np.searchsorted(ends, positions, side="right")
-        within = positions - (ends[owner] - counts[judged][owner])
-        inside = within < counts[judged][owner] - BURST_RUN
-        for i in np.unique(owner[inside]).tolist():
-            out[index[i]] = stall_then_burst(t.gaps_of(int(index[i])).tolist()) or np.nan
+        rows, within = t.gap_positions(positions)
+        where = np.searchsorted(t.rows, rows)
+        where = np.minimum(where, len(t.rows) - 1)
+        mine = t.rows[where] == rows  # the gap's record is in this table
+        inside = mine & (within < counts[where] - BURST_RUN)
+        for i in np.unique(where[inside]).tolist():
+            if judged[i]:
+                out[i] = stall_then_burst(t.gaps_of(i).tolist()) or np.nan
         return out
 
     def stutters(self) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from llmload.reports import timeseries as ts
 from llmload.reports.capacity.view import capacity_html
-from llmload.reports.charts import Axes, render
+from llmload.reports.charts import Axes, Series, render
 from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.loader import Run
 from llmload.reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
@@ -183,8 +183,11 @@ def _charts(run: Run) -> str:
     tps, inflight = ts.throughput_and_inflight(run.records, t0)
     ok = recs.where(recs.ok())
     # one array of gaps at a time (a long run has tens of millions): scaled, binned, freed
-    itl_dist = ts.distribution(ok.itl() * 1000, "per event")
-    token_dist = ts.distribution(ok.per_token_gaps() * 1000, "per token")
+    itl_dist = ts.distribution(ok.itl(copy=True), "per event", scale=1000, inplace=True)
+    if ok.per_token_is_itl():  # one token per event: the same histogram
+        token_dist = Series("per token", list(itl_dist.points), "step")
+    else:
+        token_dist = ts.distribution(ok.per_token_gaps(), "per token", scale=1000, inplace=True)
     token_dist.dashed = True
     cdfs = ts.ttft_cdfs(recs)
     xs = [x for s in cdfs for x, _ in s.points]

@@ -32,15 +32,19 @@ def ecdf_points(values: Sequence[float], max_points: int = 200) -> list[tuple[fl
 
 
 def histogram(
-    values: Sequence[float] | np.ndarray, bins: int = 40
+    values: Sequence[float] | np.ndarray, bins: int = 40, scale: float = 1.0, inplace: bool = False
 ) -> tuple[list[float], list[int]]:
-    """Equal-width histogram over [min, p99.5]; the far tail goes in the last bin.
+    """Equal-width histogram over [min, p99.5] of the values times ``scale``; the far tail
+    goes in the last bin.
 
-    A numpy array is not sorted: its minimum and p99.5 come from a partition and
-    each value's bin from one vectorised pass (the same bins and counts).
+    A numpy array is not sorted: its minimum and p99.5 come from a partition of one
+    scaled copy and each value's bin from one vectorised pass (the same bins and
+    counts).  ``inplace``: the array is the caller's own, to be used up here.
     """
     if isinstance(values, np.ndarray):
-        return _histogram_array(values, bins)
+        return _histogram_array(values, bins, scale, inplace)
+    if scale != 1.0:
+        values = [v * scale for v in values]
     xs = sorted(values)
     if not xs:
         return [], []
@@ -65,8 +69,14 @@ def _window(lo: float, hi: float, bins: int) -> tuple[float, float]:
     return lo, (hi - lo) / bins
 
 
-def _histogram_array(values: np.ndarray, bins: int) -> tuple[list[float], list[int]]:
-    xs = np.array(values, dtype=np.float64)  # a copy, partitioned in place
+def _histogram_array(
+    values: np.ndarray, bins: int, scale: float, inplace: bool
+) -> tuple[list[float], list[int]]:
+    if inplace and values.dtype == np.float64:
+        xs = values
+        xs *= scale
+    else:
+        xs = np.multiply(values, scale, dtype=np.float64)  # the one copy, used up here
     n = len(xs)
     if not n:
         return [], []
@@ -75,9 +85,13 @@ def _histogram_array(values: np.ndarray, bins: int) -> tuple[list[float], list[i
     xs.partition([k, min(k + 1, n - 1)])
     p = float(xs[k]) + (h - k) * (float(xs[min(k + 1, n - 1)]) - float(xs[k]))
     lo, width = _window(float(xs.min()), p, bins)
-    q = (xs - lo) / width
-    np.clip(q, 0, bins - 1, out=q)
-    counts = np.bincount(q.astype(np.int64), minlength=bins).tolist()
+    xs -= lo  # the same (x - lo) / width as for a list, in place
+    xs /= width
+    np.clip(xs, 0, bins - 1, out=xs)
+    total = np.zeros(bins, dtype=np.int64)
+    for start in range(0, n, 1 << 22):  # bin numbers a block at a time: no int array of n
+        total += np.bincount(xs[start : start + (1 << 22)].astype(np.intp), minlength=bins)
+    counts = total.tolist()
     return [lo + i * width for i in range(bins + 1)], counts
 
 

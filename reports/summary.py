@@ -84,8 +84,12 @@ def phase_stats(
     modes = sorted(t.distinct("mode"))
     num = t.num
     ttft, tpot, e2e = num("ttft_s")[ok], num("tpot_s")[ok], num("e2e_s")[ok]
-    itl = stats_of(t.itl(ok), MS)
-    per_token = itl if t.per_token_is_itl(ok) else stats_of(t.per_token_gaps(ok), MS)
+    # the run's largest arrays (every gap): one copy each, scaled and sorted where it is
+    itl = stats_of(t.itl(ok, copy=True), MS, inplace=True)
+    if t.per_token_is_itl(ok):
+        per_token = itl
+    else:
+        per_token = stats_of(t.per_token_gaps(ok), MS, inplace=True)
     dists = {
         "ttft_ms": _stats(ttft, MS),
         "itl_ms": itl,

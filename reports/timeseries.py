@@ -157,9 +157,16 @@ def per_token_gaps(r: RequestRecord) -> list[float]:
     return RecordTable.of([r]).per_token_gaps().tolist()  # type: ignore[no-any-return]
 
 
-def distribution(values: Sequence[float] | np.ndarray, name: str, bins: int = 40) -> Series:
-    """A histogram as a step line (bin start, count)."""
-    edges, counts = histogram(values, bins)
+def distribution(
+    values: Sequence[float] | np.ndarray,
+    name: str,
+    bins: int = 40,
+    scale: float = 1.0,
+    inplace: bool = False,
+) -> Series:
+    """A histogram of the values times ``scale`` as a step line (bin start, count);
+    ``inplace``: an array of the caller's own, used up here."""
+    edges, counts = histogram(values, bins, scale, inplace)
     pts = [(edges[i], float(c)) for i, c in enumerate(counts)]
     if edges:
         pts.append((edges[-1], float(counts[-1])))

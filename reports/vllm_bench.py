@@ -48,8 +48,8 @@ def vllm_tpot_s(r: RequestRecord) -> float | None:
     return (r.e2e_s - r.ttft_s) / (n - 1)
 
 
-def _stats(name: str, values: np.ndarray, out: dict[str, Any]) -> None:
-    xs = finite_scaled_sorted(values, MS)
+def _stats(name: str, values: np.ndarray, out: dict[str, Any], inplace: bool = False) -> None:
+    xs = finite_scaled_sorted(values, MS, inplace)
     if not len(xs):
         out.update({f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None})
         out.update({f"p{p}_{name}_ms": None for p in PERCENTILES})
@@ -143,7 +143,7 @@ def vllm_result(
         tpot = np.where(n > 1, (e2e - ttft) / (n - 1), np.nan)
     _stats("ttft", ttft, out)
     _stats("tpot", tpot, out)
-    _stats("itl", ok.itl(), out)
+    _stats("itl", ok.itl(copy=True), out, inplace=True)  # every gap: one copy, used up
     _stats("e2el", e2e, out)
     return out
 
