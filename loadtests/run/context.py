@@ -58,6 +58,8 @@ class LoadContext:
     budget: int | None = None
     #: False once the phase is stopping: no new request starts (locust's kill is asynchronous)
     accepting: bool = False
+    #: a distributed master behind on records holds its workers: no new request starts
+    held: bool = False
     #: a distributed worker's forwarder: told of each request (id, labels, start time) before
     #: its bytes leave, so the master can account for it should this process die
     announce: Callable[[dict[str, Any]], None] | None = None

@@ -44,6 +44,7 @@ from llmload.loadtests.options import RunOptions
 from llmload.loadtests.run.context import LoadContext, UsageError, build_context, connect_target
 from llmload.loadtests.run.health import HealthSampler
 from llmload.loadtests.run.hub import RecordHub
+from llmload.loadtests.run.masterqueue import MasterQueue
 from llmload.loadtests.run.phases import Phase
 from llmload.loadtests.run.sinks import HarnessHealth, NullSink
 from llmload.loadtests.run.users import LLMUser
@@ -92,14 +93,21 @@ class Forwarder(NullSink):
         self.runner.send_message("llmload_health", data)
 
     def flush(self) -> None:
-        """Send whatever is buffered (no switch between taking and sending)."""
+        """Send whatever is buffered (no switch between taking and sending).
+
+        A send that fails (ZeroMQ's queue to the master full past locust's retries)
+        puts the batch back in front: it goes with the next flush, never lost."""
         if not self._starts and not self._records:
             return
         starts, records = self._starts, self._records
         self._starts, self._records = [], []
-        self.runner.send_message(
-            "llmload_batch", {"worker": self.worker, "starts": starts, "records": records}
-        )
+        try:
+            self.runner.send_message(
+                "llmload_batch", {"worker": self.worker, "starts": starts, "records": records}
+            )
+        except Exception:
+            log.warning("worker %s: the batch to the master waits: send failed", self.worker)
+            self._starts, self._records = starts + self._starts, records + self._records
 
     def _flush_loop(self) -> None:
         while True:
@@ -138,12 +146,14 @@ class MasterDriver:
         self.lost_workers: list[dict[str, Any]] = []
         self.phase: Phase | None = None
         self._closing = False
+        #: batches and acknowledgements, handled in order off locust's receiving loop
+        self.queue = MasterQueue(self._hold)
         for name, handler in (
-            ("llmload_batch", self._on_batch),
+            ("llmload_batch", self._queue_batch),
             ("llmload_health", self._on_health),
             ("llmload_ready", self._on_ready),
             ("llmload_failed", self._on_failed),
-            ("llmload_flushed", self._on_flushed),
+            ("llmload_flushed", self._queue_flushed),
         ):
             self.runner.register_message(name, handler)
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -175,9 +185,13 @@ class MasterDriver:
 
     def _wait(self, done: Any, what: str, exits_fail: bool = True) -> None:
         deadline = time.monotonic() + WORKER_TIMEOUT_S
+        handled = self.queue.handled
         while not done():
             if self.session.interrupted:
                 raise RuntimeError(f"interrupted while waiting for {what}")
+            if self.queue.handled != handled:
+                handled = self.queue.handled  # the master is working through the records
+                deadline = time.monotonic() + WORKER_TIMEOUT_S
             if time.monotonic() > deadline:
                 raise RuntimeError(f"timed out after {WORKER_TIMEOUT_S:g}s waiting for {what}")
             if exits_fail and any(p.poll() is not None for p in self.procs):
@@ -209,6 +223,7 @@ class MasterDriver:
         """Every request ``name`` started without a record becomes a ``lost`` record."""
         if any(w["worker"] == name for w in self.lost_workers):
             return
+        self.queue.drain_now()  # what it did send still counts
         opened = self.open.pop(name, {})
         error = f"worker {name} was lost before reporting this request: {why}"
         for start in opened.values():
@@ -233,17 +248,27 @@ class MasterDriver:
 
     # -- messages from workers ---------------------------------------------------
 
-    def _on_batch(self, environment: Any, msg: Any) -> None:
-        worker = msg.data["worker"]
+    def _queue_batch(self, environment: Any, msg: Any) -> None:
+        data = msg.data
+        self.queue.put(self._on_batch, data, len(data["records"]) + len(data["starts"]))
+
+    def _queue_flushed(self, environment: Any, msg: Any) -> None:
+        self.queue.put(self._on_flushed, msg.data)  # after the worker's batches, as sent
+
+    def _hold(self, hold: bool) -> None:
+        self.runner.send_message("llmload_hold", {"hold": hold})
+
+    def _on_batch(self, data: dict[str, Any]) -> None:
+        worker = data["worker"]
         opened = self.open.setdefault(worker, {})
-        for start in msg.data["starts"]:
+        for start in data["starts"]:
             opened[start["request_id"]] = start
             key = (worker, start["phase"])
             self.started[key] = self.started.get(key, 0) + 1
             self.hub.on_request_start(start["mode"], start["scenario"], start["endpoint"])
-        for data in msg.data["records"]:
-            opened.pop(data.get("request_id"), None)
-            self.hub.on_record(RequestRecord.from_dict(data))
+        for record in data["records"]:
+            opened.pop(record.get("request_id"), None)
+            self.hub.on_record(RequestRecord.from_dict(record))
 
     def _on_health(self, environment: Any, msg: Any) -> None:
         d = dict(msg.data)
@@ -261,10 +286,10 @@ class MasterDriver:
     def _on_failed(self, environment: Any, msg: Any) -> None:
         self.failed.append(str(msg.data["error"]))
 
-    def _on_flushed(self, environment: Any, msg: Any) -> None:
-        self.acks.setdefault(msg.data["phase"], {})[msg.data["worker"]] = msg.data["issued"]
-        if msg.data.get("fit") is not None:
-            self.fit_counts[msg.data["worker"]] = msg.data["fit"]
+    def _on_flushed(self, data: dict[str, Any]) -> None:
+        self.acks.setdefault(data["phase"], {})[data["worker"]] = data["issued"]
+        if data.get("fit") is not None:
+            self.fit_counts[data["worker"]] = data["fit"]
 
     def nothing_fits(self) -> bool:
         """Every worker that drew prompts found none that fits (their latest counts)."""
@@ -339,6 +364,7 @@ class MasterDriver:
 
     def close(self) -> None:
         self._closing = True  # workers now exit on purpose
+        self.queue.close()
         # locust sends quit to the workers in its table only; one caught between its
         # client_stopped and client_ready (right after the last phase's stop) is not in
         # it, and would live on until terminated below
@@ -371,6 +397,7 @@ class WorkerState:
         runner.register_message("llmload_setup", self._on_setup)
         runner.register_message("llmload_phase", self._on_phase)
         runner.register_message("llmload_abort", self._on_abort)
+        runner.register_message("llmload_hold", self._on_hold)
         environment.events.test_stop.add_listener(self._on_test_stop)
 
     def _on_setup(self, environment: Any, msg: Any) -> None:
@@ -402,6 +429,11 @@ class WorkerState:
     def _on_phase(self, environment: Any, msg: Any) -> None:
         if self.ctx is not None:
             self.ctx.begin_phase(Phase(**msg.data))
+
+    def _on_hold(self, environment: Any, msg: Any) -> None:
+        """The master is behind on records: start no request until it says go."""
+        if self.ctx is not None:
+            self.ctx.held = bool(msg.data["hold"])
 
     def _on_abort(self, environment: Any, msg: Any) -> None:
         environment.stop_timeout = 0

@@ -251,6 +251,8 @@ def run(
             writer.update(**phases.info())
         if ctx.fit is not None and master is not None:  # the users, so the counts, are on workers
             master.add_fit_counts(ctx.fit)
+        if master is not None:
+            report_master(master, writer)
         if ctx.fit is not None:
             writer.update(context_fit=ctx.fit.describe())
             if line := ctx.fit.summary_line():
@@ -277,6 +279,21 @@ def run(
             return EXIT_ERROR_RATE
         return EXIT_OK
     return EXIT_INTERRUPTED if outcome == "interrupted" else EXIT_FAILED
+
+
+def report_master(master: MasterDriver, writer: RunWriter) -> None:
+    """``run.json``'s ``master``: how far behind on records the master got, how long it
+    held the workers (``loadtests.run.masterqueue``); a warning when it held them."""
+    stats = master.queue.stats()
+    writer.update(master=stats)
+    if stats["workers_held_s"] > 0:
+        print(
+            f"warning: the master fell behind on records ({stats['peak_waiting_records']} "
+            f"waiting at most): workers held new requests for {stats['workers_held_s']:.1f} s, "
+            "so less load was applied than asked for",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def worker_lost(driver: Driver, writer: RunWriter) -> bool:

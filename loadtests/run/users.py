@@ -76,7 +76,7 @@ class LLMUser(User):
     def chat(self) -> None:
         ctx = self.ctx
         phase = ctx.phase
-        if phase is None or not ctx.accepting:
+        if phase is None or not ctx.accepting or ctx.held:
             gevent.sleep(0.1)
             return
         if ctx.schedule is None:
@@ -96,6 +96,8 @@ class LLMUser(User):
         index, offset = slot
         intended = ctx.phase_t0 + offset
         gevent.sleep(max(0.0, intended - clock()))
+        while ctx.held and ctx.accepting:  # the master is behind: the send waits (and is late)
+            gevent.sleep(0.05)
         if not ctx.accepting:
             return
         prompt = ctx.draw(ctx.workload.for_user(index))
