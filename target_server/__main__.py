@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 
 import uvicorn
 
-from llmload.target_server import gcpolicy
+from llmload.target_server import gcpolicy, limits
 from llmload.target_server.app import build_app
 from llmload.target_server.engine import build_engine
-from llmload.target_server.serving import bind, url_of, uvicorn_config
+from llmload.target_server.serving import BACKLOG, bind, url_of, uvicorn_config
 from llmload.target_server.settings import Settings, parse_settings
 
 log = logging.getLogger("llmload.target_server")
@@ -79,14 +79,10 @@ async def serve(
     return 0
 
 
-def _raise_fd_limit() -> None:
-    """Hundreds of streams need hundreds of sockets: lift the soft fd limit to the hard one."""
-    with contextlib.suppress(ImportError, ValueError, OSError):
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+def _host_limits() -> None:
+    """Lift the soft fd limit to the hard one; say what of the host limits the streams."""
+    for note in limits.server_notes(BACKLOG):
+        print(f"target_server: note: {note}", file=sys.stderr, flush=True)
 
 
 def _run(
@@ -206,7 +202,7 @@ def _workers(settings: Settings) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
     settings = parse_settings(argv)
-    _raise_fd_limit()
+    _host_limits()
     logging.basicConfig(
         level=settings.log_level.upper(),
         stream=sys.stderr,

@@ -26,6 +26,9 @@ from llmload.target_server.read_deadline import http_protocol
 from llmload.target_server.settings import Settings
 from llmload.target_server.state import ServerState
 
+#: the listen backlog the server asks for (the kernel caps it at net.core.somaxconn)
+BACKLOG = 2048
+
 
 def bind(host: str, port: int, reuse_port: bool = False, listen: bool = True) -> socket.socket:
     """A TCP socket bound to ``host:port`` (port 0 = any free port), listening unless told not.
@@ -42,7 +45,7 @@ def bind(host: str, port: int, reuse_port: bool = False, listen: bool = True) ->
     sock.bind((host, port))
     if not listen:
         return sock
-    sock.listen(2048)
+    sock.listen(BACKLOG)
     sock.setblocking(False)
     return sock
 
@@ -64,7 +67,7 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Co
         "access_log": False,
         "timeout_keep_alive": 30,
         "timeout_graceful_shutdown": 5,
-        "backlog": 2048,
+        "backlog": BACKLOG,
     }
     return uvicorn.Config(app, **{**options, **overrides})
 

@@ -41,11 +41,12 @@ from locust.runners import STATE_MISSING
 
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.options import RunOptions
+from llmload.loadtests.run import limits
 from llmload.loadtests.run.context import LoadContext, UsageError, build_context, connect_target
 from llmload.loadtests.run.health import HealthSampler
 from llmload.loadtests.run.hub import RecordHub
 from llmload.loadtests.run.masterqueue import MasterQueue
-from llmload.loadtests.run.phases import Phase
+from llmload.loadtests.run.phases import Phase, shard_share
 from llmload.loadtests.run.sinks import HarnessHealth, NullSink
 from llmload.loadtests.run.users import LLMUser
 from llmload.loadtests.workload.fit import ContextFit
@@ -405,6 +406,10 @@ class WorkerState:
         self.name = f"worker-{data['shard']}"
         try:
             opts = RunOptions.of(**data["options"]).validate()
+            share = shard_share(opts.load.users, data["shard"], data["shards"]) or 0
+            found = limits.check(share)  # this worker's users, on this host
+            if found.errors:
+                raise UsageError(f"{self.name}: {found.errors[0]}")
             target = connect_target(opts)
             self.forwarder = Forwarder(self.runner, self.name)
             shard, shards = data["shard"], data["shards"]

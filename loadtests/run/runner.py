@@ -26,12 +26,14 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import gevent
 from locust.env import Environment
 
 from llmload.loadtests.options import OutputOptions, RunOptions
 from llmload.loadtests.redact import redact_argv, redact_url
+from llmload.loadtests.run import limits
 from llmload.loadtests.run.context import LoadContext, UsageError, build_context, connect_target
 from llmload.loadtests.run.distributed import MasterDriver
 from llmload.loadtests.run.health import HealthSampler
@@ -50,6 +52,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_ERROR_RATE = 3
 #: seconds users with nothing in flight get to leave their task at a phase end
 IDLE_STOP_S = 1.0
+#: target hosts that are this host (its accept queue is this kernel's)
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 
 
 def default_out(label: str) -> Path:
@@ -170,6 +174,8 @@ def run(
     replaces the fixed warm-up + one phase per mode (``plan_phases``).
     """
     distributed = opts.distributed.enabled
+    if not host_limits_allow(opts):
+        return EXIT_USAGE
     hub = RecordHub()
     try:
         target = connect_target(opts)
@@ -279,6 +285,26 @@ def run(
             return EXIT_ERROR_RATE
         return EXIT_OK
     return EXIT_INTERRUPTED if outcome == "interrupted" else EXIT_FAILED
+
+
+def host_limits_allow(opts: RunOptions) -> bool:
+    """Check this host's limits for the run's users (``loadtests.run.limits``): notes on
+    stderr; False (after one line per problem) when the run would hit a wall of errors.
+
+    Local users, or ``--workers N`` local worker processes, are checked here; remote
+    workers (``--master``) check their own share when they set up."""
+    dist = opts.distributed
+    if dist.master:
+        return True
+    host = urlsplit(opts.connection.target).hostname or ""
+    found = limits.check(
+        opts.load.users, max(dist.workers, 1), opts.load.spawn_rate, host in LOOPBACK
+    )
+    for note in found.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    for error in found.errors:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+    return not found.errors
 
 
 def report_master(master: MasterDriver, writer: RunWriter) -> None:
