@@ -20,6 +20,7 @@ BENCHES: dict[str, str] = {
     "capacity": "bench.capacity",
     "scale": "bench.scale",
     "records": "bench.records",
+    "streams": "bench.scale.streams",
     "flamegraphs": "bench.flamegraphs",
 }
 
