@@ -52,18 +52,8 @@ NUMBERS = (
     "turn",
     "user_id",
 )
-#: of those, the ones a record holds as ints
-INTS = frozenset(
-    (
-        "output_tokens",
-        "usage_output_tokens",
-        "client_output_tokens",
-        "prompt_tokens",
-        "http_status",
-        "turn",
-        "user_id",
-    )
-)
+#: of those, the ones a record holds as ints (from ``output_tokens`` on)
+INTS = frozenset(NUMBERS[NUMBERS.index("output_tokens") :])
 #: label fields: a code per record into the field's distinct values (None included)
 LABELS = (
     "phase",
