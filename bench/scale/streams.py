@@ -55,16 +55,19 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _sample(procs: list[psutil.Process]) -> tuple[int, int]:
-    """(RSS bytes, open file descriptors) over ``procs``."""
+def _sample(procs: list[psutil.Process]) -> tuple[int, int, float]:
+    """(RSS bytes, open file descriptors, CPU seconds so far) over ``procs``."""
     rss = fds = 0
+    cpu = 0.0
     for p in procs:
         try:
             rss += p.memory_info().rss
             fds += p.num_fds()
+            t = p.cpu_times()
+            cpu += t.user + t.system
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    return rss, fds
+    return rss, fds, cpu
 
 
 class Sampler(threading.Thread):
@@ -79,16 +82,18 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         t0 = time.monotonic()
         while not self.stop.is_set():
-            s_rss, s_fds = _sample(_tree(self.server_pid))
+            s_rss, s_fds, s_cpu = _sample(_tree(self.server_pid))
             client = _tree(self.client_pid)
-            c_rss, c_fds = _sample(client)
+            c_rss, c_fds, c_cpu = _sample(client)
             self.rows.append(
                 {
                     "t": time.monotonic() - t0,
                     "server_rss": s_rss,
                     "server_fds": s_fds,
+                    "server_cpu": s_cpu,
                     "client_rss": c_rss,
                     "client_fds": c_fds,
+                    "client_cpu": c_cpu,
                     "client_procs": len(client),
                 }
             )
@@ -157,7 +162,7 @@ def run_streams(users: int, spawn_s: float, duration_s: float, keep: Path | None
         sampler.start()
         profile: dict[str, float] = {}
         worker = None
-        idle_fds = _sample(_tree(server.proc.pid))[1]
+        idle_fds = _sample(_tree(server.proc.pid))[1]  # (no stream open yet)
         deadline = time.monotonic() + 120
         while worker is None and time.monotonic() < deadline and proc.poll() is None:
             kids = _tree(proc.pid)[1:]
@@ -257,9 +262,22 @@ def _per_stream(samples: list[dict[str, Any]], streams: int) -> dict[str, float]
         for s in samples
         if s["client_procs"] >= 1 + WORKERS and s["server_fds"] <= idle + 2 * WORKERS
     ]
-    base = ready[-1] if ready else samples[0]
-    peak = max(samples, key=lambda s: s["server_fds"])
+    peak_at = max(range(len(samples)), key=lambda i: samples[i]["server_fds"])
+    peak = samples[peak_at]
+    before = [s for s in ready if s["t"] < peak["t"]]
+    base = before[-1] if before else samples[0]
+    # CPU over the steady state: from the peak of open streams on, while they stay open
+    steady = [s for s in samples[peak_at:] if s["server_fds"] >= 0.95 * peak["server_fds"]]
+    span = steady[-1]["t"] - steady[0]["t"] if len(steady) > 1 else 0.0
+    cpu = {
+        f"{end}_cores": (steady[-1][f"{end}_cpu"] - steady[0][f"{end}_cpu"]) / span
+        if span > 0
+        else nan
+        for end in ("server", "client")
+    }
     return {
+        **cpu,
+        "steady_s": span,
         "server_rss_kib": (peak["server_rss"] - base["server_rss"]) / streams / 1024,
         "server_fds": (peak["server_fds"] - base["server_fds"]) / streams,
         "client_rss_kib": (peak["client_rss"] - base["client_rss"]) / streams / 1024,
@@ -313,6 +331,8 @@ def section(r: dict[str, Any], load_before: str, load_after: str) -> str:
             f"{per['server_fds']:.2f} fds |",
             f"| per open stream: load generator | {per['client_rss_kib']:.1f} KiB, "
             f"{per['client_fds']:.2f} fds |",
+            f"| CPU with every stream open ({per['steady_s']:.0f} s): server, load generator "
+            f"| {per['server_cores']:.2f}, {per['client_cores']:.2f} cores (of 2) |",
         ]
     master = (r.get("info") or {}).get("master") or {}
     lines += [
