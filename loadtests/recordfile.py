@@ -73,7 +73,9 @@ class RecordFile:
             self._text = self.path.open("w", encoding="utf-8")
         elif compression == "gz":
             self._raw = self.path.open("wb")
-            self._z = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+            # level 1: in the writer's path, every record (level 6 cost ~5x plain's time
+            # per record for a few % smaller files; BENCHMARKS.md, An hour of records)
+            self._z = zlib.compressobj(1, zlib.DEFLATED, zlib.MAX_WBITS | 16)
         else:
             self._raw = self.path.open("wb")
             self._z = _zstd().ZstdCompressor(level=3).compressobj()
