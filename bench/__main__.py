@@ -11,16 +11,21 @@ import time
 BENCHES: dict[str, str] = {
     "timing-core": "bench.timing_core",
     "gate": "bench.gate_accuracy",
+    "replay": "bench.replay",
+    "steady": "bench.steady",
     "harness": "bench.harness",
     "server": "bench.server_timing",
+    "streams": "bench.streams",
     "exporter": "bench.exporter",
+    "server-scrape": "bench.server_scrape",
+    "vllm-cpu": "bench.vllm_cpu",
     "reliability": "bench.reliability",
     "model": "bench.model",
     "engine-process": "bench.engine_process",
     "capacity": "bench.capacity",
     "scale": "bench.scale",
+    "open-streams": "bench.scale.streams",
     "records": "bench.records",
-    "streams": "bench.scale.streams",
     "flamegraphs": "bench.flamegraphs",
 }
 

@@ -31,7 +31,8 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-_LOOP_N = 2_000_000
+from llmload.loadtests.calibrate import python_loop
+
 _MATMUL_N = 512
 _MATMUL_REPEAT = 20
 
@@ -61,13 +62,6 @@ class Calibration:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
-
-
-def _python_loop() -> float:
-    x, t = 0, time.perf_counter()
-    for i in range(_LOOP_N):
-        x += i & 7
-    return _LOOP_N / (time.perf_counter() - t) / 1e6
 
 
 def _matmul() -> tuple[float | None, str]:
@@ -101,7 +95,7 @@ def _matmul() -> tuple[float | None, str]:
 def measure(repeat: int = 3) -> Calibration:
     """Measure now (best of ``repeat`` for each workload; ~1 s on a slow machine)."""
     load1, load5, _ = os.getloadavg()
-    loops = max(_python_loop() for _ in range(repeat))
+    loops = max(python_loop() for _ in range(repeat))
     best: tuple[float | None, str] = (None, "none")
     for _ in range(repeat):
         g, how = _matmul()

@@ -8,6 +8,7 @@ from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.models import dashboard as dm
 
+from llmload.dashboards import servers
 from llmload.dashboards.names import PHASE_TAG, TITLE, UID
 from llmload.dashboards.panels import (
     CLIENT,
@@ -235,6 +236,60 @@ def server() -> list[Panel]:
     ]
 
 
+def _hit_rate(hits: str, queries: str, sel: str) -> str:
+    return f"sum(rate({hits}{{{sel}}}[{RATE}])) / sum(rate({queries}{{{sel}}}[{RATE}]))"
+
+
+def workloads() -> list[Panel]:
+    """The field's workloads: the prefix cache's hit rate, agent sessions' TTFT by step."""
+    return [
+        timeseries(
+            "Prefix-cache hit rate: client vs server",
+            [
+                (
+                    _hit_rate(
+                        "llmload_prefix_cache_hits_total",
+                        "llmload_prefix_cache_queries_total",
+                        CLIENT,
+                    ),
+                    "client (usage.cached_tokens)",
+                ),
+                (
+                    _hit_rate(
+                        "llmserve_prefix_cache_hits_total",
+                        "llmserve_prefix_cache_queries_total",
+                        JOB,
+                    ),
+                    "server",
+                ),
+                (
+                    _hit_rate(
+                        "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", JOB
+                    ),
+                    "vLLM",
+                ),
+            ],
+            "percentunit",
+            description="Cached over prompt tokens. Client: from each response's "
+            "usage.prompt_tokens_details.cached_tokens; server: the bundled server's prefix "
+            "cache (--prefix-cache-blocks) or vLLM's.",
+        ),
+        timeseries(
+            "Agent sessions: TTFT by step",
+            _p(
+                P2,
+                "llmload_agent_step_ttft_seconds",
+                CLIENT,
+                "step",
+                "step {{step}}",
+            ),
+            "s",
+            description="--dataset agent: each step carries the whole history, so its TTFT "
+            "grows with the step unless a prefix cache serves the history.",
+        ),
+    ]
+
+
 #: Engine busy ratio thresholds: above the first the target has little headroom left,
 #: above the second latencies are mostly queueing.
 BUSY_WARN, BUSY_SATURATED = 0.5, 0.8
@@ -375,7 +430,10 @@ def build() -> dict[str, Any]:
     grid.add_row("Overview", overview())
     grid.add_row("Latency", latency())
     grid.add_row("Throughput", throughput())
+    grid.add_row("Workloads: prefix cache, agent sessions", workloads())
     grid.add_row("Server", server())
     grid.add_row("Is the target saturated?", saturation())
     grid.add_row("Harness health", harness())
+    for known in servers.SERVERS:
+        grid.add_row(f"{known.name} (its own /metrics)", servers.row(known))
     return to_json(dashboard)

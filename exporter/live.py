@@ -13,7 +13,10 @@ What feeds what:
   ``llmload_output_tokens_total{mode,scenario,endpoint}`` count *every* record,
   warm-up included, so ``sum(llmload_requests_total)`` equals the number of
   lines in ``requests.jsonl`` and matches what the target itself counted.
-* The latency histograms (TTFT, ITL, TPOT, e2e) take only ``ok``, non-warm-up
+* ``llmload_reasoning_tokens_total`` (the part of the output tokens that was
+  reasoning) and ``llmload_no_output_responses_total`` (ok responses whose tokens
+  showed nothing: no TTFT) count every record the same way.
+* The latency histograms (TTFT, TTFO, ITL, TPOT, e2e) take only ``ok``, non-warm-up
   records — the same population as the reports' statistics.  A failed request
   has no meaningful latency; its failure shows in ``requests_total{status}``.
 * ``llmload_schedule_delay_seconds`` takes every non-warm-up record that has a
@@ -22,6 +25,9 @@ What feeds what:
   ``MAX_ENDPOINTS`` endpoints keep their names, later ones are exported as
   ``other`` (``exporter.labels``), so a dataset naming hundreds of scenarios
   cannot multiply the series count.
+* The field's workloads (``exporter.workloads``): prefix-cache prompt tokens and hits
+  (``--dataset prefix``, any run whose target reports ``cached_tokens``), agent
+  TTFT by session step (``--dataset agent``; steps capped like scenarios).
 * ``llmload_run_info{run,label,model,target_host} 1`` names the run
   (``describe_run``), so a dashboard can tell runs apart.
 * Harness health is the maximum over the load-generator processes that
@@ -45,6 +51,7 @@ from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest, p
 from llmload.exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
 from llmload.exporter.labels import CappedLabel, target_host
 from llmload.exporter.server import MetricsServer
+from llmload.exporter.workloads import WorkloadMetrics
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.sinks import HarnessHealth
 from llmload.target_server.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
@@ -76,11 +83,14 @@ class _Series:
 
     key: Key  # the label values after capping
     ttft: HistogramChild
+    ttfo: HistogramChild
     itl: HistogramChild
     tpot: HistogramChild
     e2e: HistogramChild
     schedule_delay: HistogramChild
     output_tokens: Cell
+    reasoning_tokens: Cell
+    no_output: Cell
     in_flight: Cell
     ok: Cell
 
@@ -119,9 +129,18 @@ class LiveMetrics:
 
     def _define(self, reg: CollectorRegistry) -> None:
         lat = LATENCY_LABELS
+        self._workloads = WorkloadMetrics(reg, lat)
         self._ttft = LabelledHistogram(
             "llmload_time_to_first_token_seconds",
             "Client-side time to first content token (sync: full response), ok requests.",
+            lat,
+            registry=reg,
+            buckets=LATENCY_BUCKETS,
+        )
+        self._ttfo = LabelledHistogram(
+            "llmload_time_to_first_output_token_seconds",
+            "Client-side time to the first answer text or tool-call piece, after any "
+            "reasoning (sync: full response), ok requests.",
             lat,
             registry=reg,
             buckets=LATENCY_BUCKETS,
@@ -166,6 +185,18 @@ class LiveMetrics:
             lat,
             registry=reg,
         )
+        self._reasoning_tokens = LabelledValue(
+            "llmload_reasoning_tokens",
+            "Reasoning tokens among the output tokens received (warm-up included).",
+            lat,
+            registry=reg,
+        )
+        self._no_output = LabelledValue(
+            "llmload_no_output_responses",
+            "Ok responses whose tokens (in usage) showed no visible output (warm-up included).",
+            lat,
+            registry=reg,
+        )
         self._in_flight = LabelledValue(
             "llmload_requests_in_flight",
             "Requests handed to the HTTP client and not yet ended.",
@@ -175,13 +206,17 @@ class LiveMetrics:
         )
         self._lean = (
             self._ttft,
+            self._ttfo,
             self._itl,
             self._tpot,
             self._e2e,
             self._schedule_delay,
             self._requests,
             self._output_tokens,
+            self._reasoning_tokens,
+            self._no_output,
             self._in_flight,
+            *self._workloads.families,
         )
         self._users = Gauge("llmload_active_users", "Simulated users running now.", registry=reg)
         self._run_info = Info(
@@ -282,11 +317,14 @@ class LiveMetrics:
         series = _Series(
             key=key,
             ttft=self._ttft.labels(*key),
+            ttfo=self._ttfo.labels(*key),
             itl=self._itl.labels(*key),
             tpot=self._tpot.labels(*key),
             e2e=self._e2e.labels(*key),
             schedule_delay=self._schedule_delay.labels(*key),
             output_tokens=self._output_tokens.labels(*key),
+            reasoning_tokens=self._reasoning_tokens.labels(*key),
+            no_output=self._no_output.labels(*key),
             in_flight=self._in_flight.labels(*key),
             ok=self._requests.labels(*key, "ok"),
         )
@@ -302,6 +340,11 @@ class LiveMetrics:
         (series.ok if record.ok else self._requests.labels(*series.key, record.status)).inc()
         if record.output_tokens:
             series.output_tokens.inc(record.output_tokens)
+        if record.reasoning_tokens:
+            series.reasoning_tokens.inc(record.reasoning_tokens)
+        if record.no_output:
+            series.no_output.inc()
+        self._workloads.observe(series.key, record)
         if record.warmup:
             return
         if record.schedule_delay_s is not None:
@@ -310,6 +353,8 @@ class LiveMetrics:
             return
         if record.ttft_s is not None:
             series.ttft.observe(record.ttft_s)
+        if record.ttfo_s is not None:
+            series.ttfo.observe(record.ttfo_s)
         if record.e2e_s is not None:
             series.e2e.observe(record.e2e_s)
         if record.tpot_s is not None:

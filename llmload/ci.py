@@ -5,6 +5,14 @@ the gate tests and ``python -m bench gate`` all measure the same thing::
 
     llmload ci-gate                    # run + gate against the committed baseline
     llmload ci-gate --write-baseline   # run + rewrite reports/baselines/ci-synthetic.json
+    llmload ci-gate --paired --repeat 3 --ttft-ms 240   # A/B/A/B against a baseline server
+
+``--paired`` is the pattern for two builds: a second bundled server (the baseline,
+``--baseline-ttft-ms``) runs in turn with the candidate, phase by phase (A/B/A/B
+with ``--repeat``), so the machine's drift hits both alike, and the gate compares
+the two within one run — no baseline file.  In a pipeline the two targets are the
+main branch's deployment and the pull request's (``llmload run --target PR
+--baseline-target MAIN --repeat 3``, then ``llmload report gate RUN``).
 
 (``python -m llmload.reports ci-gate`` is the same.)  It composes three packages — the
 bundled server (``target_server.launch``), the load generator and the gate
@@ -18,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from llmload import reports
@@ -33,7 +41,9 @@ from llmload.target_server.launch import LaunchFailed, launch
 BASELINE = Path(reports.__file__).resolve().parent / "baselines" / "ci-synthetic.json"
 #: the bundled server: synthetic engine, 200 ms to first token, 10 ms per token, +-20 ms jitter
 SERVER_TTFT_MS = 200.0
-SERVER_ARGS = ("--itl-ms=10", "--jitter-ms=20")
+SERVER_ITL_MS = 10.0
+SERVER_JITTER_MS = 20.0
+SERVER_ARGS = (f"--itl-ms={SERVER_ITL_MS:g}", f"--jitter-ms={SERVER_JITTER_MS:g}")
 #: the load: 8 closed-loop users back to back, streaming only, 2 s warm-up, 10 s measured
 LOAD_ARGS = (
     "--users",
@@ -68,16 +78,24 @@ def load_command(
     return cmd if report else [*cmd, "--no-report"]
 
 
-def server_args(ttft_ms: float = SERVER_TTFT_MS) -> list[str]:
-    """The bundled synthetic server's arguments (``target_server.launch`` adds host and port 0)."""
+def server_args(ttft_ms: float = SERVER_TTFT_MS, token_scale: float = 1.0) -> list[str]:
+    """The bundled synthetic server's arguments (``target_server.launch`` adds host and port 0);
+    ``token_scale`` stretches every token's time after the first (ITL and its jitter)."""
+    if token_scale == 1.0:
+        tokens = list(SERVER_ARGS)
+    else:
+        itl, jitter = SERVER_ITL_MS * token_scale, SERVER_JITTER_MS * token_scale
+        tokens = [f"--itl-ms={itl:g}", f"--jitter-ms={jitter:g}"]
     ttft = f"--ttft-ms={ttft_ms:g}"
-    return ["--engine", "synthetic", ttft, *SERVER_ARGS, "--log-level", "warning"]
+    return ["--engine", "synthetic", ttft, *tokens, "--log-level", "warning"]
 
 
 @contextmanager
-def synthetic_server(ttft_ms: float = SERVER_TTFT_MS, timeout_s: float = 60.0) -> Iterator[str]:
+def synthetic_server(
+    ttft_ms: float = SERVER_TTFT_MS, timeout_s: float = 60.0, token_scale: float = 1.0
+) -> Iterator[str]:
     """Start the bundled synthetic server; yield its base URL once ``/health`` answers."""
-    with launch(server_args(ttft_ms), ready_timeout=timeout_s) as server:
+    with launch(server_args(ttft_ms, token_scale), ready_timeout=timeout_s) as server:
         yield server.url
 
 
@@ -117,12 +135,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--write-baseline", action="store_true", help="write the baseline, no gate")
     p.add_argument("--ttft-ms", type=float, default=SERVER_TTFT_MS, help="server TTFT (200)")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="run the measured phase N times (1; A/B/A/B paired)"
+    )
+    p.add_argument(
+        "--paired",
+        action="store_true",
+        help="also start a baseline server and run it in turn with the candidate (A/B/A/B); "
+        "gate the two within the run instead of against the baseline file",
+    )
+    p.add_argument(
+        "--baseline-ttft-ms",
+        type=float,
+        default=SERVER_TTFT_MS,
+        help="--paired: the baseline server's TTFT (200)",
+    )
     args, gate_args = p.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    if args.repeat < 1 or (args.paired and args.write_baseline):
+        p.error("--repeat must be >= 1, and --paired writes no baseline")
     out = args.out or Path("runs") / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-ci-gate"
+    extra = ["--repeat", str(args.repeat)] if args.repeat > 1 else []
     try:
-        with synthetic_server(args.ttft_ms) as url:
-            print(f"ci-gate: {' '.join(load_command(out, url))}", flush=True)
-            run_load(out, url)
+        with ExitStack() as stack:
+            url = stack.enter_context(synthetic_server(args.ttft_ms))
+            if args.paired:
+                base_url = stack.enter_context(synthetic_server(args.baseline_ttft_ms))
+                extra += ["--baseline-target", base_url]
+            print(f"ci-gate: {' '.join(load_command(out, url, extra=extra))}", flush=True)
+            phases = args.repeat * (2 if args.paired else 1)
+            run_load(out, url, extra=extra, timeout_s=150.0 + 30.0 * phases)
         if (out / "summary.json").exists():
             print(render_terminal(read_summary(out / "summary.json")))
             print(f"report: {out / 'report.html'}", flush=True)
@@ -131,4 +172,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.write_baseline:
         return reports_main(["baseline", str(out), "--out", str(args.baseline)])
+    if args.paired:
+        return reports_main(["gate", str(out), *gate_args])
     return reports_main(["gate", str(out), "--baseline", str(args.baseline), *gate_args])

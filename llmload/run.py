@@ -6,7 +6,8 @@ layers); this is the one place that knows all of them:
 * ``sinks``     — beyond the run's own writer and status line: the client-side
   exporter (``exporter.LiveMetrics``), Grafana phase annotations
   (``dashboards.annotations``) and the web UI's llmload tabs (``llmload.webui``),
-  as the options ask;
+  as the options ask; ``run_sinks`` adds the scraper of the target's own
+  ``/metrics`` (``llmload.servermetrics``);
 * ``report``    — ``reports.build_run`` + ``reports.render_terminal`` at the end;
 * ``run``       — ``loadtests.run.runner.run`` with those two;
 * ``loadtest``  — ``run``, starting the bundled server first when no target is given;
@@ -34,6 +35,7 @@ import httpx  # noqa: E402
 from llmload import (  # noqa: E402
     bundled,
     reports,  # noqa: E402
+    servermetrics,
     speedcheck,
 )
 from llmload.dashboards.annotations import GrafanaAnnotations  # noqa: E402
@@ -74,6 +76,16 @@ def sinks(opts: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
     return out
 
 
+def run_sinks(opts: RunOptions) -> runner.SinkFactory:
+    """``sinks``, and the scraper of the target's own metrics (``--server-metrics``)."""
+
+    def factory(o: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
+        scrape = servermetrics.scraper(opts, Path(o.out or "."))
+        return [*sinks(o, info), *([scrape] if scrape is not None else [])]
+
+    return factory
+
+
 def report(out_dir: Path, slo: str | None) -> str:
     """Write summary.json, summary.md and report.html; return the terminal summary."""
     return reports.render_terminal(reports.build_run(out_dir, slo))
@@ -81,7 +93,7 @@ def report(out_dir: Path, slo: str | None) -> str:
 
 def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = None) -> int:
     """``llmload run``: the run, wired to its sinks and report; the exit code."""
-    return runner.run(opts, argv, extra_info, sinks=sinks, report=report)
+    return runner.run(opts, argv, extra_info, sinks=run_sinks(opts), report=report)
 
 
 #: what runs once the target is there: ``run``, or another plan (``llmload.capacity.command``)

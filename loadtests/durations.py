@@ -37,3 +37,15 @@ def parse_fraction(value: str | float | int) -> float:
     if not 0.0 <= out <= 1.0:
         raise ValueError(f"fraction {value!r} is outside 0..1 (0%..100%)")
     return out
+
+
+def parse_span(spec: str) -> tuple[float, float | None]:
+    """``"START:END"`` -> seconds (each a ``parse_duration``; START empty: 0, END empty: None)."""
+    start_s, sep, end_s = spec.partition(":")
+    if not sep:
+        raise ValueError(f"expected START:END (e.g. 60:120, 1m:2m or 30s:), got {spec!r}")
+    start = parse_duration(start_s) if start_s.strip() else 0.0
+    end = parse_duration(end_s) if end_s.strip() else None
+    if end is not None and end <= start:
+        raise ValueError(f"START must come before END, got {spec!r}")
+    return start, end

@@ -26,6 +26,7 @@ The shape (read this before adding an option):
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 import typing
@@ -34,9 +35,9 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from pathlib import Path
 from typing import Any
 
-from llmload.loadtests.durations import parse_duration, parse_fraction
+from llmload.loadtests.durations import parse_duration, parse_fraction, parse_span
 from llmload.loadtests.recordfile import COMPRESSIONS
-from llmload.loadtests.redact import redact_header, redact_url
+from llmload.loadtests.redact import redact_header, redact_url, redact_value
 from llmload.loadtests.sizes import MIB, parse_size
 from llmload.loadtests.slo import parse_slo
 
@@ -100,6 +101,8 @@ class Spec:
     repeat: bool = False
     #: shown in the docs table instead of the default value
     shown: str | None = None
+    #: argparse's nargs (``--dataset trace FILE``: one or two words)
+    nargs: str | None = None
 
 
 def option(default: Any, help: str, **spec: Any) -> Any:
@@ -125,12 +128,47 @@ def _duration(value: Any) -> float:
     return parse_duration(value)
 
 
+def _maybe_duration(value: Any) -> float | None:
+    return None if value is None else parse_duration(value)
+
+
+#: ``--warmup auto``: the transient found in the data (``reports.steady``), not a fixed phase
+AUTO = "auto"
+
+
+def _warmup(value: Any) -> float | str:
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}, or auto") from None
+
+
+def warmup_seconds(opts: LoadOptions) -> float:
+    """The fixed warm-up phase's length (0 with ``--warmup auto``: there is none)."""
+    return 0.0 if opts.warmup == AUTO else float(opts.warmup)
+
+
 def _size(value: Any) -> int:
     return parse_size(value)
 
 
 def _fraction(value: Any) -> float | None:
     return None if value is None else parse_fraction(value)
+
+
+def _json_object(value: Any) -> dict[str, Any] | None:
+    """``--extra-body``: a JSON object (a plan may give a table)."""
+    if value is None or isinstance(value, dict):
+        return value
+    try:
+        obj = json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"must be a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def _positive(v: float) -> bool:
@@ -153,6 +191,42 @@ def _check_headers(headers: list[str]) -> bool:
             # never echo the rest: a header missing its colon still carries the secret
             name = h.split(None, 1)[0] if h.strip() else h
             raise ValueError(f"--header expects NAME:VALUE, got {name!r} and no ':'")
+    return True
+
+
+#: ``--dataset trace FILE`` is kept as ``trace:FILE``
+TRACE = "trace:"
+#: ``--dataset prefix``: groups of prompts sharing a prefix
+PREFIX = "prefix"
+#: ``--dataset agent``: sessions of tool calls and their results
+AGENT = "agent"
+
+
+def trace_file(dataset: str | None) -> str | None:
+    """The trace file of ``--dataset trace FILE``, else None."""
+    return dataset[len(TRACE) :] if dataset and dataset.startswith(TRACE) else None
+
+
+def _dataset(value: Any) -> str | None:
+    """``--dataset`` as given (a word, or ``trace FILE``; a plan's string or list) -> a string."""
+    if value is None:
+        return None
+    words = [value] if isinstance(value, str) else [str(v) for v in value]
+    if words == ["trace"]:
+        raise ValueError("trace needs the trace's file: --dataset trace FILE")
+    if len(words) == 1:
+        return words[0]
+    if len(words) == 2 and words[0] == "trace":
+        return TRACE + words[1]
+    raise ValueError(f"expected FILE, random or 'trace FILE', got {' '.join(words)!r}")
+
+
+def _check_span(spec: str | None) -> bool:
+    if spec is not None:
+        try:
+            parse_span(spec)
+        except ValueError as exc:
+            raise ValueError(f"--trace-window: {exc}") from None
     return True
 
 
@@ -206,6 +280,12 @@ class ConnectionOptions:
         "lean",
         "lean: one socket per user, read directly; httpx: the general client",
         choices=HTTP_CLIENTS,
+    )
+    baseline_target: str | None = option(
+        None,
+        "a second target, run in turn with --target phase by phase (A/B/A/B with --repeat), "
+        "so machine drift hits both alike; `report gate RUN` then compares the two",
+        metavar="URL",
     )
     max_event_bytes: int = option(
         MAX_EVENT_BYTES,
@@ -274,9 +354,9 @@ class LoadOptions:
     arrival: str = option("poisson", "open-loop arrivals", choices=ARRIVALS)
     first_start: str = option(
         "spread",
-        "closed loop: each user's first request at a seeded random point of one --pacing "
-        "interval (back to back: of the second its spawn batch fills), or all together as "
-        "spawned (lock-step bursts)",
+        "closed loop: each user's first request at a seeded point of one --pacing interval, "
+        "a spawn batch's users in equal slots of it (back to back: of the second the batch "
+        "fills), or all together as spawned (lock-step bursts)",
         choices=FIRST_STARTS,
     )
     shape: str | dict[str, Any] | None = option(
@@ -285,13 +365,22 @@ class LoadOptions:
     modes: list[str] = option(
         list(MODES), "phases to run, in order", parse=_as_list, check=(_check_modes, "")
     )
-    warmup: float = option(
+    warmup: float | str = option(
         0.0,
-        "warm-up phase length (recorded, excluded from the statistics)",
-        parse=_duration,
+        "warm-up phase length (recorded, excluded from the statistics); auto: no warm-up "
+        "phase, each measured phase's transient found in the data (MSER-5) and left out",
+        parse=_warmup,
+        metavar="D|auto",
         shown="0s",
     )
     cooldown: float = option(0.0, "pause between measured phases", parse=_duration, shown="0s")
+    repeat: int = option(
+        1,
+        "run each measured phase N times (interleaved with --baseline-target: A/B/A/B); the "
+        "gate compares all of them and reports the spread between them",
+        metavar="N",
+        check=(_at_least_1, "must be >= 1"),
+    )
     drain_timeout: float = option(
         10.0,
         "at a phase's end, requests in flight get this long to finish, then end as "
@@ -310,8 +399,12 @@ class WorkloadOptions:
     scenario: str = option("mix", "mix, short_qa, code_gen, long_summary, or weights a:5,b:1")
     dataset: str | None = option(
         None,
-        "JSONL prompts (messages or prompt), ShareGPT JSON, or 'random' (exact lengths)",
-        metavar="FILE|random",
+        "JSONL prompts (messages or prompt), ShareGPT JSON, 'random' (exact lengths), "
+        "'prefix' (groups sharing a prefix), 'agent' (tool-calling sessions), or 'trace FILE' "
+        "(Mooncake JSONL, BurstGPT or Azure CSV, replayed at its times)",
+        metavar="FILE|random|prefix|agent|trace FILE",
+        nargs="+",
+        parse=_dataset,
     )
     input_len: int | None = option(
         None,
@@ -321,14 +414,70 @@ class WorkloadOptions:
     )
     output_len: int | None = option(
         None,
-        "--dataset random/ShareGPT: output tokens",
+        "--dataset random/prefix/ShareGPT: output tokens",
         check=(_at_least_1, "must be >= 1"),
-        shown="random: 128",
+        shown="random, prefix: 128",
     )
     range_ratio: float = option(
         0.0,
         "--dataset random: lengths uniform in len*(1+-r)",
         check=(lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+    )
+    prefix_groups: int | None = option(
+        None,
+        "--dataset prefix: groups, each with its own shared prefix",
+        check=(_at_least_1, "must be >= 1"),
+        shown="10",
+    )
+    prefix_len: int | None = option(
+        None,
+        "--dataset prefix: tokens of each group's shared prefix",
+        check=(_at_least_1, "must be >= 1"),
+        shown="256",
+    )
+    suffix_len: int | None = option(
+        None,
+        "--dataset prefix: tokens of each request's own suffix",
+        check=(_at_least_1, "must be >= 1"),
+        shown="256",
+    )
+    prefix_skew: float = option(
+        0.0,
+        "--dataset prefix: Zipf exponent of the group draw (0 = uniform)",
+        metavar="S",
+        check=(lambda v: v >= 0, "must be >= 0"),
+    )
+    agent_steps: int | None = option(
+        None,
+        "--dataset agent: model calls per session (tool calls, then the final answer)",
+        check=(_at_least_1, "must be >= 1"),
+        shown="4",
+    )
+    tool_result_tokens: int | None = option(
+        None,
+        "--dataset agent: tokens of each tool result sent back",
+        check=(_at_least_1, "must be >= 1"),
+        shown="256",
+    )
+    think_time: float | None = option(
+        None,
+        "--dataset agent: wait between a tool call and its result (the tool running)",
+        parse=_maybe_duration,
+        metavar="D",
+        shown="0s",
+    )
+    speedup: float = option(
+        1.0,
+        "--dataset trace: replay X times as fast",
+        metavar="X",
+        check=(_positive, "must be > 0"),
+    )
+    trace_window: str | None = option(
+        None,
+        "--dataset trace: replay only this part of the trace (its seconds; 60:120, 1m:, :30s)",
+        metavar="START:END",
+        check=(_check_span, ""),
+        shown="whole trace",
     )
     max_tokens: int | None = option(
         None, "override every prompt's max_tokens", shown="per scenario"
@@ -336,6 +485,12 @@ class WorkloadOptions:
     turns: int = option(1, "turns per conversation", check=(_at_least_1, "must be >= 1"))
     temperature: float | None = option(None, "sampling temperature sent", shown="server's")
     ignore_eos: bool = option(False, "ask for max_tokens (ignore_eos)")
+    extra_body: dict[str, Any] | None = option(
+        None,
+        "JSON object merged into every OpenAI request body (tools, chat_template_kwargs, ...)",
+        metavar="JSON",
+        parse=_json_object,
+    )
     tokenizer: str | None = option(
         None,
         "the target's tokenizer: counts output tokens, builds random/ShareGPT lengths",
@@ -379,6 +534,26 @@ class OutputOptions:
     metrics_host: str = option("127.0.0.1", "interface for --metrics-port")
     pushgateway: str | None = option(None, "push client metrics at the end", metavar="URL")
     grafana_url: str | None = option(None, "annotate phases (token: $GRAFANA_TOKEN)", metavar="URL")
+    server_metrics: str = option(
+        "auto",
+        "scrape the target's Prometheus metrics into server_metrics.jsonl: auto (its own "
+        "/metrics, when that answers with Prometheus text), a URL, or off",
+        metavar="URL|auto|off",
+    )
+    server_metrics_interval: float = option(
+        1.0,
+        "--server-metrics period",
+        parse=_duration,
+        shown="1s",
+        check=(_positive, "must be positive"),
+    )
+    server_metrics_family: list[str] = option(
+        [],
+        "also keep this family of the server's metrics (repeatable)",
+        metavar="NAME",
+        repeat=True,
+        parse=_as_list,
+    )
     web: bool = option(False, "serve locust's web UI, with the llmload tabs")
     web_host: str = option("127.0.0.1", "web UI interface")
     web_port: int = option(8089, "web UI port")
@@ -543,6 +718,12 @@ class RunOptions:
         if load.rate is not None and (work.turns > 1 or load.shape):
             raise ValueError("--rate (open loop) cannot be combined with --turns > 1 or --shape")
         shards = dist.expected if dist.enabled else 1
+        if self.connection.baseline_target and dist.enabled:
+            raise ValueError("--baseline-target runs in one process (no --workers/--master)")
+        if self.connection.baseline_target and (
+            self.connection.baseline_target == self.connection.target
+        ):
+            raise ValueError("--baseline-target must be another target than --target")
         if load.num_prompts is not None and load.users < shards:
             # each worker issues its share of the prompts with its own users: a worker
             # given none would hold its share back and the phase would never end
@@ -553,9 +734,62 @@ class RunOptions:
         if work.dataset != "random" and (work.input_len is not None or work.range_ratio):
             raise ValueError("--input-len and --range-ratio need --dataset random")
         if work.output_len is not None and not work.dataset:
-            raise ValueError("--output-len needs --dataset random or a ShareGPT file")
-        if work.dataset == "random" and work.max_tokens is not None:
-            raise ValueError("--dataset random: give output lengths with --output-len")
+            raise ValueError("--output-len needs --dataset random, prefix or a ShareGPT file")
+        if work.dataset in ("random", PREFIX) and work.max_tokens is not None:
+            raise ValueError(f"--dataset {work.dataset}: give output lengths with --output-len")
+        if work.extra_body and not self.connection.protocol.startswith("openai"):
+            raise ValueError("--extra-body goes with --protocol openai-chat or openai-completions")
+        prefix_given = (work.prefix_groups, work.prefix_len, work.suffix_len)
+        if work.dataset != PREFIX and (
+            any(v is not None for v in prefix_given) or work.prefix_skew
+        ):
+            raise ValueError(
+                "--prefix-groups, --prefix-len, --suffix-len, --prefix-skew need --dataset prefix"
+            )
+        self._trace_relations()
+        self._agent_relations()
+
+    def _agent_relations(self) -> None:
+        """``--dataset agent``: sessions on the chat endpoint, their length set by the steps."""
+        work = self.workload
+        agent = (work.agent_steps, work.tool_result_tokens, work.think_time)
+        if work.dataset != AGENT:
+            if any(v is not None for v in agent):
+                raise ValueError(
+                    "--agent-steps, --tool-result-tokens and --think-time need --dataset agent"
+                )
+            return
+        if self.connection.protocol != "openai-chat":
+            raise ValueError("--dataset agent sends tools: it needs --protocol openai-chat")
+        if work.turns > 1 or self.load.num_prompts is not None or self.load.shape:
+            raise ValueError(
+                "--dataset agent runs sessions of --agent-steps requests: --turns, "
+                "--num-prompts and --shape do not apply (use --duration, --users or --rate)"
+            )
+
+    def _trace_relations(self) -> None:
+        """``--dataset trace FILE``: the trace sets the times and the lengths."""
+        load, work = self.load, self.workload
+        if not trace_file(work.dataset):
+            if work.speedup != 1.0 or work.trace_window is not None:
+                raise ValueError("--speedup and --trace-window need --dataset trace FILE")
+            return
+        given = [
+            flag
+            for flag, value in (
+                ("--rate", load.rate is not None),
+                ("--shape", bool(load.shape)),
+                ("--turns", work.turns > 1),
+                ("--max-tokens", work.max_tokens is not None),
+                ("--output-len", work.output_len is not None),
+            )
+            if value
+        ]
+        if given:
+            raise ValueError(
+                f"--dataset trace sends the trace's requests at its times with its lengths: "
+                f"{', '.join(given)} cannot be combined with it (--speedup changes the pace)"
+            )
 
     def config(self) -> dict[str, Any]:
         """All options for ``run.json``: secrets redacted, the API key never present."""
@@ -563,10 +797,13 @@ class RunOptions:
         if math.isinf(self.load.duration):
             data["duration"] = None  # --num-prompts without a time limit (JSON has no inf)
         data["target"] = redact_url(self.connection.target)
+        if data["baseline_target"]:
+            data["baseline_target"] = redact_url(data["baseline_target"])
         data["header"] = [redact_header(h) for h in self.connection.header]
-        for key in ("pushgateway", "grafana_url"):
+        for key in ("pushgateway", "grafana_url", "server_metrics"):
             if data[key]:
                 data[key] = redact_url(data[key])
+        data["extra_body"] = redact_value(data["extra_body"])
         return data
 
 
@@ -622,6 +859,12 @@ def build_options(plan: dict[str, Any], cli: dict[str, Any]) -> RunOptions:
         merged["pacing"] = 0.0
     if merged.get("num_prompts") is not None and "duration" not in merged:
         merged["duration"] = math.inf
+    try:
+        replay = trace_file(_dataset(merged.get("dataset")))
+    except ValueError:
+        replay = None  # validate() says what is wrong with it
+    if replay and "duration" not in merged:
+        merged["duration"] = math.inf  # a replay's phase ends with the trace's last record
     return RunOptions.of(**merged).validate()
 
 

@@ -1,4 +1,14 @@
-"""Baselines: what the gate needs of a run's distribution (per mode, per metric), as JSON."""
+"""Baselines: what the gate needs of a run (per mode and scenario, per metric), as JSON.
+
+Per mode (``metrics``) and, when a mode has several scenarios, per scenario
+(``by_scenario``): every latency metric's values (ms; a quantile sketch of
+``MAX_VALUES`` points when there are more).  ``rates``: throughput and goodput,
+per second of the measured phases.  ``outcomes``: requests and failures per
+scope (the error rate).  ``goodput_slo``: the SLO goodput was counted with (the
+gate counts the run's with the same).  ``fingerprint``: what shapes the numbers
+(``reports.fingerprint``), compared with the run's before anything else.  A
+schema-1 file (pooled values only) still gates what it holds.
+"""
 
 from __future__ import annotations
 
@@ -10,43 +20,24 @@ from typing import Any
 
 import numpy as np
 
-from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_value
+from llmload.loadtests.slo import format_slo
 from llmload.reports.arraystats import percentile_sorted
 from llmload.reports.capacity.curve import capacity_doc
-from llmload.reports.columns import RecordTable
+from llmload.reports.fingerprint import fingerprint
+from llmload.reports.gate_metrics import LATENCY_METRICS, RATE_METRICS
+from llmload.reports.gate_sides import ALL, RecordsSide
 from llmload.reports.loader import Run
+from llmload.reports.server.compare import mode_means
 
-SCHEMA = 1
+SCHEMA = 2
 KIND = "llmload-baseline"
 #: a group with more values than this is stored as that many evenly spaced quantiles
 MAX_VALUES = 4000
-GATED_METRICS = ("ttft", "e2e", "tpot", "itl", "ttft_from_intended", "e2e_from_intended")
-#: open-loop metrics: latency counted from the intended send time (``+ schedule_delay_s``)
-FROM_INTENDED = {"ttft_from_intended": "ttft_s", "e2e_from_intended": "e2e_s"}
 
 
 class BaselineError(Exception):
     """The baseline file is missing, unreadable or not a baseline."""
-
-
-def metric_values(records: Sequence[RequestRecord], metric: str) -> np.ndarray:
-    """Milliseconds of ``metric`` over the successful records (ITL: every gap, pooled).
-
-    ``*_from_intended`` adds each record's schedule delay and skips records without one
-    (closed-loop requests have no intended send time).  Read from the records' columns
-    (``reports.columns``): an array, in record order.
-    """
-    t = RecordTable.of(records)
-    ok = t.ok()
-    if metric == "itl":
-        return t.itl(ok) * 1000  # type: ignore[no-any-return]
-    if metric in FROM_INTENDED:
-        v, d = t.num(FROM_INTENDED[metric])[ok], t.num("schedule_delay_s")[ok]
-        keep = np.isfinite(v) & ~np.isnan(d)
-        return (v[keep] + d[keep]) * 1000  # type: ignore[no-any-return]
-    v = t.num({"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}[metric])[ok]
-    return v[np.isfinite(v)] * 1000  # type: ignore[no-any-return]
 
 
 def compact(values: Sequence[float] | np.ndarray, inplace: bool = False) -> dict[str, Any]:
@@ -67,15 +58,44 @@ def compact(values: Sequence[float] | np.ndarray, inplace: bool = False) -> dict
     return {"n": n, "sketch": n > MAX_VALUES, "values_ms": [round(x, 2) for x in kept]}
 
 
+def _groups(side: RecordsSide) -> dict[str, Any]:
+    """Per mode and scope: every latency metric's values, rate series, requests and failures."""
+    metrics: dict[str, dict[str, Any]] = {}
+    by_scenario: dict[str, dict[str, dict[str, Any]]] = {}
+    rates: dict[str, dict[str, dict[str, list[float]]]] = {}
+    counts: dict[str, dict[str, Any]] = {}
+    for mode in sorted(side.modes()):
+        names = side.scenarios(mode)
+        scopes = [ALL, *names] if len(names) > 1 else [ALL]
+        groups: dict[str, dict[str, int]] = {}
+        for scope in scopes:
+            for metric in LATENCY_METRICS:
+                got = side.latency(metric, mode, scope)
+                if got is None:
+                    continue
+                if scope == ALL:
+                    metrics.setdefault(metric, {})[mode] = compact(got[0], inplace=True)
+                else:
+                    by_scenario.setdefault(metric, {}).setdefault(mode, {})[scope] = compact(
+                        got[0], inplace=True
+                    )
+            for metric in RATE_METRICS:
+                series = side.rates(metric, mode, scope)
+                if series:
+                    rates.setdefault(metric, {}).setdefault(mode, {})[scope] = [
+                        round(x, 3) for x in series
+                    ]
+            n_failed = side.outcomes(mode, scope)
+            if n_failed is not None:
+                groups[scope] = {"n": n_failed[0], "failed": n_failed[1]}
+        counts[mode] = {"scenarios": names, "groups": groups}
+    return {"metrics": metrics, "by_scenario": by_scenario, "rates": rates, "outcomes": counts}
+
+
 def make_baseline(run: Run) -> dict[str, Any]:
     """The baseline document for ``run`` (warm-up excluded)."""
     measured = run.measured
-    metrics: dict[str, dict[str, Any]] = {}
-    for metric in GATED_METRICS:
-        for mode in sorted(measured.distinct("mode")):
-            vals = metric_values(measured.where(measured.is_("mode", mode)), metric)
-            if len(vals):
-                metrics.setdefault(metric, {})[mode] = compact(vals, inplace=True)
+    side = RecordsSide(run)
     meta = redact_value(
         {
             k: run.meta.get(k)
@@ -88,6 +108,8 @@ def make_baseline(run: Run) -> dict[str, Any]:
                 "workload",
                 "versions",
                 "host",
+                "server",
+                "calibration",
             )
         }
     )
@@ -98,8 +120,11 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "source_run": run.name,
         "records": len(measured),
         "run": meta,
-        "metrics": metrics,
+        "fingerprint": fingerprint(run.meta),
+        **_groups(side),
+        "goodput_slo": format_slo(side.slo),
         **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),
+        **({"server": server} if (server := mode_means(run)) else {}),
     }
 
 

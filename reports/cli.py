@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from llmload.loadtests.slo import DEFAULT_SLO
+from llmload.reports.gate_metrics import CHOICES
 
 EXIT_BAD_INPUT = 2
 
@@ -62,8 +63,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from llmload.reports import github
     from llmload.reports.baseline import read_baseline
     from llmload.reports.capacity.gate import evaluate_capacity
-    from llmload.reports.gate import GateConfig, evaluate
-    from llmload.reports.gate_report import render_junit, render_markdown, render_text
+    from llmload.reports.fingerprint import check_allowed
+    from llmload.reports.gate import GateConfig, evaluate, evaluate_paired
+    from llmload.reports.gate_html import render_gate_html
+    from llmload.reports.gate_report import render_junit, render_markdown, render_text, to_json
     from llmload.reports.loader import load_run
 
     if not 0 < args.percentile < 100:
@@ -72,10 +75,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
         raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence:g}")
     if args.max_regression < 0:
         raise ValueError("--max-regression must not be negative")
-    if args.from_intended and args.metric not in ("ttft", "e2e"):
-        raise ValueError(f"--from-intended must go with --metric ttft or e2e, not {args.metric}")
-    baseline = read_baseline(args.baseline)
-    run = load_run(args.run_dir)
+    capacity = args.metric.strip().lower() == "capacity"
+    if "capacity" in args.metric.lower() and not capacity:
+        raise ValueError("--metric capacity gates two capacity searches: give it alone")
+    if args.from_intended and capacity:
+        raise ValueError("--from-intended must go with --metric ttft or e2e, not capacity")
     cfg = GateConfig(
         metric=args.metric,
         percentile=args.percentile,
@@ -89,8 +93,18 @@ def cmd_gate(args: argparse.Namespace) -> int:
         from_intended=args.from_intended,
         starved_share=args.starved_share,
         inconclusive=args.inconclusive,
+        allow_difference=check_allowed(args.allow_difference or []),
     )
-    result = (evaluate_capacity if args.metric == "capacity" else evaluate)(run, baseline, cfg)
+    if not capacity:
+        cfg.specs()  # a bad --metric is bad input (exit 2) before any file is read
+    if args.baseline is None:
+        if capacity:
+            raise ValueError("--metric capacity needs --baseline FILE")
+        result = evaluate_paired(load_run(args.run_dir), cfg)
+    else:
+        baseline = read_baseline(args.baseline)
+        run = load_run(args.run_dir)
+        result = (evaluate_capacity if capacity else evaluate)(run, baseline, cfg)
     print(render_text(result))
     md = render_markdown(result)
     if args.summary_md:
@@ -98,6 +112,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     github.publish(result, md, os.environ, sys.stdout)
     junit = args.junit or args.run_dir / "junit.xml"
     junit.write_text(render_junit(result), encoding="utf-8")
+    (args.html or args.run_dir / "gate.html").write_text(render_gate_html(result), "utf-8")
+    (args.run_dir / "gate.json").write_text(to_json(result), encoding="utf-8")
     return result.exit_code
 
 
@@ -106,15 +122,21 @@ def add_gate_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
     g.add_argument(
         "--metric",
         default="ttft",
-        choices=("ttft", "e2e", "tpot", "itl", "capacity"),
-        help="per-request latency to gate (ttft); capacity: two `llmload capacity` searches",
+        metavar="LIST",
+        help=f"what to gate, comma separated, each NAME[:pQ][:ALLOWED] with NAME one of "
+        f"{', '.join(CHOICES)} — e.g. ttft:p95:10%%,itl,throughput:5%%,error-rate:1%% "
+        "(throughput and goodput gate a drop; error-rate a rise in points); one verdict, "
+        "Holm-Bonferroni over all checks (default ttft); or capacity, alone: two "
+        "`llmload capacity` searches",
     )
-    g.add_argument("--percentile", type=float, default=95.0, help="percentile compared (95)")
+    g.add_argument(
+        "--percentile", type=float, default=95.0, help="latency percentile compared (95)"
+    )
     g.add_argument(
         "--max-regression",
         type=_percent,
         default=0.10,
-        help="allowed increase of the percentile, e.g. 10%% (the default) or 0.1",
+        help="allowed change where --metric gives none, e.g. 10%% (the default) or 0.1",
     )
     g.add_argument(
         "--confidence",
@@ -159,7 +181,15 @@ def add_gate_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
     g.add_argument(
         "--seed", type=int, default=20240607, help="bootstrap seed: same inputs, same verdict"
     )
+    g.add_argument(
+        "--allow-difference",
+        action="append",
+        metavar="KEY",
+        help="accept this difference between the run and the baseline (e.g. max_tokens; "
+        "repeatable); otherwise one that can move the metrics makes the gate inconclusive",
+    )
     g.add_argument("--junit", type=Path, default=None, help="JUnit XML path (RUN_DIR/junit.xml)")
+    g.add_argument("--html", type=Path, default=None, help="gate page path (RUN_DIR/gate.html)")
     g.add_argument("--summary-md", type=Path, default=None, help="also write the Markdown here")
 
 
@@ -192,7 +222,11 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("run_dir", type=Path, help="the run directory to gate")
     g.add_argument(
-        "--baseline", type=Path, required=True, help="baseline file (`report baseline` writes it)"
+        "--baseline",
+        type=Path,
+        default=None,
+        help="baseline file (`report baseline` writes it); without it, a run made with "
+        "--baseline-target compares its target's phases with the baseline target's",
     )
     add_gate_options(g)
     g.set_defaults(func=cmd_gate)

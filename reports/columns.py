@@ -22,8 +22,10 @@ object at a time (``reports.loader`` streams ``requests.jsonl`` into it), and
 from __future__ import annotations
 
 import math
+import typing
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import MISSING, fields
 from operator import itemgetter
 from typing import Any, overload
 
@@ -31,49 +33,48 @@ import numpy as np
 
 from llmload.loadtests.measure.record import RequestRecord
 
-#: numeric fields, each a float64 column (NaN for None); ints come back as ints
-NUMBERS = (
-    "started_at",
-    "ttft_s",
-    "e2e_s",
-    "headers_s",
-    "tpot_s",
-    "ttst_s",
-    "server_ttft_s",
-    "server_queue_s",
-    "server_e2e_s",
-    "schedule_delay_s",
-    "connect_s",
-    "output_tokens",
-    "usage_output_tokens",
-    "client_output_tokens",
-    "prompt_tokens",
-    "http_status",
-    "turn",
-    "user_id",
-)
-#: of those, the ones a record holds as ints (from ``output_tokens`` on)
-INTS = frozenset(NUMBERS[NUMBERS.index("output_tokens") :])
-#: label fields: a code per record into the field's distinct values (None included)
-LABELS = (
-    "phase",
-    "scenario",
-    "mode",
-    "endpoint",
-    "status",
-    "token_source",
-    "worker",
-    "finish_reason",
-    "stream_end",
-)
+_Names = tuple[str, ...]
+
+
+def _schema() -> tuple[_Names, frozenset[str], _Names, _Names, _Names]:
+    """``RequestRecord``'s fields by how a table keeps them, read from its annotations (a
+    field added to the record is kept without a change here): numbers, of them the ints,
+    labels, per-record texts (high cardinality: ids, errors) and flags."""
+    hints = typing.get_type_hints(RequestRecord)
+    numbers, ints, labels, flags = ["started_at"], set(), [], []
+    for f in fields(RequestRecord):
+        name, hint = f.name, hints[f.name]
+        args = set(typing.get_args(hint)) or {hint}
+        if name in _LISTS or name in TEXTS or name == "started_at":
+            continue
+        if hint is bool:
+            flags.append(name)
+        elif args & {int, float}:
+            numbers.append(name)
+            if float not in args:
+                ints.add(name)
+        else:  # str, a Literal of strings, either or None
+            labels.append(name)
+    return tuple(numbers), frozenset(ints), tuple(labels), TEXTS, tuple(flags)
+
+
+_LISTS = ("itl_s", "tokens_per_event")
+#: per-record texts (not labels: nearly every value differs)
+TEXTS = ("request_id", "error", "session_id")
+#: numeric fields, each a float64 column (NaN for None; ``started_at`` first); ``INTS``
+#: come back as ints; labels: a code per record into the field's distinct values (None
+#: included); flags: a byte per record
+NUMBERS, INTS, LABELS, _TEXTS, FLAGS = _schema()
 _DEFAULTS: dict[str, Any] = {
-    "token_source": "events",
-    "worker": "local",
-    "turn": 0,
+    f.name: f.default for f in fields(RequestRecord) if f.default is not MISSING
 }
-_REQUIRED = ("request_id", "phase", "scenario", "mode", "endpoint", "started_at", "status")
+_REQUIRED = tuple(
+    f.name
+    for f in fields(RequestRecord)
+    if f.default is MISSING and f.default_factory is MISSING  # type: ignore[misc]
+)
 #: what ``TableBuilder.add`` reads of a record, in this order
-_ALL_KEYS = (*NUMBERS, *LABELS, "itl_s", "tokens_per_event", "request_id", "error", "warmup")
+_ALL_KEYS = (*NUMBERS, *LABELS, *_LISTS, *TEXTS, *FLAGS)
 _ALL = itemgetter(*_ALL_KEYS)
 _COL = {name: i for i, name in enumerate(NUMBERS)}
 _WIDTH = len(NUMBERS)
@@ -83,6 +84,8 @@ _STR = {str}
 _SCALAR_TYPES = frozenset((int, float, type(None)))
 #: ``tokens_per_event`` kinds: none, all ones (its length kept), one value, any values
 _TPE_EMPTY, _TPE_ONES, _TPE_ONE, _TPE_LIST = 0, 1, 2, 3
+#: the four labels every record must have as strings (``reports.loader`` refused others)
+_STRINGS = tuple(LABELS.index(k) for k in ("phase", "scenario", "mode", "status"))
 
 
 class _Store:
@@ -94,8 +97,9 @@ class _Store:
         self.values: dict[str, list[Any]] = {name: [] for name in LABELS}
         self.index: dict[str, dict[Any, int]] = {name: {} for name in LABELS}
         self.request_ids: list[Any] = []
-        self.errors: dict[int, Any] = {}  # row -> error (most are None)
-        self.warmup = array("b")
+        #: the other texts, row -> value (most are None)
+        self.texts: dict[str, dict[int, Any]] = {name: {} for name in TEXTS[1:]}
+        self.flags: dict[str, array[int]] = {name: array("b") for name in FLAGS}
         self.itl = array("d")
         self.itl_ends = array("q")  # itl_ends[i]: end of record i's gaps in ``itl``
         self.tpe_kind = array("b")
@@ -112,7 +116,9 @@ class _Store:
             self._frozen = {
                 "numbers": num,
                 "codes": {k: np.frombuffer(v, dtype=np.int32) for k, v in self.codes.items()},
-                "warmup": np.frombuffer(self.warmup, dtype=np.int8).astype(bool),
+                "flags": {
+                    k: np.frombuffer(v, dtype=np.int8).astype(bool) for k, v in self.flags.items()
+                },
                 "itl": np.frombuffer(self.itl, dtype=np.float64),
                 "itl_ends": ends,
                 "itl_starts": np.concatenate(([0], ends[:-1])) if len(ends) else ends,
@@ -151,12 +157,15 @@ class TableBuilder:
         if type(nums[0]) not in _NUMBER_TYPES or not set(map(type, nums)) <= _SCALAR_TYPES:
             raise ValueError("a numeric field is not a number")
         labels = values[_WIDTH : _WIDTH + len(LABELS)]
-        if set(map(type, labels[:5:4] + labels[1:3])) != _STR:  # phase, status, scenario, mode
+        if {type(labels[i]) for i in _STRINGS} != _STR:
             raise ValueError("phase, scenario, mode and status must be strings")
         codes: list[int | None] = [
             index.get(v) for index, v in zip(self._indexes, labels, strict=True)
         ]
-        itl, tpe, request_id, error, warmup = values[_WIDTH + len(LABELS) :]
+        rest = _WIDTH + len(LABELS)
+        itl, tpe = values[rest : rest + 2]
+        texts = values[rest + 2 : rest + 2 + len(TEXTS)]
+        flags = values[rest + 2 + len(TEXTS) :]
         if (itl is not None and type(itl) is not list) or (
             tpe is not None and type(tpe) is not list
         ):
@@ -184,10 +193,12 @@ class TableBuilder:
         for column, code in zip(self._codes, codes, strict=True):
             column.append(code)  # type: ignore[arg-type]  # (no None left)
         s.numbers.extend([_NAN if v is None else v for v in nums])
-        s.request_ids.append(request_id)
-        if error is not None:
-            s.errors[s.n] = error
-        s.warmup.append(1 if warmup else 0)
+        s.request_ids.append(texts[0])
+        for name, text in zip(TEXTS[1:], texts[1:], strict=True):
+            if text is not None:
+                s.texts[name][s.n] = text
+        for column, flag in zip(s.flags.values(), flags, strict=True):
+            column.append(1 if flag else 0)
         s.itl.extend(gaps)
         s.itl_ends.append(len(s.itl))
         s.tpe_kind.append(kind)
@@ -245,27 +256,30 @@ class RecordTable(Sequence[RequestRecord]):
         s, f = self._s, self._f
         kw: dict[str, Any] = {}
         for name, v in zip(NUMBERS, f["numbers"][row].tolist(), strict=True):
-            if v == v:  # not NaN
-                kw[name] = int(v) if name in INTS else v
-            elif name == "turn":
-                kw[name] = 0
+            kw[name] = None if v != v else int(v) if name in INTS else v  # NaN: None
         for name in LABELS:
             kw[name] = s.values[name][s.codes[name][row]]
         kw["request_id"] = s.request_ids[row]
-        kw["error"] = s.errors.get(row)
-        kw["warmup"] = bool(s.warmup[row])
+        for name, texts in s.texts.items():
+            kw[name] = texts.get(row)
+        for name, column in s.flags.items():
+            kw[name] = bool(column[row])
         start = s.itl_ends[row - 1] if row else 0
         kw["itl_s"] = s.itl[start : s.itl_ends[row]].tolist()
+        kw["tokens_per_event"] = self._tpe(row)
+        return RequestRecord(**kw)
+
+    def _tpe(self, row: int) -> list[Any]:
+        """The ``tokens_per_event`` of the store's record ``row``, as the record holds it."""
+        s = self._s
         kind, value = s.tpe_kind[row], s.tpe_value[row]
         if kind == _TPE_ONES:
-            kw["tokens_per_event"] = [1] * int(value)
-        elif kind == _TPE_ONE:
-            kw["tokens_per_event"] = [int(value)]
-        elif kind == _TPE_LIST:
-            kw["tokens_per_event"] = list(s.tpe_lists[row])
-        else:
-            kw["tokens_per_event"] = []
-        return RequestRecord(**kw)
+            return [1] * int(value)
+        if kind == _TPE_ONE:
+            return [int(value)]
+        if kind == _TPE_LIST:
+            return list(s.tpe_lists[row])
+        return []
 
     # -- selections ---------------------------------------------------------------------
 
@@ -292,6 +306,11 @@ class RecordTable(Sequence[RequestRecord]):
             return np.zeros(len(self.rows), dtype=bool)
         return self.codes(name) == code
 
+    def is_any(self, name: str, values: Iterable[Any]) -> np.ndarray:
+        """Mask: these records whose label ``name`` is one of ``values``."""
+        index = self._s.index[name]
+        return np.isin(self.codes(name), [index[v] for v in set(values) if v in index])
+
     def distinct(self, name: str) -> list[Any]:
         """The values of a label among these records, in order of first appearance."""
         codes = self.codes(name)
@@ -304,13 +323,33 @@ class RecordTable(Sequence[RequestRecord]):
     def ok(self) -> np.ndarray:
         return self.is_("status", "ok")
 
+    def has(self, name: str) -> np.ndarray:
+        """Mask: these records whose text field ``name`` (``error``, ``session_id``) is set."""
+        rows = self._s.texts[name]
+        if not rows:
+            return np.zeros(len(self.rows), dtype=bool)
+        return np.isin(self.rows, np.fromiter(rows, dtype=np.int64, count=len(rows)))
+
+    def text(self, name: str) -> list[Any]:
+        """A text field (``request_id``, ``error``, ``session_id``) of these records, None where
+        a record has none."""
+        if name == "request_id":
+            ids = self._s.request_ids
+            return [ids[row] for row in self.rows.tolist()]
+        texts = self._s.texts[name]
+        return [texts.get(row) for row in self.rows.tolist()]
+
+    def flag(self, name: str) -> np.ndarray:
+        """A boolean field of these records (``warmup``, ``no_output``, ...)."""
+        return self._f["flags"][name][self.rows]  # type: ignore[no-any-return]
+
     def warmup_field(self) -> np.ndarray:
         """The records' own ``warmup`` field (``warmup()`` also counts the warm-up phase)."""
-        return self._f["warmup"][self.rows]
+        return self.flag("warmup")
 
     def warmup(self) -> np.ndarray:
         """Warm-up records: ``warmup`` set, or in the phase named ``warmup``."""
-        return self._f["warmup"][self.rows] | self.is_("phase", "warmup")
+        return self.flag("warmup") | self.is_("phase", "warmup")
 
     # -- token gaps -----------------------------------------------------------------------
 
@@ -389,6 +428,47 @@ class RecordTable(Sequence[RequestRecord]):
         if mask is not None:
             counts, index = counts[mask], index[mask]
         return np.repeat(index, counts)
+
+    def arrivals(self, first: np.ndarray) -> np.ndarray:
+        """Each record's content-event times: ``first[i]``, then each of its gaps added in turn
+        — the same float additions, in the same order, as a running sum over its ``itl_s`` —
+        record after record in one flat array (``itl_counts() + 1`` times per record).
+
+        One pass per gap index over the records that have that many (a record's k-th gap
+        is added to every such record's running time at once)."""
+        f = self._f
+        counts = self.itl_counts()
+        sizes = counts + 1
+        offsets = np.cumsum(sizes) - sizes
+        out = np.empty(int(sizes.sum()), dtype=np.float64)
+        now = np.array(first, dtype=np.float64)
+        out[offsets] = now
+        flat, starts = f["itl"], f["itl_starts"][self.rows]
+        order = np.argsort(-counts, kind="stable")
+        longest_first = -counts[order]
+        for k in range(1, int(counts.max(initial=0)) + 1):
+            have = order[: int(np.searchsorted(longest_first, -k, side="right"))]
+            now[have] += flat[starts[have] + (k - 1)]
+            out[offsets[have] + k] = now[have]
+        return out
+
+    def tpe_lengths(self) -> np.ndarray:
+        """How many entries each of these records' ``tokens_per_event`` has."""
+        f = self._f
+        kind, value = f["tpe_kind"][self.rows], f["tpe_value"][self.rows]
+        out = np.where(kind == _TPE_ONES, value, np.where(kind == _TPE_ONE, 1.0, 0.0))
+        for i in np.flatnonzero(kind == _TPE_LIST).tolist():
+            out[i] = len(self._s.tpe_lists[int(self.rows[i])])
+        return out.astype(np.int64)
+
+    def tpe_ones(self) -> np.ndarray:
+        """Mask: these records whose ``tokens_per_event`` entries are all 1 (none counts)."""
+        kind = self._f["tpe_kind"][self.rows]
+        return (kind == _TPE_ONES) | (kind == _TPE_EMPTY)
+
+    def tokens_per_event(self, i: int) -> list[Any]:
+        """The ``tokens_per_event`` of this table's ``i``-th record."""
+        return self._tpe(int(self.rows[i]))
 
     def per_token_is_itl(self, mask: np.ndarray | None = None) -> bool:
         """Are ``per_token_gaps(mask)`` the gaps themselves (one token per event, always)?"""

@@ -11,6 +11,7 @@ from llmload.reports.fmt import fmt_ms, fmt_rate, table
 from llmload.reports.html import CSS
 from llmload.reports.loader import Run
 from llmload.reports.schema import PhaseStats, Summary
+from llmload.reports.server.compare import rows as server_rows
 
 #: (label, (distribution, statistic) or (PhaseStats field,), "ms"|"rate"|"pct"|"int",
 #: lower is better; None: neutral)
@@ -71,6 +72,9 @@ def compare_rows(a: Summary, b: Summary) -> dict[str, list[list[str]]]:
                 _delta(_get(ga, path), _get(gb, path), lower),
             ]
             for label, path, kind, lower in ROWS
+        ] + [
+            [label, _fmt(va, kind), _fmt(vb, kind), _delta(va, vb, lower)]
+            for label, va, vb, kind, lower in server_rows(ga, gb)
         ]
     return out
 

@@ -45,6 +45,10 @@ connection is opened once per user): flagged when at least
 ``NEW_CONNECTION_SHARE`` of at least ``MIN_REQUESTS`` of them opened one
 (record field ``connect_s``).
 
+``context_overflow``: requests the target refused because prompt + ``max_tokens``
+exceeded its context length (``loadtests.measure.overflow``); the hint says what
+to change.
+
 ``no_done_marker``: the server ends its streams without ``data: [DONE]`` (for
 example ``transformers serve``); each such stream delivered its finish_reason
 and a clean end of body, so it counted as ``ok`` (record field ``stream_end``
@@ -60,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from llmload.loadtests.measure import overflow
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.reports import saturation
 from llmload.reports.columns import RecordTable
@@ -397,7 +402,10 @@ def token_count_mismatch(records: Sequence[RequestRecord]) -> Diagnostic | None:
     """
     t = RecordTable.of(records)
     usage, client = t.num("usage_output_tokens"), t.num("client_output_tokens")
+    # usage counts a call's markup, which no client sees as text; an answer with no
+    # visible output is counted on its own (``reports.answers``)
     both = t.ok() & ~np.isnan(usage) & ~np.isnan(client)
+    both &= (t.num("tool_calls") == 0) & ~t.flag("no_output")
     events = np.where(
         t.is_("mode", "stream") & ~np.isnan(t.num("ttft_s")), t.itl_counts() + 1.0, np.nan
     )
@@ -420,6 +428,21 @@ def token_count_mismatch(records: Sequence[RequestRecord]) -> Diagnostic | None:
     return Diagnostic("token_count_mismatch", message, MISMATCH_HINT, evidence)
 
 
+def context_overflow(records: Sequence[RequestRecord]) -> Diagnostic | None:
+    """The ``context_overflow`` diagnostic when requests exceeded the target's context."""
+    t = RecordTable.of(records)
+    over = t.where(t.is_("status", "context_overflow"))
+    if not len(over):
+        return None
+    first = over[0]
+    message = (
+        f"{len(over)} of {len(t)} requests exceeded the target's context length "
+        f"(HTTP {first.http_status}: {first.error})"
+    )
+    evidence = {"requests": len(t), "context_overflow": len(over)}
+    return Diagnostic("context_overflow", message, overflow.HINT, evidence)
+
+
 def detect(
     records: Sequence[RequestRecord], phase: str | Mapping[str, Any] | None = None
 ) -> list[Diagnostic]:
@@ -439,6 +462,7 @@ def detect(
         found.append(no_done_marker(records))
     found.append(connection_per_request(records))
     found.append(token_count_mismatch(records))
+    found.append(context_overflow(records))
     saturated = saturation.target_saturated(records)
     if saturated is not None:
         found.append(Diagnostic("target_saturated", *saturated))

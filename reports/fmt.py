@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from html import escape
+
 
 def fmt_ms(value: float | None) -> str:
     """Milliseconds as a short readable number."""
@@ -26,3 +28,10 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def html_table(header: list[str], rows: list[list[str]]) -> str:
+    """The same table in HTML (cells escaped)."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"

@@ -1,142 +1,83 @@
-"""The CI gate: is this run's percentile worse than the baseline's, beyond noise?
+"""The CI gate: is this run worse than the baseline on any gated metric, beyond noise?
 
-Method.  For each gated mode, the statistic is the ratio ``P_q(run) / P_q(baseline)``
-of the ``q``-th percentiles (linear interpolation).  Its uncertainty comes from a
-bootstrap that resamples *both* samples (``B`` resamples, fixed seed, so the same
-inputs always give the same verdict).  With confidence ``c`` (default 0.95) the
-one-sided bounds are the ``1-c`` and ``c`` quantiles of the bootstrap ratios.
+Method.  Each gated metric (``--metric ttft,itl,throughput``; ``reports.gate_metrics``)
+is compared per mode — over all requests and, when a mode has several
+scenarios, per scenario — as a change: the ratio ``stat(run) / stat(baseline)``
+of a latency's percentile or a rate's mean per second, or the error rate's
+difference in points.  Its uncertainty comes from a seeded bootstrap that
+resamples *both* sides (``reports.gate_compare``; same inputs, same verdict).
 
-* fail (exit 1): the lower bound exceeds ``1 + max_regression`` — the run is
-  worse than allowed, with confidence; or an absolute limit is breached.
-* inconclusive (exit 2): too few samples (fewer than ``max(30, 3 / (1 - q))``
-  on either side), or the interval is so wide that it spans both "no change"
-  (< 1) and twice the allowed regression — the run cannot tell them apart.
+One verdict for all of them, with the family-wise confidence kept: each check's
+p-value for "no worse than allowed" is the bootstrap share on the allowed side,
+and **Holm–Bonferroni** over every check (``reports.holm``) decides which fail
+at ``1 - confidence`` — gating five metrics raises no more false alarms than
+gating one.  The bounds shown are simultaneous (Bonferroni: each at
+``(1 - confidence) / m``).
+
+* fail (exit 1): a check Holm rejects — worse than allowed, with confidence; or
+  an absolute limit breached.
+* inconclusive (exit 2): too few samples (a latency: fewer than
+  ``max(30, 3 / (1 - q))``; a rate: 5 seconds; the error rate: 30 requests), an
+  interval that spans both "no change" and twice the allowance, a baseline that
+  is not comparable (``reports.fingerprint``), a failure the load generator may
+  have caused (``reports.gate_doubt``), or a lost worker.  A scenario's own check
+  that cannot be judged (too few or too noisy on its own) is *skipped*: shown,
+  not counted — the mode's check over all requests stands for it.
 * pass (exit 0): otherwise.
-
-The harness is checked before a failure is called: when the load generator was
-starved in a gated phase (``reports.trust.starved``: CPU or event-loop lag above
-the saturation line for too much of the phase), a failing check becomes
-inconclusive (exit 2) with the numbers — a busy CI neighbour slows the client,
-and that must not fail a good build.  A worker lost mid-run (records with status
-``lost``) adds an inconclusive check: the load it was to apply went missing.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from llmload.loadtests.measure.record import RequestRecord
-from llmload.reports.baseline import metric_values
+from llmload.loadtests.run.phases import BASELINE_PREFIX
+from llmload.reports.fingerprint import comparability, fingerprint
+from llmload.reports.gate_compare import Comparison, Side, bootstrap_ratio, compare, ratio_bounds
+from llmload.reports.gate_doubt import harness_doubt, unless_starved
+from llmload.reports.gate_metrics import LATENCY, RATE, SHARE, MetricSpec
+from llmload.reports.gate_result import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    EXIT,
+    FAIL,
+    INCONCLUSIVE,
+    INCONCLUSIVE_EXIT,
+    PASS,
+    SKIPPED,
+    Check,
+    GateConfig,
+    GateResult,
+)
+from llmload.reports.gate_sides import ALL, BaselineSide, RecordsSide
+from llmload.reports.holm import bonferroni_level, holm_adjusted
 from llmload.reports.loader import Run
-from llmload.reports.trust import STARVED_SHARE, harness_delay_ms, starved
+from llmload.reports.repeats import spread
+from llmload.reports.server.compare import gate_lines
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
-EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
-#: ``--inconclusive``: the exit code an inconclusive verdict gets (neutral: its own, 2)
-INCONCLUSIVE_EXIT = {"neutral": EXIT[INCONCLUSIVE], "pass": EXIT[PASS], "fail": EXIT[FAIL]}
-DEFAULT_SEED = 20240607
-DEFAULT_RESAMPLES = 2000
+__all__ = [
+    "DEFAULT_RESAMPLES",
+    "DEFAULT_SEED",
+    "EXIT",
+    "FAIL",
+    "INCONCLUSIVE",
+    "INCONCLUSIVE_EXIT",
+    "PASS",
+    "SKIPPED",
+    "Check",
+    "GateConfig",
+    "GateResult",
+    "bootstrap_ratio",
+    "evaluate",
+    "evaluate_paired",
+    "evaluate_sides",
+    "harness_doubt",
+    "ratio_bounds",
+]
 
-
-@dataclass
-class GateConfig:
-    """What to gate and how strictly."""
-
-    metric: str = "ttft"
-    percentile: float = 95.0
-    max_regression: float = 0.10
-    confidence: float = 0.95
-    max_ttft_p95_ms: float | None = None
-    modes: list[str] | None = None
-    min_samples: int | None = None
-    resamples: int = DEFAULT_RESAMPLES
-    seed: int = DEFAULT_SEED
-    #: gate the latency from the intended send time (open loop: + schedule delay)
-    from_intended: bool = False
-    #: a failure is inconclusive when this share of a gated phase's samples was saturated
-    starved_share: float = STARVED_SHARE
-    #: exit-code policy for an inconclusive verdict: neutral (2), pass (0) or fail (1)
-    inconclusive: str = "neutral"
-
-    @property
-    def key(self) -> str:
-        """The baseline metric this gates (``ttft`` or ``ttft_from_intended``)."""
-        return f"{self.metric}_from_intended" if self.from_intended else self.metric
-
-    @property
-    def label(self) -> str:
-        """The metric as people read it."""
-        return f"{self.metric} from intended send" if self.from_intended else self.metric
-
-    def needed(self) -> int:
-        """Minimum samples per side: at least 3 expected beyond the percentile, and 30."""
-        if self.min_samples is not None:
-            return self.min_samples
-        tail = max(1.0 - self.percentile / 100.0, 1e-6)
-        return max(30, math.ceil(3.0 / tail - 1e-9))
-
-
-@dataclass
-class Check:
-    """One decision (a relative check per mode, or an absolute limit) with its numbers."""
-
-    name: str
-    verdict: str
-    reason: str
-    numbers: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class GateResult:
-    """All checks and the overall verdict (fail beats inconclusive beats pass)."""
-
-    config: GateConfig
-    checks: list[Check]
-    run_name: str = ""
-    baseline_name: str = ""
-
-    @property
-    def verdict(self) -> str:
-        verdicts = {c.verdict for c in self.checks}
-        if FAIL in verdicts:
-            return FAIL
-        if INCONCLUSIVE in verdicts or not self.checks:
-            return INCONCLUSIVE
-        return PASS
-
-    @property
-    def exit_code(self) -> int:
-        """0 pass, 1 fail; inconclusive 2 unless ``config.inconclusive`` maps it to 0 or 1."""
-        if self.verdict == INCONCLUSIVE:
-            return INCONCLUSIVE_EXIT[self.config.inconclusive]
-        return EXIT[self.verdict]
-
-
-def bootstrap_ratio(
-    base: np.ndarray, base_n: int, run: np.ndarray, run_n: int, q: float, resamples: int, seed: int
-) -> np.ndarray:
-    """Bootstrap distribution of ``P_q(run*) / P_q(base*)``; ``*_n`` is each resample's size."""
-    rng = np.random.default_rng(seed)
-    out = np.empty(resamples)
-    chunk = max(1, 4_000_000 // max(base_n, run_n, 1))
-    for start in range(0, resamples, chunk):
-        k = min(chunk, resamples - start)
-        b = base[rng.integers(0, base.size, size=(k, base_n))]
-        r = run[rng.integers(0, run.size, size=(k, run_n))]
-        out[start : start + k] = np.percentile(r, q, axis=1) / np.percentile(b, q, axis=1)
-    return out
-
-
-def ratio_bounds(ratios: Any, confidence: float) -> tuple[float, float]:
-    """The one-sided ``confidence`` bounds of bootstrapped run/baseline ratios."""
-    alpha = 1.0 - confidence
-    lo, hi = (float(x) for x in np.quantile(ratios, [alpha, 1.0 - alpha]))
-    return lo, hi
+Sided = RecordsSide | BaselineSide
 
 
 def ratio_numbers(ratio: float, lo: float, hi: float, cfg: Any) -> dict[str, float]:
@@ -159,59 +100,189 @@ def ratio_words(ratio: float, lo: float, hi: float, confidence: float) -> str:
     )
 
 
-def relative_check(
-    mode: str, base: dict[str, Any], run_vals: Sequence[float] | np.ndarray, cfg: GateConfig
-) -> Check:
-    """Compare one mode's run values against its baseline entry."""
-    q, limit = cfg.percentile, 1.0 + cfg.max_regression
-    name = f"{cfg.label} p{q:g} {mode}"
-    bvals = np.asarray(base["values_ms"], dtype=float)
-    bn, rn = int(base["n"]), len(run_vals)
-    nums: dict[str, Any] = {
-        "mode": mode,
-        "baseline_n": bn,
-        "run_n": rn,
-        "max_regression_pct": cfg.max_regression * 100,
-    }
-    need = cfg.needed()
-    if bn < need or rn < need:
+def gated_modes(run: Sided, base: Sided, cfg: GateConfig) -> list[str]:
+    """The modes to gate: those asked for, else stream when both have it, else all shared."""
+    if cfg.modes:
+        return list(cfg.modes)
+    run_modes, base_modes = run.modes(), base.modes()
+    if "stream" in base_modes and "stream" in run_modes:
+        return ["stream"]
+    return sorted(base_modes | run_modes)
+
+
+def _scopes(run: Sided, base: Sided, mode: str) -> list[str]:
+    names = list(dict.fromkeys([*base.scenarios(mode), *run.scenarios(mode)]))
+    return [ALL, *names] if len(names) > 1 else [ALL]
+
+
+def check_name(spec: MetricSpec, mode: str, scope: str) -> str:
+    """``ttft p95 stream``, ``throughput stream · code_gen``."""
+    return f"{spec.name} {mode}" + ("" if scope == ALL else f" · {scope}")
+
+
+def _sample(side: Sided, spec: MetricSpec, mode: str, scope: str) -> Side | None:
+    kind, name = spec.metric.kind, spec.metric.name
+    if kind == LATENCY:
+        got = side.latency(name, mode, scope)
+        return None if got is None else Side.of(got[0], got[1])
+    if kind == RATE:
+        series = side.rates(name, mode, scope)
+        return None if series is None else Side.of(series)
+    counts = side.outcomes(mode, scope)
+    if counts is None:
+        return None
+    n, failed = counts
+    return Side(np.asarray([float(failed)]), n)
+
+
+def _missing(spec: MetricSpec, mode: str, scope: str, which: str) -> str:
+    where = f"mode {mode}" + ("" if scope == ALL else f", scenario {scope}")
+    metric = spec.metric.name
+    if which == "baseline":
+        why = f"the baseline has no {metric} values for {where}"
+        if metric.endswith("_from_intended"):
+            why += "; make it from an open-loop run (loadtests --rate), which records each "
+            why += "schedule delay"
+        elif spec.metric.kind != LATENCY or scope != ALL:
+            why += " (a baseline from an older llmload: write it again with `report baseline`)"
+        return why
+    if metric.endswith("_from_intended"):
+        return (
+            f"the run has no schedule delays for {where}: --from-intended needs an open-loop "
+            "run (loadtests --rate), which records each schedule delay"
+        )
+    return f"the run has no {metric} values for {where}"
+
+
+def _one(
+    spec: MetricSpec, mode: str, scope: str, run: Sided, base: Sided, cfg: GateConfig
+) -> Comparison | Check:
+    """The comparison of one metric, mode and scope, or the check that says why there is none."""
+    name = check_name(spec, mode, scope)
+    verdict = INCONCLUSIVE if scope == ALL else SKIPPED
+    nums: dict[str, Any] = {"metric": spec.metric.name, "mode": mode, "scope": scope}
+    b, r = _sample(base, spec, mode, scope), _sample(run, spec, mode, scope)
+    if b is None or r is None:
         return Check(
             name,
-            INCONCLUSIVE,
-            f"too few samples for p{q:g}: baseline {bn}, run {rn} "
-            f"(need at least {need} each; run longer)",
+            verdict,
+            _missing(spec, mode, scope, "baseline" if b is None else "run"),
             nums,
         )
-    rvals = np.asarray(run_vals, dtype=float)
-    b_p = float(np.percentile(bvals, q))
-    r_p = float(np.percentile(rvals, q))
-    ratios = bootstrap_ratio(bvals, bn, rvals, rn, q, cfg.resamples, cfg.seed)
-    lo, hi = ratio_bounds(ratios, cfg.confidence)
+    need = cfg.needed(spec)
+    nums.update(baseline_n=b.n, run_n=r.n)
+    if b.n < need or r.n < need:
+        unit = {LATENCY: "samples", RATE: "seconds", SHARE: "requests"}[spec.metric.kind]
+        stat = f"p{spec.percentile:g}" if spec.percentile is not None else spec.metric.name
+        return Check(
+            name,
+            verdict,
+            f"too few {unit} for {stat} {mode}"
+            + ("" if scope == ALL else f" · {scope}")
+            + f": baseline {b.n}, run {r.n} (need at least {need} each; run longer)",
+            nums,
+        )
+    return compare(spec, mode, scope, b, r, cfg.resamples, cfg.seed)
+
+
+def _value(c: Comparison, x: float) -> str:
+    unit = c.spec.metric.unit
+    if c.is_share:
+        return f"{x * 100:.1f}%"
+    if unit == "ms":
+        return f"{x:.1f} ms"
+    return f"{x:.4g} {unit}"
+
+
+def _change(c: Comparison, x: float) -> str:
+    return f"{c.pct(x):+.1f} points" if c.is_share else f"{c.pct(x):+.1f}%"
+
+
+def _decide(c: Comparison, p_holm: float, m: int, cfg: GateConfig) -> Check:
+    """One comparison's verdict: Holm-rejected fails; a wide interval is inconclusive."""
+    spec = c.spec
+    alpha = 1.0 - cfg.confidence
+    lo, hi = c.bounds(bonferroni_level(alpha, m))
     conf = f"{cfg.confidence:.0%}"
-    ratio = r_p / b_p if b_p > 0 else math.inf
-    nums.update(baseline_ms=b_p, run_ms=r_p, **ratio_numbers(ratio, lo, hi, cfg))
-    what = (
-        f"p{q:g} {cfg.label} {mode}: {b_p:.1f} ms → {r_p:.1f} ms "
-        f"({ratio_words(ratio, lo, hi, cfg.confidence)})"
+    where = f"{c.mode}" + ("" if c.scope == ALL else f" · {c.scope}")
+    stat = (
+        f"p{spec.percentile:g} {spec.metric.name.replace('_from_intended', ' from intended send')}"
+        if spec.percentile is not None
+        else spec.metric.label
     )
-    allowed = f"allowed +{cfg.max_regression * 100:g}%"
-    if lo > limit:
+    bounds = (
+        f"{conf} one-sided bounds"
+        if m == 1
+        else f"{conf} family-wise bounds (Bonferroni over {m} checks)"
+    )
+    what = (
+        f"{stat} {where}: {_value(c, c.base_value)} → {_value(c, c.run_value)} "
+        f"({_change(c, c.change)}; {bounds} {_change(c, lo)} … {_change(c, hi)})"
+    )
+    allowed = f"allowed {spec.allowed_text}"
+    nums: dict[str, Any] = {
+        "metric": spec.metric.name,
+        "percentile": spec.percentile,
+        "kind": spec.metric.kind,
+        "mode": c.mode,
+        "scope": c.scope,
+        "unit": spec.metric.unit,
+        "harm": spec.metric.harm,
+        "baseline": c.base_value,
+        "run": c.run_value,
+        "baseline_n": c.base_n,
+        "run_n": c.run_n,
+        "allowed": spec.allowed,
+        "max_regression_pct": spec.allowed * 100,
+        "change_pct": c.pct(c.change),
+        "ci_low_pct": c.pct(lo),
+        "ci_high_pct": c.pct(hi),
+        "p_value": c.p_value(),
+        "p_holm": p_holm,
+        "family": m,
+        "confidence": cfg.confidence,
+        "resamples": cfg.resamples,
+        "seed": cfg.seed,
+    }
+    nums["beyond"] = c.harmful(c.change)
+    if spec.metric.kind == LATENCY:
+        nums.update(baseline_ms=c.base_value, run_ms=c.run_value)
+    if not c.is_share:
+        nums.update(ratio=c.change, ratio_low=lo, ratio_high=hi)
+    name = check_name(spec, c.mode, c.scope)
+    worse = "drop" if spec.metric.harm == "down" else "regression"
+    if p_holm <= alpha:
+        holm = "" if m == 1 else f" (Holm over {m} checks)"
         return Check(
-            name, FAIL, f"{what}: regression beyond {allowed} with {conf} confidence", nums
+            name, FAIL, f"{what}: {worse} beyond {allowed} with {conf} confidence{holm}", nums
         )
-    if lo < 1.0 and hi > 1.0 + 2 * cfg.max_regression:
+    noisy = c.harmful(lo if spec.metric.harm == "down" else hi, by=2.0) and not c.harmful(
+        hi if spec.metric.harm == "down" else lo, by=0.0
+    )
+    if noisy:
+        verdict = INCONCLUSIVE if c.scope == ALL else SKIPPED
         return Check(
             name,
-            INCONCLUSIVE,
-            f"{what}: too noisy to tell no change from twice the "
-            f"{allowed}; run longer or on a quieter machine",
+            verdict,
+            f"{what}: too noisy to tell no change from twice the {allowed}; "
+            + (
+                "run longer or on a quieter machine"
+                if c.scope == ALL
+                else "judged over all requests of the mode instead"
+            ),
             nums,
         )
-    if ratio > limit:
+    if c.harmful(c.change):
         return Check(
-            name, PASS, f"{what}: above {allowed} but within noise (not significant)", nums
+            name, PASS, f"{what}: beyond {allowed} but within noise (not significant)", nums
         )
     return Check(name, PASS, f"{what}: within {allowed}", nums)
+
+
+def decide_family(comps: Sequence[Comparison], cfg: GateConfig) -> list[Check]:
+    """Every comparison's check, judged as one family: Holm–Bonferroni on their p-values."""
+    adjusted = holm_adjusted([c.p_value() for c in comps])
+    return [_decide(c, p, len(comps), cfg) for c, p in zip(comps, adjusted, strict=True)]
 
 
 def absolute_check(
@@ -233,90 +304,124 @@ def absolute_check(
     )
 
 
-def gated_modes(baseline: dict[str, Any], run: Run, cfg: GateConfig) -> list[str]:
-    """The modes to gate: those asked for, else stream when both have it, else all shared."""
-    base_modes = set(baseline["metrics"].get(cfg.key, {}))
-    run_modes = set(run.measured.distinct("mode"))
-    if cfg.modes:
-        return list(cfg.modes)
-    if "stream" in base_modes and "stream" in run_modes:
-        return ["stream"]
-    return sorted(base_modes | run_modes)
+def relative_check(
+    mode: str, base: dict[str, Any], run_vals: Sequence[float], cfg: GateConfig
+) -> Check:
+    """One latency check on its own (a family of one): ``base`` is a baseline group entry."""
+    spec = cfg.specs()[0]
+    b = Side.of(base["values_ms"], int(base["n"]))
+    r = Side.of(list(run_vals))
+    need = cfg.needed(spec)
+    if b.n < need or r.n < need:
+        return Check(check_name(spec, mode, ALL), INCONCLUSIVE, f"too few samples: {b.n}, {r.n}")
+    c = compare(spec, mode, ALL, b, r, cfg.resamples, cfg.seed)
+    return _decide(c, c.p_value(), 1, cfg)
 
 
-def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
-    """Every check for ``run`` against ``baseline`` (pure apart from the seeded bootstrap)."""
+def evaluate_sides(
+    run: Run,
+    side: RecordsSide,
+    base: Sided,
+    cfg: GateConfig,
+    baseline_name: str = "",
+    differences: Sequence[dict[str, Any]] = (),
+) -> GateResult:
+    """Every check of ``side`` (the run's records) against ``base``, in one family."""
+    specs = cfg.specs()
+    items: list[tuple[Comparison | Check, MetricSpec, str]] = []
+    for mode in gated_modes(side, base, cfg):
+        for spec in specs:
+            for scope in _scopes(side, base, mode):
+                items.append((_one(spec, mode, scope, side, base, cfg), spec, mode))
+    decided = iter(decide_family([x for x, _, _ in items if isinstance(x, Comparison)], cfg))
     checks: list[Check] = []
-    per_mode = baseline["metrics"].get(cfg.key, {})
-    for mode in gated_modes(baseline, run, cfg):
-        records = run.measured.where(run.measured.is_("mode", mode))
-        vals = metric_values(records, cfg.key)
-        missing = _missing(cfg, mode, mode in per_mode, records, vals)
-        if missing:
-            checks.append(Check(f"{cfg.label} {mode}", INCONCLUSIVE, missing))
+    for item, spec, mode in items:
+        if isinstance(item, Check):
+            checks.append(item)
             continue
-        mode_checks = [relative_check(mode, per_mode[mode], vals, cfg)]
-        if cfg.max_ttft_p95_ms is not None:
-            ttft_key = "ttft_from_intended" if cfg.from_intended else "ttft"
-            what = "ttft from intended send" if cfg.from_intended else "ttft"
-            ttft = metric_values(records, ttft_key)
-            mode_checks.append(absolute_check(mode, ttft, cfg.max_ttft_p95_ms, what))
-        checks += [_unless_starved(c, run, mode, cfg) for c in mode_checks]
+        check = next(decided)
+        records = side.group(mode, item.scope)
+        checks.append(unless_starved(check, run, records, mode, spec, cfg.starved_share))
+    if cfg.max_ttft_p95_ms is not None:
+        key = "ttft_from_intended" if cfg.from_intended else "ttft"
+        what = "ttft from intended send" if cfg.from_intended else "ttft"
+        for mode in gated_modes(side, base, cfg):
+            got = side.latency(key, mode, ALL)
+            check = absolute_check(mode, got[0] if got else [], cfg.max_ttft_p95_ms, what)
+            records = side.group(mode)
+            checks.append(unless_starved(check, run, records, mode, specs[0], cfg.starved_share))
+    blocking = [d for d in differences if d.get("blocking")]
+    if blocking:
+        keys = ", ".join(str(d["key"]) for d in blocking)
+        said = "; ".join(str(d["text"]) for d in blocking)
+        checks.insert(
+            0,
+            Check(
+                "comparable runs",
+                INCONCLUSIVE,
+                f"inconclusive: the run is not comparable with the baseline — {said}; a "
+                f"difference alone can move the metrics (accept it with --allow-difference "
+                f"{blocking[0]['key']} if it is meant)",
+                {"differences": keys},
+            ),
+        )
     lost = _lost(run)
     if lost:
         checks.append(Check("records complete", INCONCLUSIVE, lost))
-    return GateResult(cfg, checks, run.name, str(baseline.get("source_run", "")))
+    return GateResult(
+        cfg, checks, run.name, baseline_name, list(differences), spread(run, specs, side)
+    )
 
 
-def harness_doubt(run: Run, mode: str, share: float = STARVED_SHARE) -> tuple[str, float] | None:
-    """Was the load generator starved in ``mode``'s phases: (why, its loop lag p99 in ms)."""
-    for ph in run.meta.get("phases") or []:
-        if not isinstance(ph, dict) or ph.get("mode") != mode or ph.get("name") == "warmup":
-            continue
-        health = ph.get("health") or {}
-        why = starved(health, share, str(ph.get("name")))
-        if why:
-            return why, harness_delay_ms(health)
-    return None
+def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
+    """Every check for ``run`` against a baseline document (pure but for the seeded bootstrap)."""
+    base = BaselineSide(baseline)
+    side = RecordsSide(run, slo=baseline.get("goodput_slo"))
+    diffs = comparability(
+        fingerprint(run.meta),
+        baseline.get("fingerprint") or fingerprint(baseline.get("run") or {}),
+        cfg.allow_difference,
+    )
+    result = evaluate_sides(run, side, base, cfg, base.name, [d.to_dict() for d in diffs])
+    result.server = gate_lines(run, baseline, gated_modes(side, base, cfg))
+    return result
 
 
-def _excess_ms(check: Check, cfg: GateConfig) -> float:
-    """How far the run's percentile lies beyond what the check allows (ms)."""
-    n = check.numbers
-    if "limit_ms" in n:
-        return float(n["run_ms"]) - float(n["limit_ms"])
-    return float(n["run_ms"]) - float(n["baseline_ms"]) * (1.0 + cfg.max_regression)
+def paired_sides(run: Run) -> tuple[RecordsSide, RecordsSide] | None:
+    """A ``--baseline-target`` run's two sides: its target's phases, the baseline target's."""
+    names = set(run.measured.distinct("phase"))
+    base = {n for n in names if n.startswith(BASELINE_PREFIX)}
+    if not base:
+        return None
+    return RecordsSide(run, names - base), RecordsSide(run, base)
 
 
-def _unless_starved(check: Check, run: Run, mode: str, cfg: GateConfig) -> Check:
-    """A failure the harness may have caused is inconclusive, with the harness's numbers.
-
-    "May have caused": the client was starved in a gated phase *and* its own delay
-    (loop lag p99) is at least the excess over what is allowed — take it away and the
-    run might pass.  A regression larger than anything the client could add stands.
-    """
-    if check.verdict != FAIL:
-        return check
-    doubt = harness_doubt(run, mode, cfg.starved_share)
-    if doubt is None:
-        return check
-    why, delay = doubt
-    excess = _excess_ms(check, cfg)
-    if delay < excess:
-        note = (
-            f" (the load generator was starved, but its own delay, loop lag p99 {delay:.0f} ms, "
-            f"is less than the {excess:.0f} ms beyond what is allowed)"
+def evaluate_paired(run: Run, cfg: GateConfig) -> GateResult:
+    """A run made with ``--baseline-target``: its target's phases against the baseline
+    target's, run in turn (A/B/A/B) in the same process on the same machine."""
+    sides = paired_sides(run)
+    if sides is None:
+        raise ValueError(
+            f"{run.path} has no --baseline-target phases: give --baseline FILE "
+            "(`llmload report baseline` writes one)"
         )
-        return Check(check.name, FAIL, check.reason + note, {**check.numbers, "starved": True})
-    reason = f"inconclusive: {why} — not calling this a regression ({check.reason})"
-    return Check(check.name, INCONCLUSIVE, reason, {**check.numbers, "starved": True})
+    side, base = sides
+    info = run.meta.get("baseline_target") or {}
+    base_meta = {k: v for k, v in run.meta.items() if k not in ("model", "server")}
+    base_meta.update({k: info[k] for k in ("model", "server") if info.get(k) is not None})
+    diffs = comparability(fingerprint(run.meta), fingerprint(base_meta), cfg.allow_difference)
+    name = f"--baseline-target {info.get('target', '')} (same run)"
+    result = evaluate_sides(run, side, base, cfg, name, [d.to_dict() for d in diffs])
+    result.spread += spread(run, cfg.specs(), base, "baseline")
+    return result
 
 
 def _lost(run: Run) -> str:
     """Why the run's load is incomplete (a lost worker), empty when it is not."""
-    lost = run.measured.where(run.measured.is_("status", "lost"))
+    t = run.measured
+    lost = t.where(t.is_("status", "lost"))
     workers = run.meta.get("lost_workers") or []
-    if not lost and not workers:
+    if not len(lost) and not workers:
         return ""
     names = sorted({str(w.get("worker")) for w in workers if isinstance(w, dict)})
     names = names or sorted(lost.distinct("worker"))
@@ -324,20 +429,3 @@ def _lost(run: Run) -> str:
         f"inconclusive: worker {', '.join(names)} was lost mid-run; {len(lost)} requests "
         "have no outcome and the load it was to apply went missing"
     )
-
-
-def _missing(
-    cfg: GateConfig,
-    mode: str,
-    in_base: bool,
-    records: Sequence[RequestRecord],
-    vals: Sequence[float] | np.ndarray,
-) -> str:
-    """Why ``mode`` cannot be gated at all (empty when it can)."""
-    open_loop = "an open-loop run (loadtests --rate), which records each schedule delay"
-    if not in_base:
-        why = f"the baseline has no {cfg.key} values for mode {mode}"
-        return why + (f"; make it from {open_loop}" if cfg.from_intended else "")
-    if cfg.from_intended and len(records) and not len(vals):
-        return f"the run has no schedule delays for mode {mode}: --from-intended needs {open_loop}"
-    return ""

@@ -3,10 +3,11 @@
 ``publish(result, markdown, env)`` does what the environment asks for:
 
 * ``$GITHUB_STEP_SUMMARY`` set: append the Markdown verdict table;
-* ``$GITHUB_OUTPUT`` set: append ``verdict``, ``exit_code`` and the primary
-  relative check's ``mode``, ``ratio``, ``ratio_low``, ``ratio_high``,
-  ``baseline_ms``, ``run_ms`` (empty when no relative check ran), for later
-  steps as ``steps.<id>.outputs.<name>``;
+* ``$GITHUB_OUTPUT`` set: append ``verdict``, ``exit_code``, ``headline`` (where it
+  regressed, by name) and the primary check's (the first metric over all requests of
+  the first mode) ``mode``, ``ratio``, ``ratio_low``, ``ratio_high``, ``baseline_ms``,
+  ``run_ms`` (empty when it did not get as far as a ratio), for later steps as
+  ``steps.<id>.outputs.<name>``;
 * ``$GITHUB_ACTIONS`` is ``true``: print one ``::error::`` workflow command per
   failed check and one ``::warning::`` per inconclusive check, so the reason
   shows on the pull request and not only in the log.
@@ -17,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TextIO
 
-from llmload.reports.gate import FAIL, INCONCLUSIVE, Check, GateResult
+from llmload.reports.gate_report import headline
+from llmload.reports.gate_result import FAIL, INCONCLUSIVE, Check, GateResult
 
 TITLE = "llmload gate"
 
@@ -49,24 +51,28 @@ def annotation_lines(result: GateResult) -> list[str]:
 
 
 def primary(result: GateResult) -> Check | None:
-    """The first relative check that got as far as a ratio (the one the outputs describe)."""
-    return next((c for c in result.checks if "ci_low_pct" in c.numbers), None)
+    """The first check that got as far as a ratio (the one the outputs describe)."""
+    return next((c for c in result.checks if "ratio" in c.numbers), None)
 
 
 def outputs(result: GateResult) -> dict[str, str]:
-    """The step outputs: the verdict, the exit code, the primary ratio and its bounds."""
-    out = {"verdict": result.verdict, "exit_code": str(result.exit_code)}
+    """The step outputs: the verdict, the exit code, the headline, the primary ratio."""
+    out = {
+        "verdict": result.verdict,
+        "exit_code": str(result.exit_code),
+        "headline": headline(result).replace("\n", " "),
+    }
     check = primary(result)
     n = check.numbers if check else {}
 
     def ratio(key: str) -> str:
-        return f"{1 + n[key] / 100:.4f}" if key in n else ""
+        return f"{n[key]:.4f}" if key in n else ""
 
     out.update(
         mode=str(n.get("mode", "")),
-        ratio=ratio("change_pct"),
-        ratio_low=ratio("ci_low_pct"),
-        ratio_high=ratio("ci_high_pct"),
+        ratio=ratio("ratio"),
+        ratio_low=ratio("ratio_low"),
+        ratio_high=ratio("ratio_high"),
         baseline_ms=f"{n['baseline_ms']:.2f}" if "baseline_ms" in n else "",
         run_ms=f"{n['run_ms']:.2f}" if "run_ms" in n else "",
     )

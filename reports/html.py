@@ -11,12 +11,17 @@ from typing import Any
 import numpy as np
 
 from llmload.reports import timeseries as ts
+from llmload.reports.answers import answer_lines
 from llmload.reports.capacity.view import capacity_html
 from llmload.reports.charts import Axes, Series, render
 from llmload.reports.fmt import fmt_ms, fmt_rate
+from llmload.reports.htmltable import table as _table
 from llmload.reports.loader import Run
 from llmload.reports.rows import PHASE_HEADER, PHASE_NOTE, comparison_rows, diag_hint, phase_rows
 from llmload.reports.schema import MetricStats, Summary
+from llmload.reports.server.view import server_html
+from llmload.reports.steady import steady_lines
+from llmload.reports.workloads_view import workloads_html
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
@@ -52,18 +57,6 @@ details{margin:4px 0}summary{cursor:pointer;font-weight:600}
 .lv{font-weight:600;white-space:nowrap}.lv.green{color:#2ca02c}.lv.amber{color:#e07000}
 .lv.red{color:#d62728}.lv.na{color:#999}
 """
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    """An HTML table; a row whose first cell is ``**bold**`` (a phase total) is emphasised."""
-    head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>" if header else ""
-    body = "".join(
-        ('<tr class="total">' if r[0].startswith("**") else "<tr>")
-        + "".join(f"<td>{escape(c.replace('**', ''))}</td>" for c in r)
-        + "</tr>"
-        for r in rows
-    )
-    return f"<table>{head}{body}</table>"
 
 
 def _p50_p95(d: MetricStats) -> str:
@@ -142,6 +135,8 @@ def _cards(summary: Summary) -> str:
         cards.append((_p50_p95(g.dist("ttft_ms")), f"TTFT p50 / p95 · {mode}", ""))
         if mode == "stream" and g.dist("ttst_ms").n:
             cards.append((_p50_p95(g.dist("ttst_ms")), "TTST p50 / p95 · stream", ""))
+        if (g.extra.get("answers") or {}).get("reasoning"):
+            cards.append((_p50_p95(g.dist("ttfo_ms")), f"TTFO p50 / p95 · {mode}", ""))
         if "ttft_from_intended_ms" in g.dists:
             label = f"TTFT from intended send p50 / p95 · {mode}"
             cards.append((_p50_p95(g.dists["ttft_from_intended_ms"]), label, ""))
@@ -262,6 +257,7 @@ def _charts(run: Run) -> str:
 
 
 DETAIL_ROWS = (
+    ("time to first output token (TTFO)", "ttfo_ms"),
     ("time to second token", "ttst_ms"),
     ("ITL per token", "itl_per_token_ms"),
     ("time to headers", "headers_ms"),
@@ -375,7 +371,9 @@ def render_html(run: Run, summary: Summary) -> str:
         + _table(PHASE_HEADER, phase_rows(summary))
         + f'<p class="note">{escape(PHASE_NOTE.replace("`", ""))}</p></div>'
     )
+    parts.append(workloads_html(summary))
     parts.append("<h2>Charts</h2>" + _charts(run))
+    parts.append(server_html(run, summary))
     details = _details(summary)
     if details:
         parts.append("<h2>Details</h2>" + details)
@@ -387,7 +385,21 @@ def render_html(run: Run, summary: Summary) -> str:
     parts.append(
         f"<h2>Data</h2><p>{inp.records} records, {inp.warmup_records} warm-up "
         f"(left out of statistics), {inp.corrupt_lines} corrupt lines skipped.</p>"
+        + "".join(f'<p class="answers">{escape(line)}.</p>' for line in answer_lines(summary))
+        + "".join(f'<p class="steady">{escape(s)}</p>' for s in steady_lines(summary.phases))
     )
+    repeats = summary.extra.get("repeats") or []
+    if repeats:
+        rows = [
+            [r["target"], r["mode"], r["metric"]]
+            + [", ".join("–" if v is None else f"{v:.4g}" for v in r["phases"].values())]
+            + ["–" if r["spread_pct"] is None else f"{r['spread_pct']:.1f}%"]
+            for r in repeats
+        ]
+        header = ["target", "mode", "metric", "each repeat", "spread (% of median)"]
+        parts.append(
+            '<h2>Between-run spread</h2><div id="repeats-table">' + _table(header, rows) + "</div>"
+        )
     parts.append("<h2>Run metadata</h2>" + _metadata(summary))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -19,6 +19,8 @@ from llmload.loadtests import recordfile
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_url
 from llmload.reports.columns import RecordTable, TableBuilder
+from llmload.reports.server.scrapes import ServerRun, read_server_run
+from llmload.reports.steady import is_auto, steady_states
 
 
 class RunError(Exception):
@@ -38,6 +40,10 @@ class Run:
     records: RecordTable
     corrupt_lines: list[int] = field(default_factory=list)
     _measured: RecordTable | None = field(default=None, repr=False, compare=False)
+    #: the target's own metrics as scraped during the run (None: none were)
+    server: ServerRun | None = None
+    #: ``--warmup auto``: where each phase's steady state began (wall time; ``reports.steady``)
+    steady_starts: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.records, RecordTable):
@@ -45,9 +51,16 @@ class Run:
 
     @property
     def measured(self) -> RecordTable:
-        """Records that count for statistics (warm-up excluded)."""
+        """Records that count for statistics (warm-up excluded; with ``--warmup auto``, each
+        phase's transient too)."""
         if self._measured is None:
-            self._measured = self.records.where(~self.records.warmup())
+            t = self.records
+            keep = ~t.warmup()
+            if self.steady_starts:
+                started = t.num("started_at")
+                for phase, start in self.steady_starts.items():
+                    keep &= ~(t.is_("phase", phase) & (started < start))
+            self._measured = t.where(keep)
         return self._measured
 
     @property
@@ -97,7 +110,18 @@ def load_run(path: Path | str) -> Run:
     if not len(records):
         detail = f" ({len(corrupt)} corrupt lines)" if corrupt else ""
         raise RunError(f"{requests_path} holds no readable records{detail}: the run is empty")
-    return Run(path=run_dir, meta=meta, records=records, corrupt_lines=corrupt)
+    server = read_server_run(run_dir)
+    starts = (
+        {p: s.started_at for p, s in steady_states(meta, records).items()} if is_auto(meta) else {}
+    )
+    return Run(
+        path=run_dir,
+        meta=meta,
+        records=records,
+        corrupt_lines=corrupt,
+        server=server,
+        steady_starts=starts,
+    )
 
 
 def _load_meta(path: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmload.reports.answers import answer_lines
 from llmload.reports.capacity.view import capacity_markdown
 from llmload.reports.fmt import fmt_ms, table
 from llmload.reports.rows import (
@@ -15,6 +16,9 @@ from llmload.reports.rows import (
     phase_rows,
 )
 from llmload.reports.schema import Summary
+from llmload.reports.spread import spread_lines
+from llmload.reports.steady import steady_lines
+from llmload.reports.workloads_view import workloads_markdown
 
 TRUST_ICON = {"green": "🟢", "amber": "🟠", "red": "🔴", "n/a": "⚪"}
 
@@ -71,6 +75,7 @@ def render_markdown(summary: Summary) -> str:
     out.append(table(PHASE_HEADER, prow) if prow else "_No measured requests._")
     if prow:
         out.append(PHASE_NOTE)
+    out += [s for s in (workloads_markdown(summary),) if s]
     out += _extras(summary)
     return "\n\n".join(out) + "\n"
 
@@ -105,6 +110,9 @@ def _extras(summary: Summary) -> list[str]:
     if inp.run_json != "ok":
         quality.append("- run.json: missing or unreadable (phase times taken from the records)")
     quality += [f"- {line}" for line in harness_lines(summary)]
+    quality += [f"- {line}" for line in steady_lines(summary.phases)]
+    repeats = spread_lines(summary.extra.get("repeats") or [])
+    quality += [f"- between-run spread: {line}" for line in repeats]
     bundled = summary.run.get("bundled_server") or {}
     if bundled.get("speed_tokens_per_s"):
         line = (
@@ -150,6 +158,7 @@ def _extras(summary: Summary) -> list[str]:
                 f"- {name}: client − server TTFT p50 {fmt_ms(d.p50)} ms, "
                 f"p95 {fmt_ms(d.p95)} ms (network + proxy + client)"
             )
+    quality += [f"- {line}" for line in answer_lines(summary)]
     out.append("## Data quality\n\n" + "\n".join(quality))
     out.append(f"Percentiles: {summary.percentile_method}.")
     diags = summary.diagnostics

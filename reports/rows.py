@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmload.reports.answers import n_of_m
 from llmload.reports.fmt import fmt_ms, fmt_pct, fmt_rate
 from llmload.reports.schema import MetricStats, PhaseStats, Summary
 from llmload.reports.trust import harness_text
@@ -68,7 +69,7 @@ def phase_row(name: str, g: PhaseStats) -> list[str]:
         g.mode,
         str(g.count),
         errors,
-        f"{fmt_ms(t.p50)} / {fmt_ms(t.p95)} / {fmt_ms(t.p99)}",
+        f"{fmt_ms(t.p50)} / {fmt_ms(t.p95)} / {fmt_ms(t.p99)}{n_of_m(t, g)}",
         ttstpair(g),
         pair(g.dist("itl_ms")),
         pair(g.dist("itl_per_token_ms")),

@@ -100,6 +100,11 @@ DISTRIBUTIONS = (
 #: distributions a phase has only when its records carry them, in summary.json's order
 OPEN_LOOP = ("schedule_delay_ms", "ttft_from_intended_ms", "e2e_from_intended_ms")
 SERVER = ("client_minus_server_ttft_ms", "server_ttft_ms", "server_queue_ms")
+#: answer shapes (``reports.answers``): TTFO, and tokens split when answers began with reasoning
+ANSWERS = ("ttfo_ms", "reasoning_tokens", "answer_tokens")
+#: the client's own side of each request, when its records carry it: t0 to the last byte
+#: written (``send_s``) and the set-up of new connections (``connect_s``), in this order
+CLIENT = ("send_ms", "connect_ms")
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ class PhaseStats:
     errors: dict[str, int]
     error_rate: float
     duration_s: float
-    dists: dict[str, MetricStats]  # DISTRIBUTIONS, then any of OPEN_LOOP and SERVER present
+    dists: dict[str, MetricStats]  # DISTRIBUTIONS, then any of OPEN_LOOP, SERVER, ANSWERS, CLIENT
     output_tokens_total: int
     output_tokens_per_s: float
     requests_per_s: float
@@ -161,6 +166,8 @@ class PhaseStats:
         if self.token_count_mismatch is not None:
             out["token_count_mismatch"] = dict(self.token_count_mismatch)
         out.update({k: self.dists[k].to_json() for k in SERVER if k in self.dists})
+        out.update({k: self.dists[k].to_json() for k in ANSWERS if k in self.dists})
+        out.update({k: self.dists[k].to_json() for k in CLIENT if k in self.dists})
         if self.scenarios is not None:
             out["scenarios"] = {k: g.to_json() for k, g in self.scenarios.items()}
         if self.diagnostics is not None:
@@ -174,7 +181,8 @@ class PhaseStats:
     def from_json(cls, d: Mapping[str, Any]) -> PhaseStats:
         """A phase block read back (a distribution an older file lacks reads as empty)."""
         dists = {k: MetricStats.from_json(d.get(k) or {}) for k in DISTRIBUTIONS}
-        dists.update({k: MetricStats.from_json(d[k]) for k in (*OPEN_LOOP, *SERVER) if k in d})
+        optional = (*OPEN_LOOP, *SERVER, *ANSWERS, *CLIENT)
+        dists.update({k: MetricStats.from_json(d[k]) for k in optional if k in d})
         turns = d.get("ttft_by_turn_ms")
         scenarios = d.get("scenarios")
         return cls(
@@ -210,7 +218,7 @@ class PhaseStats:
 #: the keys ``PhaseStats.from_json`` reads into fields (the rest go to ``extra``)
 _PHASE_KEYS = frozenset(
     ("mode", "count", "ok", "errors", "error_rate", "duration_s", *DISTRIBUTIONS, *OPEN_LOOP)
-    + (*SERVER, "output_tokens_total", "output_tokens_per_s", "requests_per_s")
+    + (*SERVER, *ANSWERS, *CLIENT, "output_tokens_total", "output_tokens_per_s", "requests_per_s")
     + ("goodput_per_s", "slo_met", "slo_met_rate", "ttft_by_turn_ms", "multi_token_events")
     + ("token_count_mismatch", "scenarios", "diagnostics", "harness")
 )

@@ -15,6 +15,7 @@ from llmload.loadtests.measure.record import ERROR_CLASSES, RequestRecord
 from llmload.loadtests.redact import redact_value
 from llmload.loadtests.slo import format_slo, parse_slo
 from llmload.reports import diagnostics
+from llmload.reports.answers import answer_stats
 from llmload.reports.arraystats import stats_of
 from llmload.reports.capacity.curve import capacity_summary
 from llmload.reports.columns import RecordTable
@@ -23,27 +24,31 @@ from llmload.reports.schema import (
     Comparison,
     ComparisonRow,
     InputStats,
-    MetricStats,
     PhaseStats,
     Summary,
 )
+from llmload.reports.server.attach import attach as attach_server
+from llmload.reports.spread import report_spread
 from llmload.reports.stats import PERCENTILE_METHOD
+from llmload.reports.steady import steady_states
 from llmload.reports.trust import assess, phase_health
+from llmload.reports.workloads import phase_blocks
 
 MS = 1000.0
 
 
-def _meets_slo(t: RecordTable, slo: dict[str, float]) -> np.ndarray:
-    """Mask: ok requests that met every configured SLO (TPOT only when the request has one)."""
+def meets_slo(records: Sequence[RequestRecord], slo: dict[str, float]) -> np.ndarray:
+    """Mask: the ok requests that met every configured SLO (TPOT only when the request has
+    one), read from the records' columns (``reports.columns``; record objects are made a table)."""
+    t = RecordTable.of(records)
     good = t.ok()
     for name, limit_ms in slo.items():
-        field = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}.get(name)
-        if field is None:  # an SLO on nothing a record has: nothing meets it
+        column = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}.get(name)
+        if column is None:  # an SLO on nothing a record has: nothing meets it
             return np.zeros(len(t), dtype=bool)
-        value = t.num(field)
-        missing = np.isnan(value)
-        over = value * MS > limit_ms
-        good &= ~over & (~missing if name != "tpot" else True)
+        value = t.num(column)
+        within = value * MS <= limit_ms  # (NaN, no value: not within)
+        good &= within if name != "tpot" else within | np.isnan(value)
     return good
 
 
@@ -52,11 +57,6 @@ def _span_s(t: RecordTable) -> float:
     start = t.num("started_at")
     end = start + np.nan_to_num(t.num("e2e_s"), nan=0.0)
     return max(float(end.max()) - float(start.min()), 1e-9)
-
-
-def _stats(values: np.ndarray, scale: float = 1.0) -> MetricStats:
-    """``MetricStats.of`` of a column (NaN missing): the same numbers, exactly."""
-    return stats_of(values, scale)
 
 
 def phase_stats(
@@ -91,36 +91,44 @@ def phase_stats(
     else:
         per_token = stats_of(t.per_token_gaps(ok), MS, inplace=True)
     dists = {
-        "ttft_ms": _stats(ttft, MS),
+        "ttft_ms": stats_of(ttft, MS),
         "itl_ms": itl,
-        "tpot_ms": _stats(tpot, MS),
-        "e2e_ms": _stats(e2e, MS),
+        "tpot_ms": stats_of(tpot, MS),
+        "e2e_ms": stats_of(e2e, MS),
         "itl_per_token_ms": per_token,
-        "ttst_ms": _stats(num("ttst_s")[ok], MS),
-        "headers_ms": _stats(num("headers_s")[ok], MS),
-        "output_tokens": _stats(num("output_tokens")[ok]),
-        "decode_tokens_per_s": _stats(1.0 / tpot[(tpot != 0) & ~np.isnan(tpot)]),
+        "ttst_ms": stats_of(num("ttst_s")[ok], MS),
+        "headers_ms": stats_of(num("headers_s")[ok], MS),
+        "output_tokens": stats_of(num("output_tokens")[ok]),
+        "decode_tokens_per_s": stats_of(1.0 / tpot[(tpot != 0) & ~np.isnan(tpot)]),
     }
     delay = num("schedule_delay_s")[ok]
     delayed = ~np.isnan(delay)
     if delayed.any():
         d = delay[delayed]
-        dists["schedule_delay_ms"] = _stats(d, MS)
-        dists["ttft_from_intended_ms"] = _stats(ttft[delayed] + d, MS)
-        dists["e2e_from_intended_ms"] = _stats(e2e[delayed] + d, MS)
+        dists["schedule_delay_ms"] = stats_of(d, MS)
+        dists["ttft_from_intended_ms"] = stats_of(ttft[delayed] + d, MS)
+        dists["e2e_from_intended_ms"] = stats_of(e2e[delayed] + d, MS)
     server_ttft = num("server_ttft_s")[ok]
     timed = t.is_("mode", "stream")[ok] & ~np.isnan(ttft) & ~np.isnan(server_ttft)
     if timed.any():
-        dists["client_minus_server_ttft_ms"] = _stats(ttft[timed] - server_ttft[timed], MS)
-        dists["server_ttft_ms"] = _stats(server_ttft[timed], MS)
-        dists["server_queue_ms"] = _stats(num("server_queue_s")[ok][timed], MS)
+        dists["client_minus_server_ttft_ms"] = stats_of(ttft[timed] - server_ttft[timed], MS)
+        dists["server_ttft_ms"] = stats_of(server_ttft[timed], MS)
+        dists["server_queue_ms"] = stats_of(num("server_queue_s")[ok][timed], MS)
+    shapes, answers = answer_stats(t.where(ok))
+    dists.update(shapes)
+    for key, attr in (("send_ms", "send_s"), ("connect_ms", "connect_s")):
+        seen = num(attr)
+        if not np.isnan(seen).all():
+            dists[key] = stats_of(seen, MS)
     turn = num("turn")[ok]
     turns = sorted({int(x) for x in np.unique(turn[~np.isnan(turn)]).tolist()})
-    by_turn = {str(k): _stats(ttft[turn == k], MS) for k in turns} if len(turns) > 1 else None
+    by_turn = {str(k): stats_of(ttft[turn == k], MS) for k in turns} if len(turns) > 1 else None
     multi: dict[str, int] | None = None
     mismatch: dict[str, float] | None = None
     usage, client = num("usage_output_tokens"), num("client_output_tokens")
-    both = ~np.isnan(usage) & ~np.isnan(client)
+    # a tool call's usage counts the call's markup, which the client never sees as text; an
+    # answer with no visible output is counted on its own (``reports.answers``)
+    both = ~np.isnan(usage) & ~np.isnan(client) & (num("tool_calls") == 0) & ~t.flag("no_output")
     compared = int(both.sum())
     if compared and client_counts_events:
         more = int((usage[both] != client[both]).sum())
@@ -131,7 +139,7 @@ def phase_stats(
         mismatch = {"compared": compared, "mismatched": bad, "rate": bad / compared}
     tokens = num("output_tokens")
     total_tokens = int(np.nansum(tokens)) if n else 0
-    good = int(_meets_slo(t, slo).sum())
+    good = int(meets_slo(t, slo).sum())
     return PhaseStats(
         mode=modes[0] if len(modes) == 1 else "mixed",
         count=n,
@@ -149,6 +157,7 @@ def phase_stats(
         ttft_by_turn_ms=by_turn,
         multi_token_events=multi,
         token_count_mismatch=mismatch,
+        extra={"answers": answers} if answers else {},
     )
 
 
@@ -215,15 +224,23 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
     phases: dict[str, PhaseStats] = {}
     config = run.meta.get("config")
     events = isinstance(config, dict) and "tokenizer" in config and not config["tokenizer"]
+    steady = steady_states(run.meta, run.records)
     for name in _ordered_phases(run.meta, measured):
         recs = measured.where(measured.is_("phase", name))
         if not len(recs):
             continue
         duration = durations.get(name) or _span_s(recs)
+        if name in steady and steady[name].applied:  # --warmup auto: the steady part's time
+            duration = max(duration - steady[name].start_s, 1e-9)
         stats = phase_with_scenarios(recs, duration, slo, events)
+        extra = {"steady": steady[name].to_dict()} if name in steady else {}
         phases[name] = replace(
-            stats, diagnostics=_diagnose(recs, stats.mode), harness=health.get(name)
+            stats,
+            diagnostics=_diagnose(recs, stats.mode),
+            harness=health.get(name),
+            extra={**stats.extra, **phase_blocks(recs), **extra},
         )
+    phases, server = attach_server(run, phases)
     codes = {d.get("code"): d for p in phases.values() for d in p.diagnostics or []}
     meta = redact_value({k: v for k, v in run.meta.items() if not k.startswith("_")})
     summary = Summary(
@@ -246,5 +263,8 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
         diagnostics=list(codes.values()),
         capacity=capacity_summary(run),
         run=meta,
+        extra={"server_metrics": server} if server is not None else {},
     )
-    return replace(summary, trust=assess(summary))
+    spread = report_spread(phases)
+    blocks: dict[str, Any] = {"repeats": spread} if spread else {}
+    return replace(summary, trust=assess(summary), extra={**summary.extra, **blocks})

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from llmload.reports.answers import answer_lines
 from llmload.reports.capacity.view import capacity_terminal
 from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.rows import comparison_rows, diag_hint, harness_lines, open_loop_phases
 from llmload.reports.schema import Summary
+from llmload.reports.spread import spread_lines
+from llmload.reports.steady import steady_lines
+from llmload.reports.workloads_view import workloads_terminal
 
 
 def render_terminal(summary: Summary) -> str:
@@ -54,6 +58,19 @@ def render_terminal(summary: Summary) -> str:
             f"E2E p50 {fmt_ms(e.p50)} p95 {fmt_ms(e.p95)}   "
             f"schedule delay p95 {fmt_ms(g.dist('schedule_delay_ms').p95)}"
         )
+    answers = answer_lines(summary)
+    if answers:
+        lines.append("answers (reasoning, tool calls, no visible output):")
+        lines += [f"  {line}" for line in answers]
+    lines += workloads_terminal(summary)
+    repeats = spread_lines(summary.extra.get("repeats") or [])
+    if repeats:
+        lines.append("between-run spread (--repeat):")
+        lines += [f"  {line}" for line in repeats]
+    steady = steady_lines(summary.phases)
+    if steady:
+        lines.append("steady state (MSER-5):")
+        lines += [f"  {line}" for line in steady]
     harness = harness_lines(summary)
     if harness:
         lines.append("harness health (the load generator itself):")

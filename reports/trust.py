@@ -28,8 +28,13 @@ GAP_RED = (50.0, 0.20)
 #: max(ms, share of the phase's TTFT p50); below that it is amber: starved by the rule, yet too
 #: little to move the figures (30 ms of lag beside a 941 ms sync TTFT)
 HARNESS_RED = (10.0, 0.10)
+#: the send side (t0 → last byte written) p99, what a late loop can still add to a time counted
+#: from t0: green within max(ms, share of the phase's TTFT p50); red beyond ``HARNESS_RED``
+SEND_GREEN = (5.0, 0.02)
 #: open loop: schedule delay p95 (ms)
 DELAY_AMBER_MS, DELAY_RED_MS = 10.0, 50.0
+#: share of ok responses with no visible output: any is amber, this much is red
+NO_OUTPUT_RED = 0.10
 
 
 @dataclass(frozen=True)
@@ -105,8 +110,55 @@ def harness_delay_ms(health: dict[str, Any]) -> float:
 # -- the box -------------------------------------------------------------------
 
 
+def _evidence_item(summary: Summary, healths: dict[str, dict[str, Any]]) -> TrustItem:
+    """Judged by what the client's delay can still reach: each request's send side.
+
+    Reads are timed by the kernel's receive stamps, so event-loop lag no longer delays
+    a measured arrival; what it can still add to a time counted from t0 is the send
+    side (t0 → the request's last byte written, connection set-up included), measured
+    per request.  Loop lag is shown as context.
+    """
+    levels, texts = [], []
+    for name, g in summary.phases.items():
+        send = g.dist("send_ms")
+        if not send.n or send.p99 is None:
+            continue
+        ttft = g.dist("ttft_ms").p50 or 0.0
+        green = max(SEND_GREEN[0], SEND_GREEN[1] * ttft)
+        red = max(HARNESS_RED[0], HARNESS_RED[1] * ttft)
+        levels.append(RED if send.p99 > red else AMBER if send.p99 > green else GREEN)
+        conn = g.dist("connect_ms")
+        setup = f", connection set-up p95 {conn.p95:.1f} ms ({conn.n})" if conn.p95 else ""
+        lag = f"; loop lag as context: {harness_text(healths[name])}" if name in healths else ""
+        texts.append(
+            f"{name}: send side (t0 → last byte written) p99 {send.p99:.1f} ms over "
+            f"{send.n} requests{setup}{lag}"
+        )
+    notes = {
+        GREEN: " — reads are stamped by the kernel: loop lag no longer delays a measured "
+        "arrival, and the send side is all it can still add",
+        AMBER: " — the client's send side is a visible part of TTFT",
+        RED: " — the client's own send side is more than the figures can absorb",
+    }
+    return _judged_item("harness health", levels, texts, notes, summary)
+
+
+def _judged_item(
+    check: str, levels: list[str], texts: list[str], notes: dict[str, str], summary: Summary
+) -> TrustItem:
+    """The worst of per-phase ``levels``, the phases' ``texts`` and that level's note (amber and
+    red also say when the bundled server shared the load generator's cores)."""
+    level = worst(levels)
+    note = notes.get(level, "")
+    if level in (AMBER, RED):
+        note += _bundled_note(summary)
+    return TrustItem(check, level, "; ".join(texts) + note)
+
+
 def _harness_item(summary: Summary) -> TrustItem:
     healths = {n: g.harness for n, g in summary.phases.items() if g.harness}
+    if any(g.dist("send_ms").n for g in summary.phases.values()):
+        return _evidence_item(summary, healths)
     if not healths:
         return TrustItem("harness health", AMBER, "not recorded (a run from an older llmload)")
     small = []
@@ -164,15 +216,11 @@ def _gap_item(summary: Summary) -> TrustItem:
         red = max(GAP_RED[0], GAP_RED[1] * ttft)
         levels.append(RED if p95 > red else AMBER if p95 > green else GREEN)
         texts.append(f"{name}: p50 {gap.p50 or 0.0:.1f} ms, p95 {p95:.1f} ms per request")
-    level = worst(levels)
-    note = {
-        GREEN: "",
+    notes = {
         AMBER: " (network, proxy or a busy client)",
         RED: " — more than the network explains: check the harness health and any proxy",
-    }.get(level, "")
-    if level in (AMBER, RED):
-        note += _bundled_note(summary)
-    return TrustItem("client − server TTFT", level, "; ".join(texts) + note)
+    }
+    return _judged_item("client − server TTFT", levels, texts, notes, summary)
 
 
 def _bundled_note(summary: Summary) -> str:
@@ -220,7 +268,31 @@ def _lost_item(summary: Summary) -> TrustItem:
     return TrustItem("lost records", GREEN, "every request issued has its record")
 
 
+def _output_item(summary: Summary) -> TrustItem:
+    """Ok responses with no visible output: they have no TTFT, so the percentiles leave them
+    out (``reports.answers``)."""
+    counts = {
+        n: (g.extra.get("answers") or {}).get("no_output", 0) for n, g in summary.phases.items()
+    }
+    empty = {n: k for n, k in counts.items() if k}
+    ok = sum(g.ok for g in summary.phases.values())
+    if not ok:
+        return TrustItem("visible output", NA, "no ok responses")
+    if not empty:
+        return TrustItem("visible output", GREEN, f"every ok response showed output ({ok})")
+    k = sum(empty.values())
+    where = ", ".join(f"{n} {c} of {summary.phases[n].ok}" for n, c in empty.items())
+    level = RED if k / ok >= NO_OUTPUT_RED else AMBER
+    return TrustItem(
+        "visible output",
+        level,
+        f"{k} of {ok} ok responses had no visible output ({where}): the server counted "
+        "their tokens but sent no text, so TTFT and TTFO percentiles are of the others only",
+    )
+
+
 def assess(summary: Summary) -> dict[str, Any]:
     """The trust box: ``{"level", "items": [{"check", "level", "reason"}]}``."""
-    items = [f(summary) for f in (_harness_item, _tokens_item, _gap_item, _delay_item, _lost_item)]
+    checks = (_harness_item, _tokens_item, _gap_item, _delay_item, _lost_item, _output_item)
+    items = [f(summary) for f in checks]
     return {"level": worst([i.level for i in items]), "items": [asdict(i) for i in items]}

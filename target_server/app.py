@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from importlib import metadata
 from time import perf_counter
 from typing import Any
 
@@ -42,6 +43,14 @@ from llmload.target_server.state import RequestContext, ServerState
 from llmload.target_server.write_deadline import ARRIVED, CHUNK_WRITER
 
 log = logging.getLogger("llmload.target_server")
+
+
+def server_version() -> str:
+    """The installed llmload's version ("unknown" in a tree that is not installed)."""
+    try:
+        return metadata.version("llmload")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _too_large() -> ApiError:
@@ -255,6 +264,11 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
             "max_model_len": engine.max_context,
         }
         return {"object": "list", "data": [card]}
+
+    @app.get("/version")
+    async def version() -> Any:
+        # as vLLM's /version: a client records which server build it measured
+        return {"version": server_version(), "server": "llmload"}
 
     @app.get("/health")
     async def health() -> Response:

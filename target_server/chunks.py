@@ -5,6 +5,12 @@ suffix are built once per request and token strings are memoised, so the
 per-token cost is two byte concatenations.  The role and finish events are put
 together from the same pieces (only the usage chunk and the ``x_llmload`` timings
 go through ``json.dumps``).
+
+A chat answer's other pieces (``engine.PieceKind``) are written in vLLM's shapes:
+reasoning as ``{"reasoning_content": ...}``; a tool call as a first delta with the
+call's ``index``, ``id``, ``type`` and ``function.name`` (``arguments`` empty), then one
+delta per piece of ``function.arguments`` (``content`` null throughout; the finish
+event says ``tool_calls``).  The non-stream body carries the same in ``message``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import json
 import time
 from typing import Any
 
+from llmload.target_server.engine import TokenPiece
 from llmload.target_server.schemas import CHAT
 
 DONE = b"data: [DONE]\n\n"
@@ -53,10 +60,35 @@ class ChunkEncoder:
         tail = b',"logprobs":null,"finish_reason":null}]'
         self.usage_null = b',"usage":null' if include_usage else b""
         self.suffix = (b"}" if self.chat else b"") + tail + self.usage_null + b"}\n\n"
+        self.call_id = "call_" + request_id.rpartition("-")[2]
+        tool = b'"delta":{"content":null,"tool_calls":[{"index":0,'
+        #: kind -> (prefix, suffix) around the piece's JSON string (chat's other pieces)
+        self.shapes: dict[str, tuple[bytes, bytes]] = {
+            "content": (self.prefix, self.suffix),
+            "reasoning": (head + b'"delta":{"reasoning_content":', self.suffix),
+            "tool_name": (
+                head
+                + tool
+                + b'"id":'
+                + json_string(self.call_id)
+                # the name's own bytes come between: '"function":{"name":NAME,"arguments":""}'
+                + b',"type":"function","function":{"name":',
+                b',"arguments":""}}]}' + tail + self.usage_null + b"}\n\n",
+            ),
+            "tool_args": (
+                head + tool + b'"function":{"arguments":',
+                b"}}]}" + tail + self.usage_null + b"}\n\n",
+            ),
+        }
 
     def content(self, text: str) -> bytes:
         """One content event."""
         return self.prefix + json_string(text) + self.suffix
+
+    def piece(self, piece: TokenPiece) -> bytes:
+        """The event of one piece of any kind (a completions stream: always its text)."""
+        prefix, suffix = self.shapes[piece.kind] if self.chat else (self.prefix, self.suffix)
+        return prefix + json_string(piece.text) + suffix
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         obj: dict[str, Any] = {
@@ -94,10 +126,17 @@ class ChunkEncoder:
             + b"}\n\n"
         )
 
-    def usage(self, prompt_tokens: int, output_tokens: int, timings: dict[str, Any]) -> bytes:
+    def usage(
+        self,
+        prompt_tokens: int,
+        output_tokens: int,
+        timings: dict[str, Any],
+        reasoning_tokens: int = 0,
+        cached_tokens: int | None = None,
+    ) -> bytes:
         """The usage chunk (``choices: []``), last before ``[DONE]``."""
         obj = self._chunk([], x_llmload=timings)
-        obj["usage"] = _usage(prompt_tokens, output_tokens)
+        obj["usage"] = _usage(prompt_tokens, output_tokens, reasoning_tokens, cached_tokens)
         return b"data: " + _dumps(obj) + b"\n\n"
 
     def malformed(self) -> bytes:
@@ -106,28 +145,50 @@ class ChunkEncoder:
 
     def body(
         self,
-        text: str,
+        pieces: list[TokenPiece],
         reason: str,
         prompt_tokens: int,
         output_tokens: int,
         timings: dict[str, Any],
+        cached_tokens: int | None = None,
     ) -> bytes:
-        """The non-streaming response body."""
+        """The non-streaming response body, from the pieces generated."""
         choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": reason}
+        reasoning = 0
         if self.chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"], reasoning = self._message(pieces)
         else:
-            choice["text"] = text
+            choice["text"] = "".join(p.text for p in pieces)
         obj = {
             "id": self.id,
             "object": "chat.completion" if self.chat else "text_completion",
             "created": self.created,
             "model": self.model,
             "choices": [choice],
-            "usage": _usage(prompt_tokens, output_tokens),
+            "usage": _usage(prompt_tokens, output_tokens, reasoning, cached_tokens),
             "x_llmload": timings,
         }
         return _dumps(obj)
+
+    def _message(self, pieces: list[TokenPiece]) -> tuple[dict[str, Any], int]:
+        """A chat body's ``message`` (vLLM's shape) and its reasoning token count."""
+        texts: dict[str, list[str]] = {}
+        for p in pieces:
+            texts.setdefault(p.kind, []).append(p.text)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(texts.get("content", ())),
+        }
+        if "reasoning" in texts:
+            message["reasoning_content"] = "".join(texts["reasoning"])
+        if "tool_name" in texts:
+            message["content"] = message["content"] or None
+            function = {
+                "name": texts["tool_name"][0],
+                "arguments": "".join(texts.get("tool_args", ())),
+            }
+            message["tool_calls"] = [{"id": self.call_id, "type": "function", "function": function}]
+        return message, len(texts.get("reasoning", ()))
 
 
 def error_event(message: str, type_: str, code: str | None = None) -> bytes:
@@ -136,9 +197,16 @@ def error_event(message: str, type_: str, code: str | None = None) -> bytes:
     return b"data: " + _dumps(err) + b"\n\n"
 
 
-def _usage(prompt_tokens: int, output_tokens: int) -> dict[str, int]:
-    return {
+def _usage(
+    prompt_tokens: int, output_tokens: int, reasoning_tokens: int = 0, cached: int | None = None
+) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": output_tokens,
         "total_tokens": prompt_tokens + output_tokens,
     }
+    if reasoning_tokens:  # as OpenAI reports it: part of completion_tokens
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    if cached is not None:  # a prefix cache: vLLM's --enable-prompt-tokens-details shape
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage

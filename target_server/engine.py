@@ -41,6 +41,12 @@ Faults (synthetic engine only): an engine may yield a
 (``"disconnect"``: drop the connection; ``"malformed"``: write one broken SSE
 line; ``"stall"``: the engine itself slept before this piece, the server only
 counts the request as ``stall``).
+
+Answer shapes (synthetic engine only): a piece's ``kind`` says what it is in a chat
+answer (``PieceKind``): reasoning text (sent as ``reasoning_content``), a tool call's
+name (its first piece) and argument pieces, or plain content (the default, and all a
+model engine yields).  An empty ``text`` is a token the client never sees (a special
+token the server skipped), still counted in ``usage``.
 """
 
 from __future__ import annotations
@@ -55,6 +61,10 @@ if TYPE_CHECKING:
 #: "disconnect": drop the connection before this piece; "malformed": write one broken
 #: SSE line before it; "stall": the engine slept (stalled) before it -- status only.
 Fault = Literal["disconnect", "malformed", "stall"]
+#: what a piece is in a chat answer: answer text; reasoning (``reasoning_content``); a tool
+#: call's function name (its first piece: the call's id, type and name) or a piece of its
+#: JSON arguments.  A completions answer is text only.
+PieceKind = Literal["content", "reasoning", "tool_name", "tool_args"]
 
 
 class EngineInputError(ValueError):
@@ -90,6 +100,17 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     # fields of an HF GenerationConfig given per request (transformers engine)
     extra: dict[str, Any] = field(default_factory=dict)
+    # chat: names of the functions the request offers as ``tools`` (empty: none, or
+    # ``tool_choice`` "none"); ``tool_required``: ``tool_choice`` asks for a call
+    tools: tuple[str, ...] = ()
+    tool_required: bool = False
+
+
+@dataclass(slots=True)
+class PrefixHit:
+    """Prompt tokens an engine's prefix cache served; set when the request is scheduled."""
+
+    tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +121,9 @@ class PreparedRequest:
     prompt_tokens: int
     # engine-private payload (token ids, tensors, the synthetic plan, ...)
     payload: Any = None
+    #: an engine with a prefix cache: its hit, filled in when the request is scheduled
+    #: (``usage.prompt_tokens_details.cached_tokens``); None: the engine caches nothing
+    prefix: PrefixHit | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +131,10 @@ class TokenPiece:
     """One generated token.  ``text`` may be empty (a partial UTF-8 sequence)."""
 
     text: str
-    # set on the last piece: "stop" or "length"
+    # set on the last piece: "stop", "length" or "tool_calls"
     finish_reason: str | None = None
     fault: Fault | None = None
+    kind: PieceKind = "content"
 
 
 class Engine(Protocol):

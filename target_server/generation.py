@@ -80,11 +80,12 @@ def _chunk(body: bytes, more: bool = True) -> dict[str, Any]:
 class _Tally:
     """A generation's token count and content-event times; each gap observed as it happens."""
 
-    __slots__ = ("ctx", "itl", "n", "last", "mx")
+    __slots__ = ("ctx", "itl", "n", "reasoning", "last", "mx")
 
     def __init__(self, ctx: RequestContext, itl: Any):
         self.ctx, self.itl = ctx, itl
         self.n, self.mx = 0, 0.0
+        self.reasoning = 0  # pieces of reasoning among the n
         self.last: float | None = None
 
     def sent(self, t: float) -> None:
@@ -103,6 +104,7 @@ class _Tally:
         """Into the context: token count, last content time, largest gap."""
         ctx, n, last = self.ctx, self.n, self.last
         ctx.output_tokens, ctx.last = n, last
+        ctx.reasoning_tokens = self.reasoning
         ctx.itl_max = self.mx if n > 1 and last is not None and last != ctx.first else None
 
 
@@ -126,6 +128,7 @@ class _Ticker:
         "exact",
         "reason",
         "on_tick",
+        "encode",
     )
 
     def __init__(
@@ -139,6 +142,7 @@ class _Ticker:
         self.table, self.write, self.call_at, self.tally = table, writer.write, pacer.call_at, tally
         self.on_tick: Callable[[], None] | None = self._due  # one bound method for every tick
         self.prefix, self.suffix = encoder.prefix, encoder.suffix
+        self.encode = encoder.piece  # a piece that is not answer text (reasoning, tool call)
         self.waiter: asyncio.Future[TokenPiece | None] | None = None
         self.piece: TokenPiece | None = None
         self.exact = True  # the first piece: never before its deadline
@@ -192,7 +196,12 @@ class _Ticker:
         text, tally = piece.text, self.tally
         if text:
             t = perf_counter()
-            if not self.write(self.prefix + json_string(text) + self.suffix):
+            if piece.kind == "content":
+                data = self.prefix + json_string(text) + self.suffix
+            else:
+                data = self.encode(piece)
+                tally.reasoning += piece.kind == "reasoning"
+            if not self.write(data):
                 waiter.set_result(piece)
                 return False
             tally.sent(t)
@@ -315,6 +324,8 @@ class GenerationCall(Response):
                             send, ApiError(500, f"engine failure: {exc}", code="engine_error")
                         )
                         return
+                    if self.prepared.prefix is not None:  # the engine looked it up as it planned
+                        ctx.cached_tokens = self.prepared.prefix.tokens
                     if self.parsed.stream:
                         await self._stream(gen, send, ticks)
                     else:
@@ -362,11 +373,14 @@ class GenerationCall(Response):
         send = self.body_send or send
         if enc.chat:
             await send(_chunk(enc.role()))
-        prefix, suffix, jstr = enc.prefix, enc.suffix, json_string
+        prefix, suffix, jstr, encode = enc.prefix, enc.suffix, json_string, enc.piece
         msg = _chunk(b"")  # reused for every token: uvicorn reads it before send returns
 
-        async def emit(text: str) -> None:
-            msg["body"] = prefix + jstr(text) + suffix
+        async def emit(piece: TokenPiece) -> None:
+            if piece.kind == "content":
+                msg["body"] = prefix + jstr(piece.text) + suffix
+            else:
+                msg["body"] = encode(piece)
             await send(msg)
 
         if ticks is not None:
@@ -377,7 +391,10 @@ class GenerationCall(Response):
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
         if enc.include_usage:
-            tail = enc.finish(ctx.finish_reason, None) + enc.usage(ctx.prompt_tokens, n, timings)
+            usage = enc.usage(
+                ctx.prompt_tokens, n, timings, ctx.reasoning_tokens, ctx.cached_tokens
+            )
+            tail = enc.finish(ctx.finish_reason, None) + usage
         else:
             tail = enc.finish(ctx.finish_reason, timings)
         await send(_chunk(tail + DONE, more=False))
@@ -386,7 +403,7 @@ class GenerationCall(Response):
         self,
         gen: AsyncIterator[TokenPiece],
         send: Any,
-        emit: Callable[[str], Awaitable[None]],
+        emit: Callable[[TokenPiece], Awaitable[None]],
     ) -> str | None:
         """Run the engine's pieces through ``emit``, timing each content piece as it goes out.
 
@@ -410,7 +427,7 @@ class GenerationCall(Response):
         table: Timetable,
         pacer: Pacer,
         send: Any,
-        emit: Callable[[str], Awaitable[None]],
+        emit: Callable[[TokenPiece], Awaitable[None]],
     ) -> str | None:
         """``_generate`` for a timetable: the pacer's ticks write the pieces (``_Ticker``);
         this task only sends what a tick hands back.  Returns the finish reason."""
@@ -438,18 +455,19 @@ class GenerationCall(Response):
         piece: TokenPiece,
         tally: _Tally,
         send: Any,
-        emit: Callable[[str], Awaitable[None]],
+        emit: Callable[[TokenPiece], Awaitable[None]],
     ) -> bool:
         """One piece out through ``emit`` (its fault acted out first); True if it is the last."""
         if piece.fault is not None:
             await self._fault(piece.fault, send)
         tally.n += 1
+        tally.reasoning += piece.kind == "reasoning"
         if piece.text:
             # stamped as the event is handed to the socket, not after the write returns: the
             # reader (a client or proxy on this host) can run and stamp its copy before this
             # process gets the CPU back, so a later stamp could exceed the client's own TTFT
             t = perf_counter()
-            await emit(piece.text)
+            await emit(piece)
             tally.sent(t)
         return piece.finish_reason is not None
 
@@ -467,16 +485,18 @@ class GenerationCall(Response):
 
     async def _body(self, gen: AsyncIterator[TokenPiece], send: Any) -> None:
         ctx = self.ctx
-        texts: list[str] = []
+        pieces: list[TokenPiece] = []
 
-        async def emit(text: str) -> None:
-            texts.append(text)
+        async def emit(piece: TokenPiece) -> None:
+            pieces.append(piece)
 
         reason = await self._generate(gen, send, emit)
         n = ctx.output_tokens
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
-        body = self.encoder.body("".join(texts), ctx.finish_reason, ctx.prompt_tokens, n, timings)
+        body = self.encoder.body(
+            pieces, ctx.finish_reason, ctx.prompt_tokens, n, timings, ctx.cached_tokens
+        )
         if ctx.fault == "malformed":
             body = body[:-1]  # complete HTTP message, broken JSON
         self.headers_sent = True

@@ -130,6 +130,18 @@ class ServerMetrics:
             ("endpoint",),
             registry=reg,
         )
+        self.prefix_queries = LabelledValue(
+            "llmserve_prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache (vLLM: prefix_cache_queries).",
+            ("endpoint",),
+            registry=reg,
+        )
+        self.prefix_hits = LabelledValue(
+            "llmserve_prefix_cache_hits",
+            "Prompt tokens served from the prefix cache (vLLM: prefix_cache_hits).",
+            ("endpoint",),
+            registry=reg,
+        )
         self.requests = LabelledValue(
             "llmserve_requests",
             "Requests by final status (see README: ok, cancelled, bad_request, rejected, ...).",
@@ -144,6 +156,8 @@ class ServerMetrics:
             self.decode,
             self.prompt_tokens,
             self.output_tokens,
+            self.prefix_queries,
+            self.prefix_hits,
             self.requests,
         )
         live = _LiveGauges(gauges)

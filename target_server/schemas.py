@@ -79,9 +79,33 @@ class Message(BaseModel):
     content: str | list[TextPart] | None = None
 
 
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+
+
+class ToolSpec(BaseModel):
+    """One entry of ``tools``: a function the model may call (its schema is not checked)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    tools: list[ToolSpec] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
 
 
 class CompletionRequest(_Common):
@@ -99,6 +123,29 @@ class ParsedRequest:
     generation: GenerationRequest
     # max_tokens was not in the body: the server may shorten it to fit the context
     max_tokens_defaulted: bool = False
+
+
+def _tools(req: ChatRequest) -> tuple[tuple[str, ...], bool]:
+    """The function names a chat request offers, and whether ``tool_choice`` demands a call.
+
+    ``tool_choice`` "none" offers nothing; a named function must be one of ``tools``
+    (400 otherwise, as OpenAI answers) and is the one called.
+    """
+    names = tuple(t.function.name for t in req.tools or ())
+    choice = req.tool_choice
+    if choice is None or choice == "auto":
+        return names, False
+    if choice == "none":
+        return (), False
+    if not names:
+        raise ApiError(400, "tool_choice is set but no tools are given", param="tool_choice")
+    if choice == "required":
+        return names, True
+    assert isinstance(choice, NamedToolChoice)
+    if choice.function.name not in names:
+        msg = f"tool_choice names {_short(choice.function.name)}, which is not in tools"
+        raise ApiError(400, msg, param="tool_choice")
+    return (choice.function.name,), True
 
 
 def _content_text(content: str | list[TextPart] | None) -> str:
@@ -244,8 +291,11 @@ def parse_request(
     extra = {k: v for k in EXTRA_GENERATION_FIELDS if (v := getattr(req, k)) is not None}
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
+    tools: tuple[str, ...] = ()
+    tool_required = False
     if isinstance(req, ChatRequest):
         messages = [{"role": m.role, "content": _content_text(m.content)} for m in req.messages]
+        tools, tool_required = _tools(req)
     else:
         assert isinstance(req, CompletionRequest)
         if isinstance(req.prompt, list):
@@ -266,6 +316,8 @@ def parse_request(
         seed=req.seed,
         stop=stop,
         extra=extra,
+        tools=tools,
+        tool_required=tool_required,
     )
     opts = req.stream_options
     return ParsedRequest(

@@ -103,7 +103,13 @@ class Settings:
     generation_config: str | None = _flag("JSON file with GenerationConfig defaults", None)
     # synthetic engine
     ttft_ms: float = _flag("synthetic: time to first token, ms", default=100.0)
-    prefill_ms_per_token: float = _flag("synthetic: extra TTFT per prompt token, ms", 0.0)
+    prefill_ms_per_token: float = _flag(
+        "synthetic: extra TTFT per prompt token not served from the prefix cache, ms", 0.0
+    )
+    prefix_cache_blocks: int = _flag(
+        "synthetic: prefix cache size in blocks, LRU (0 = no prefix cache)", default=0
+    )
+    block_size: int = _flag("synthetic: tokens per prefix-cache block", default=16)
     itl_ms: float = _flag("synthetic: inter-token latency, ms", default=20.0)
     jitter_ms: float = _flag("synthetic: uniform +-jitter on every token time, ms", 0.0)
     itl_growth_ms: float = _flag("synthetic: extra ITL per other running request, ms", 0.0)
@@ -112,17 +118,35 @@ class Settings:
     stall_rate: float = _flag("synthetic: fraction that stop sending mid-stream", 0.0)
     stall_s: float = _flag("synthetic: length of a stall, s", default=30.0)
     malformed_rate: float = _flag("synthetic: fraction with one broken SSE line", 0.0)
+    reasoning_tokens: int = _flag(
+        "synthetic: chat answers begin with this many reasoning tokens "
+        "(delta.reasoning_content, counted in usage.completion_tokens_details)",
+        default=0,
+    )
+    tool_call_rate: float = _flag(
+        "synthetic: fraction of chat requests carrying tools answered with a streamed "
+        "tool call (tool_choice none: never; required or a named function: always)",
+        default=1.0,
+    )
+    empty_rate: float = _flag(
+        "synthetic: fraction answered with no visible output (tokens in usage, no text)", 0.0
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
                 raise ValueError(f"{f.name}={getattr(self, f.name)!r}: choose from {choices}")
-        for name in ("fail_rate", "disconnect_rate", "stall_rate", "malformed_rate"):
+        rates = ("fail_rate", "disconnect_rate", "stall_rate", "malformed_rate")
+        for name in (*rates, "tool_call_rate", "empty_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1]")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
+        if self.reasoning_tokens < 0:
+            raise ValueError("reasoning_tokens must be >= 0")
+        if self.prefix_cache_blocks < 0 or self.block_size < 1:
+            raise ValueError("prefix_cache_blocks must be >= 0 and block_size >= 1")
         if self.client_header_timeout < 0 or self.client_body_timeout < 0:
             raise ValueError("client_header_timeout/client_body_timeout must be >= 0")
         if self.max_concurrency < 0 or self.max_queue < 0 or self.max_output_tokens < 1:

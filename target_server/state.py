@@ -28,6 +28,7 @@ class RequestContext:
         "end",
         "prompt_tokens",
         "output_tokens",
+        "reasoning_tokens",
         "status",
         "http_status",
         "finish_reason",
@@ -35,6 +36,7 @@ class RequestContext:
         "finished",
         "admitted_ok",
         "itl_max",
+        "cached_tokens",
     )
 
     def __init__(self, request_id: str, endpoint: str, arrival: float):
@@ -48,6 +50,7 @@ class RequestContext:
         self.end: float | None = None
         self.prompt_tokens = 0
         self.output_tokens = 0
+        self.reasoning_tokens = 0
         self.status: str | None = None
         self.http_status = 200
         self.finish_reason: str | None = None
@@ -55,6 +58,8 @@ class RequestContext:
         self.finished = False
         self.admitted_ok = False
         self.itl_max: float | None = None
+        #: prompt tokens the engine's prefix cache served (None: it has none)
+        self.cached_tokens: int | None = None
 
     def timings(self, now: float | None = None) -> dict[str, float | None]:
         """The ``x_llmload`` extension: server-side seconds since arrival."""
@@ -112,6 +117,9 @@ class ServerState:
             queue.observe(ctx.admitted - ctx.arrival)
             m.prompt_tokens.labels(ep).inc(ctx.prompt_tokens)
             m.output_tokens.labels(ep).inc(ctx.output_tokens)
+            if ctx.cached_tokens is not None:
+                m.prefix_queries.labels(ep).inc(ctx.prompt_tokens)
+                m.prefix_hits.labels(ep).inc(ctx.cached_tokens)
             if ctx.first is not None:
                 ttft.observe(ctx.first - ctx.arrival)
             if status in ("ok", "stall", "malformed"):
@@ -130,6 +138,7 @@ class ServerState:
                         "http_status": ctx.http_status,
                         "prompt_tokens": ctx.prompt_tokens,
                         "output_tokens": ctx.output_tokens,
+                        "cached_tokens": ctx.cached_tokens,
                         "finish_reason": ctx.finish_reason,
                         **t,
                     }

@@ -12,9 +12,22 @@ early, so a token is at most ~1 ms late from the grid and the first never early)
 ``[-jitter, +jitter]`` around its nominal time (it never accumulates).
 
 Prompt tokens are counted as ``ceil(utf8_bytes / 4)`` (+4 per chat message).
+With ``--prefix-cache-blocks N`` the engine keeps a prefix cache
+(``target_server.prefixcache``: an LRU of ``--block-size``-token blocks of those
+tokens); the per-token prefill is then charged for the uncached prompt tokens only,
+and the hit is reported as ``usage.prompt_tokens_details.cached_tokens``.
 Output length is ``max_tokens`` with ``ignore_eos``; otherwise a seeded uniform
 draw in ``[max(min_tokens, 1), max_tokens]`` ending with ``finish_reason
 "stop"`` when shorter than ``max_tokens``.
+
+Answer shapes (chat only; ``target_server.chunks`` writes them as vLLM does): the
+first ``--reasoning-tokens`` of the output are reasoning; a request that carries
+``tools`` is answered, with probability ``--tool-call-rate``, by a call of its first
+(or its ``tool_choice``) function instead of text — one piece with the name, then
+the arguments ``{"query": "<words>"}`` one token a piece, ``finish_reason
+"tool_calls"``; ``--empty-rate`` answers with tokens that carry no text (what a
+server sends for special tokens it skips: usage counts them, nothing shows).  The
+same timetable in every case: a tool call's name is its first token.
 """
 
 from __future__ import annotations
@@ -29,12 +42,14 @@ from llmload.target_server.busy import CpuMeter
 from llmload.target_server.engine import (
     EngineFault,
     GenerationRequest,
+    PrefixHit,
     PreparedRequest,
     Timetable,
     TokenPiece,
     register,
 )
 from llmload.target_server.pacer import Pacer
+from llmload.target_server.prefixcache import PrefixCache, block_keys
 
 VOCAB = tuple(
     " " + w
@@ -45,7 +60,12 @@ VOCAB = tuple(
     ).split()
 )
 _PIECES = tuple(TokenPiece(w) for w in VOCAB)
+_REASONING = tuple(TokenPiece(w, kind="reasoning") for w in VOCAB)
+_EMPTY = TokenPiece("")
 DEFAULT_MAX_CONTEXT = 32768
+#: a synthetic tool call's arguments: this opening, one word a token, then ``ARGS_CLOSE``
+ARGS_OPEN = '{"query": "'
+ARGS_CLOSE = '"}'
 
 
 def count_tokens(request: GenerationRequest) -> int:
@@ -55,6 +75,24 @@ def count_tokens(request: GenerationRequest) -> int:
             4 + math.ceil(len(str(m.get("content") or "").encode()) / 4) for m in request.messages
         )
     return max(1, math.ceil(len((request.prompt or "").encode()) / 4))
+
+
+def _pieces(text: str) -> list[bytes]:
+    data = text.encode()
+    return [data[i : i + 4] for i in range(0, len(data), 4)]
+
+
+def prompt_tokens(request: GenerationRequest) -> list[object]:
+    """The tokens ``count_tokens`` counts: per chat message four tokens naming its role,
+    then its content's 4-byte pieces; a plain prompt's 4-byte pieces (at least one)."""
+    if request.messages is not None:
+        out: list[object] = []
+        for m in request.messages:
+            out += [("role", str(m.get("role")))] * 4
+            out += _pieces(str(m.get("content") or ""))
+        return out
+    pieces: list[object] = list(_pieces(request.prompt or ""))
+    return pieces or [b""]
 
 
 @register("synthetic")
@@ -73,6 +111,9 @@ class SyntheticEngine:
         self._ready = False
         self.pacer = Pacer()  # every stream's token deadlines on one timer per millisecond
         self.busy = CpuMeter()  # its limit is the event loop's core
+        self.cache: PrefixCache | None = None
+        if settings.prefix_cache_blocks:
+            self.cache = PrefixCache(settings.prefix_cache_blocks, settings.block_size)
 
     @property
     def ready(self) -> bool:
@@ -101,8 +142,12 @@ class SyntheticEngine:
         }
 
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
-        """Count prompt tokens (no other work)."""
-        return PreparedRequest(request=request, prompt_tokens=count_tokens(request))
+        """Count prompt tokens; with a prefix cache, also key the prompt's blocks."""
+        n = count_tokens(request)
+        if self.cache is None:
+            return PreparedRequest(request=request, prompt_tokens=n)
+        keys = block_keys(prompt_tokens(request), self.cache.block_size)
+        return PreparedRequest(request, n, payload=keys, prefix=PrefixHit())
 
     def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
         """Draw this request's plan; raise ``EngineFault`` now for an injected failure."""
@@ -140,9 +185,49 @@ class SyntheticEngine:
         ):
             if rate and n > 1 and rng.random() < rate:
                 faults[rng.randint(1, n - 1)] = kind
-        first = start + (s.ttft_ms + s.prefill_ms_per_token * prepared.prompt_tokens) / 1000.0
+        computed = prepared.prompt_tokens
+        if self.cache is not None and prepared.prefix is not None:
+            prepared.prefix.tokens = self.cache.lookup(prepared.payload, computed)
+            computed -= prepared.prefix.tokens
+        first = start + (s.ttft_ms + s.prefill_ms_per_token * computed) / 1000.0
         offset = lrng.randrange(len(VOCAB))
-        return self._plan(n, first, offset, faults, req.stop, n == req.max_tokens)
+        shape = self._shape(req, n, offset)
+        return self._plan(n, first, offset, faults, req.stop, n == req.max_tokens, shape)
+
+    def _shape(self, req: GenerationRequest, n: int, offset: int) -> list[TokenPiece] | None:
+        """The answer's pieces when it is not plain text (module docstring), else None.
+
+        Drawn after the faults, and only for a rate strictly between 0 and 1, so that a
+        server without these flags draws exactly what it drew before them.
+        """
+        s, rng = self.settings, self._rng
+        if s.empty_rate and (s.empty_rate >= 1 or rng.random() < s.empty_rate):
+            return [_EMPTY] * n
+        if req.messages is None:
+            return None
+        rate = s.tool_call_rate
+        tool = bool(req.tools) and (
+            req.tool_required or rate >= 1 or (rate > 0 and rng.random() < rate)
+        )
+        reasoning = min(s.reasoning_tokens, n)
+        if not reasoning and not tool:
+            return None
+        k = len(VOCAB)
+        out = [_REASONING[(offset + i) % k] for i in range(reasoning)]
+        if tool:
+            for i in range(reasoning, n):
+                if i == reasoning:
+                    out.append(TokenPiece(req.tools[0], kind="tool_name"))
+                    continue
+                text = VOCAB[(offset + i) % k]
+                if i == reasoning + 1:
+                    text = ARGS_OPEN + text.lstrip()
+                if i == n - 1:
+                    text += ARGS_CLOSE
+                out.append(TokenPiece(text, kind="tool_args"))
+        else:
+            out += [_PIECES[(offset + i) % k] for i in range(reasoning, n)]
+        return out
 
     def _plan(
         self,
@@ -152,6 +237,7 @@ class SyntheticEngine:
         faults: dict[int, str],
         stop: tuple[str, ...],
         by_length: bool,
+        shape: list[TokenPiece] | None = None,
     ) -> Timetable:
         s, rng, pieces, k = self.settings, self._rng, _PIECES, len(_PIECES)
         itl, growth, jitter = s.itl_ms / 1000.0, s.itl_growth_ms / 1000.0, s.jitter_ms / 1000.0
@@ -170,16 +256,20 @@ class SyntheticEngine:
                 if deadline < prev:  # jitter never reorders tokens
                     deadline = prev
                 prev = deadline
-                piece = pieces[(offset + i) % k]
-                if stop:
+                piece = pieces[(offset + i) % k] if shape is None else shape[i]
+                if stop and piece.kind == "content":  # stop strings end the answer's text
                     tail = (tail + piece.text)[-64:]
                     if any(x in tail for x in stop):
                         yield deadline, TokenPiece("", finish_reason="stop")
                         return
                 last = i == n - 1
                 if fault is not None or last:
-                    reason = ("length" if by_length else "stop") if last else None
-                    piece = TokenPiece(piece.text, finish_reason=reason, fault=fault)  # type: ignore[arg-type]
+                    reason = None
+                    if last:
+                        reason = "length" if by_length else "stop"
+                        if piece.kind.startswith("tool"):
+                            reason = "tool_calls"
+                    piece = TokenPiece(piece.text, reason, fault, piece.kind)  # type: ignore[arg-type]
                 yield deadline, piece
                 if i == 0:  # decode starts when the first token really went out, as after a
                     nominal += max(0.0, perf_counter() - deadline)  # real (late) prefill

@@ -1,6 +1,6 @@
 """Experiment 5: 10,000 concurrent open streams on this machine, measured, not extrapolated.
 
-``python -m bench streams`` (or ``python -m bench.scale.streams``): the bundled
+``python -m bench open-streams`` (or ``python -m bench.scale.streams``): the bundled
 synthetic server with ``--workers 2`` and a long ITL (1 s per token, 30 tokens:
 10,000 streams are 10,000 events/s in all) under ``llmload run --users 10000
 --workers 2`` back to back, spawned over ``--spawn-s`` seconds.  Measured:
@@ -298,9 +298,9 @@ def section(r: dict[str, Any], load_before: str, load_after: str) -> str:
     lost = r["served"] - r["records"]
     met = r["after_p99"] <= P99_GOAL_MS and lost == 0 and r["users_late"] == 0
     lines = [
-        "## 10,000 open streams on this machine (`streams`)",
+        "## 10,000 open streams on this machine (`open-streams`)",
         "",
-        f"`python -m bench streams` — {machine()}. Load average at start: {load_before}; "
+        f"`python -m bench open-streams` — {machine()}. Load average at start: {load_before}; "
         f"at the end: {load_after}.",
         "",
         f"The bundled synthetic server with `--workers {SERVER_WORKERS}` (TTFT {TTFT_MS} ms, "
@@ -386,7 +386,7 @@ def section(r: dict[str, Any], load_before: str, load_after: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench streams", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench open-streams", description=__doc__)
     parser.add_argument("--users", type=int, default=USERS)
     parser.add_argument("--spawn-s", type=float, default=SPAWN_S)
     parser.add_argument("--duration-s", type=float, default=DURATION_S)
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     text = section(r, load_before, load_average())
     print(text)
     if not args.no_write:
-        write_section("streams", text)
+        write_section("open-streams", text)
     return 0
 
 

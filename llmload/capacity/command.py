@@ -21,10 +21,11 @@ from typing import Any
 import llmload.run as wiring  # before locust: gevent-patches the process
 from llmload.capacity.plan import OPEN_LOOP_CAP, CapacityOptions, CapacitySearch
 from llmload.loadtests.durations import parse_duration, parse_fraction
-from llmload.loadtests.options import OutputOptions, RunOptions
+from llmload.loadtests.options import AGENT, OutputOptions, RunOptions, trace_file
 from llmload.loadtests.run import cli as loadtests_cli
 from llmload.loadtests.run import runner
 from llmload.loadtests.run.capacity import SearchConfig
+from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import RecordSink
 from llmload.reports.capacity.judge import Criterion, parse_capacity_slo
 
@@ -73,7 +74,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--step-requests", type=int, default=0, help="requests per step (auto)")
     g.add_argument("--min-step", default="5s", help="shortest step (5s)")
     g.add_argument("--max-step", default="2m", help="longest step (2m)")
-    g.add_argument("--warmup", default="10s", help="warm-up before the first step (10s)")
+    g.add_argument(
+        "--warmup",
+        default="10s",
+        help="warm-up before the first step (10s); auto: none, each step judged on its "
+        "steady part (MSER-5 on its requests' TTFT)",
+    )
     g.add_argument(
         "--concurrency-cap",
         type=int,
@@ -120,7 +126,8 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
         step_requests=ns.step_requests,
         min_step_s=parse_duration(ns.min_step),
         max_step_s=parse_duration(ns.max_step),
-        warmup_s=parse_duration(ns.warmup),
+        warmup_s=0.0 if ns.warmup.strip().lower() == "auto" else parse_duration(ns.warmup),
+        warmup_auto=ns.warmup.strip().lower() == "auto",
         concurrency_cap=ns.concurrency_cap,
         engine=ns.engine or "",
         server_args=tuple(ns.server_arg),
@@ -135,6 +142,14 @@ def parse(argv: Sequence[str]) -> tuple[CapacityOptions, RunOptions, list[str]]:
     opts = inv.options.with_(slo=_goodput_spec(criteria), label=label)
     if opts.distributed.workers or opts.distributed.master:
         raise ValueError("llmload capacity runs in one process (no --workers/--master yet)")
+    if trace_file(opts.workload.dataset) or opts.workload.dataset == AGENT:
+        raise ValueError(
+            "llmload capacity varies the load per request; a trace keeps its own times "
+            "(replay it at several --speedup values) and an agent session is several "
+            "requests (run --dataset agent at several --rate values)"
+        )
+    if opts.connection.baseline_target or opts.load.repeat > 1:
+        raise ValueError("--baseline-target and --repeat are for `llmload run`, not a search")
     argv_full = ["llmload", "capacity", *argv]
     return copts, opts, argv_full
 
@@ -158,7 +173,9 @@ def search(
     plan = CapacitySearch(copts, opts)
 
     def sinks(o: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
-        return [*wiring.sinks(o, info), plan]
+        out = [*wiring.run_sinks(opts)(o, info), plan]
+        plan.server = next((s for s in out if isinstance(s, ServerScraper)), None)
+        return out
 
     return runner.run(opts, argv, extra_info, sinks=sinks, report=wiring.report, phases=plan)
 

@@ -36,6 +36,7 @@ from llmload.loadtests.run.capacity import (
 from llmload.loadtests.run.healthlog import HealthLog
 from llmload.loadtests.run.phaseloop import scheduled_arrivals
 from llmload.loadtests.run.phases import Phase
+from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import HarnessHealth, NullSink
 from llmload.reports.capacity.curve import answer_text, plateau
 from llmload.reports.capacity.judge import (
@@ -45,6 +46,8 @@ from llmload.reports.capacity.judge import (
     samples_needed,
 )
 from llmload.reports.fmt import fmt_ms
+from llmload.reports.server.saturation import server_saturation
+from llmload.reports.steady import steady_part
 
 #: open loop: concurrency cap; reaching it (the schedule slips) is a sign of saturation
 OPEN_LOOP_CAP = 64
@@ -69,6 +72,8 @@ class CapacityOptions:
     min_step_s: float = 5.0
     max_step_s: float = 120.0
     warmup_s: float = 10.0
+    #: ``--warmup auto``: no warm-up step; each step judged on its steady part (MSER-5)
+    warmup_auto: bool = False
     concurrency_cap: int = OPEN_LOOP_CAP
     #: no --target: the bundled server's engine ("" = the best available) and arguments
     engine: str = ""
@@ -116,6 +121,8 @@ class CapacitySearch(NullSink):
         self._times: dict[str, list[float]] = {}
         self._health = HealthLog()
         self._health_by_phase: dict[str, dict[str, Any]] = {}
+        #: the scraper of the target's own metrics (``llmload.servermetrics``), when it has one
+        self.server: ServerScraper | None = None
         self._started = 0.0
         #: the step under way: judged when its phase ends (its records are all in by then),
         #: so run.json's capacity block, rewritten right after, already holds it
@@ -223,6 +230,9 @@ class CapacitySearch(NullSink):
     def _judge(self, phase: Phase, load: float, why: str) -> None:
         c = self.copts
         records = self._records.get(phase.name, [])
+        dropped = 0
+        if c.warmup_auto:  # the step's own transient (the load just changed) is left out
+            records, dropped = steady_part(records)
         times = self._times.get(phase.name, [])
         wall = times[-1] - times[0] if len(times) == 2 else phase.duration
         scheduled = scheduled_arrivals(self.opts.load, phase, 1) if c.open_loop else None
@@ -250,6 +260,13 @@ class CapacitySearch(NullSink):
             for key in ("criteria", "verdict", "ratio"):
                 point[key] = pooled[key]
             point["pooled_with"] = [e["phase"] for e in earlier_here]
+        if self.server is not None and len(times) == 2 and records:
+            last = max(r.started_at for r in records)
+            point["saturated"] += server_saturation(
+                self.server.samples, times[0], last, times[1], growing=c.open_loop
+            )
+        if c.warmup_auto:
+            point["transient_dropped"] = dropped
         health = self._health_by_phase.get(phase.name) or {}
         starved = list(health.get("starved") or [])
         if not c.open_loop:
@@ -327,6 +344,7 @@ class CapacitySearch(NullSink):
                 "minimum": c.minimum,
                 "maximum": c.maximum,
                 "requests_per_step": c.requests_per_step(),
+                "warmup": "auto" if c.warmup_auto else c.warmup_s,
                 "elapsed_s": time.monotonic() - self._started if self._started else 0.0,
                 "steps": [{k: v for k, v in e.items() if k != "point"} for e in self.log],
                 "answer": self.result,

@@ -30,6 +30,9 @@ StreamEnd = Literal["done", "eof"]
 ERROR_CLASSES = (
     "http_4xx",
     "http_5xx",
+    # a 4xx saying prompt + max_tokens exceed the target's context length
+    # (``loadtests.measure.overflow``)
+    "context_overflow",
     "timeout",
     "stall",
     "disconnect",
@@ -90,6 +93,25 @@ class RequestRecord:
     # set-up of the connection this request opened (TCP, plus TLS for https), inside its
     # TTFT; None when it reused a kept-alive connection
     connect_s: float | None = None
+    # time to first output token: the first answer text or tool-call piece, after any
+    # reasoning (equal to ttft_s when the answer does not begin with reasoning)
+    ttfo_s: float | None = None
+    # reasoning tokens: usage.completion_tokens_details.reasoning_tokens when the server
+    # gives it, else counted (None: could not be counted); part of output_tokens
+    reasoning_tokens: int | None = None
+    # usage.prompt_tokens_details.cached_tokens (prompt tokens served from a prefix cache)
+    cached_tokens: int | None = None
+    # tool calls in the answer
+    tool_calls: int = 0
+    # ok, and usage says tokens were generated, but nothing visible arrived (no TTFT)
+    no_output: bool = False
+    # agent sessions (``--dataset agent``): which session, and its 0-based step (model call)
+    session_id: str | None = None
+    step: int | None = None
+    # the send side: t0 to the request's last byte written (connection set-up included) —
+    # all a late event loop can still add to a time counted from t0 (arrivals are stamped
+    # by the kernel); None when the request was never written whole
+    send_s: float | None = None
 
     @property
     def ok(self) -> bool:

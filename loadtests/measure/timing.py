@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from llmload.loadtests.measure.adapters.base import Adapter, EventInfo
 from llmload.loadtests.measure.caps import MAX_EVENT_BYTES
+from llmload.loadtests.measure.overflow import is_context_overflow
 from llmload.loadtests.measure.record import Mode, RequestRecord, StreamEnd, TokenSource
 from llmload.loadtests.measure.sse import SSEParser
 
@@ -48,6 +49,8 @@ class RecordMeta:
     worker: str = "local"
     user_id: int | None = None
     warmup: bool = False
+    session_id: str | None = None
+    step: int | None = None
 
 
 class StreamTimer:
@@ -76,6 +79,12 @@ class StreamTimer:
         "_head",
         "_reasoning_at",
         "_connect_s",
+        "_answers",
+        "_output_at",
+        "_tools",
+        "_usage_reasoning",
+        "_usage_cached",
+        "_sent_at",
     )
 
     def __init__(
@@ -108,6 +117,13 @@ class StreamTimer:
         self._head = b""  # first bytes of a stream, until its first event
         self._reasoning_at: set[int] = set()  # content-event indexes that carried reasoning
         self._connect_s: float | None = None
+        # content-event index -> its answer text, for events not all answer (reasoning, calls)
+        self._answers: dict[int, str] = {}
+        self._output_at: float | None = None  # arrival of the first output (not reasoning alone)
+        self._tools: set[int] = set()  # indexes of the tool calls seen
+        self._usage_reasoning: int | None = None
+        self._usage_cached: int | None = None
+        self._sent_at: float | None = None
 
     # -- input -------------------------------------------------------------------------
 
@@ -121,6 +137,10 @@ class StreamTimer:
     def connected(self, seconds: float) -> None:
         """This request opened its connection (TCP, and TLS for https) in ``seconds``."""
         self._connect_s = seconds
+
+    def sent(self, t: float) -> None:
+        """The request's last byte was written at ``t`` (a two-step protocol: its last request)."""
+        self._sent_at = t
 
     def feed(self, chunk: bytes, t: float) -> None:
         """Streaming: raw body bytes as read (any split), read at ``t``.
@@ -164,20 +184,26 @@ class StreamTimer:
 
     @property
     def text(self) -> str:
-        """The answer received so far, without reasoning text: the assistant's reply (history)."""
+        """The answer text received so far, without reasoning or tool-call text: the
+        assistant's reply (history)."""
         if self._text is None:
-            pieces, skip = self._pieces, self._reasoning_at
+            pieces, answers = self._pieces, self._answers
             self._text = (
-                "".join(p for i, p in enumerate(pieces) if i not in skip)
-                if skip
+                "".join(answers.get(i, p) for i, p in enumerate(pieces))
+                if answers
                 else "".join(pieces)
             )
         return self._text
 
     @property
     def reasoning_text(self) -> str:
-        """The reasoning text received so far (it counts as content for TTFT and tokens)."""
-        return "".join(self._pieces[i] for i in sorted(self._reasoning_at))
+        """The reasoning text received so far (it counts as content for TTFT and tokens):
+        of each event that carried reasoning, the text before its answer."""
+        pieces, answers = self._pieces, self._answers
+        return "".join(
+            pieces[i][: len(pieces[i]) - len(answers.get(i, ""))]
+            for i in sorted(self._reasoning_at)
+        )
 
     @property
     def last_event_at(self) -> float | None:
@@ -202,14 +228,25 @@ class StreamTimer:
             self._times.append(t)
             self._pieces.append(info.content)
             self._text = None
-            if info.reasoning:
-                self._reasoning_at.add(len(self._pieces) - 1)
+            if info.answer is not None:  # not all answer text: reasoning or a tool call
+                index = len(self._pieces) - 1
+                self._answers[index] = info.answer
+                if info.reasoning:
+                    self._reasoning_at.add(index)
+            if self._output_at is None and info.output:
+                self._output_at = t
             if info.usage_output_tokens is not None:
                 self._usage_at[len(self._times) - 1] = info.usage_output_tokens
+        if info.tool_calls:
+            self._tools.update(info.tool_calls)
         if info.usage_output_tokens is not None:
             self._usage_out = info.usage_output_tokens
         if info.usage_prompt_tokens is not None:
             self._usage_prompt = info.usage_prompt_tokens
+        if info.usage_reasoning_tokens is not None:
+            self._usage_reasoning = info.usage_reasoning_tokens
+        if info.usage_cached_tokens is not None:
+            self._usage_cached = info.usage_cached_tokens
         if info.server:
             self._server = info.server if self._server is None else {**self._server, **info.server}
         if info.finish_reason:
@@ -259,6 +296,7 @@ class StreamTimer:
             output_tokens, source = n_events, "events"
 
         ttft = times[0] - t0 if times else None
+        ttfo = self._output_at - t0 if self._output_at is not None else None
         ttst = times[1] - t0 if n_events > 1 and not self._sync else None
         itl = [b - a for a, b in zip(times, times[1:], strict=False)] if not self._sync else []
         tpot = None
@@ -299,7 +337,28 @@ class StreamTimer:
             finish_reason=self._finish_reason,
             stream_end=stream_end,
             connect_s=self._connect_s,
+            ttfo_s=ttfo,
+            reasoning_tokens=self._reasoning_tokens(),
+            cached_tokens=self._usage_cached,
+            tool_calls=len(self._tools),
+            # the server generated tokens, and nothing of them showed (no content event)
+            no_output=status == "ok" and not times and bool(self._usage_out),
+            session_id=meta.session_id,
+            step=meta.step,
+            send_s=None if self._sent_at is None else self._sent_at - t0,
         )
+
+    def _reasoning_tokens(self) -> int | None:
+        """Reasoning tokens: the server's usage detail, else counted (the tokenizer's count
+        of the reasoning text, or a stream's reasoning events); None when uncountable (a
+        sync body with reasoning text, no tokenizer and no detail)."""
+        if self._usage_reasoning is not None:
+            return self._usage_reasoning
+        if not self._reasoning_at:
+            return 0
+        if self._tokenizer is not None:
+            return self._tokenizer(self.reasoning_text)
+        return None if self._sync else len(self._reasoning_at)
 
     def _stream_end(self, transport_status: str | None) -> StreamEnd | None:
         """How a stream's body ended (``stream_end``): None when sync or cut by the transport."""
@@ -318,6 +377,10 @@ class StreamTimer:
             raise ValueError(f"unknown status {status!r}")
         code = self._http_status
         if code is not None and code >= 400:
+            if code < 500 and is_context_overflow(
+                bytes(self._error_body or b"").decode("utf-8", "replace")
+            ):
+                return "context_overflow", self._http_error(code)
             return ("http_4xx" if code < 500 else "http_5xx"), self._http_error(code)
         if self._protocol_error is not None:
             return "protocol", _clip(self._protocol_error)

@@ -66,6 +66,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
             kw["type"] = d.kind
         if d.spec.choices:
             kw["choices"] = d.spec.choices
+        if d.spec.nargs:
+            kw["nargs"] = d.spec.nargs
         if d.spec.metavar:
             kw["metavar"] = d.spec.metavar
         elif d.kind is int:

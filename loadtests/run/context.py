@@ -15,18 +15,25 @@ from typing import Any
 
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.options import ConnectionOptions, LoadOptions, RunOptions, WorkloadOptions
-from llmload.loadtests.run.phases import Phase, shard_share
+from llmload.loadtests.redact import redact_url
+from llmload.loadtests.run.phases import BASELINE, RUN, Phase, shard_share
 from llmload.loadtests.run.shapes import ArrivalSchedule
 from llmload.loadtests.run.sinks import RecordSink
-from llmload.loadtests.transport.discovery import discover
+from llmload.loadtests.transport.discovery import discover, server_version
 from llmload.loadtests.transport.target import Target, TargetUnreachable, clock
-from llmload.loadtests.workload import load_workload, tokencount
+from llmload.loadtests.transport.tokenize import RemoteCounter
+from llmload.loadtests.workload import tokencount
+from llmload.loadtests.workload.build import build_workload
 from llmload.loadtests.workload.fit import ContextFit
+from llmload.loadtests.workload.replay import TraceReplay, TraceSchedule
 
 #: warm-up users draw prompts from a separate range, so measured phases do not repeat them
 WARMUP_USER_OFFSET = 1_000_000
 #: prompts drawn per request at most, looking for one that fits the target's context
 MAX_DRAWS = 20
+#: a trace replay starts this long after its phase: the users are spawned (up to 100 at
+#: once) and waiting on their first arrivals, so the trace's first requests are not late
+REPLAY_LEAD_S = 1.0
 
 
 @dataclass
@@ -51,7 +58,7 @@ class LoadContext:
     tokenizer: Callable[[str], int] | None = None
     phase: Phase | None = None
     phase_t0: float = 0.0
-    schedule: ArrivalSchedule | None = None
+    schedule: ArrivalSchedule | TraceSchedule | None = None
     inflight: int = 0
     issued: dict[str, int] = field(default_factory=dict)
     #: closed loop with a request budget: requests this process may still start in the phase
@@ -67,6 +74,8 @@ class LoadContext:
     fit: ContextFit | None = None
     #: adapter options read from the target itself (``loadtests.transport.discovery``)
     adapter_options: dict[str, Any] = field(default_factory=dict)
+    #: ``--baseline-target``: each phase's target and model by ``Phase.target``
+    targets: dict[str, tuple[Target, str]] = field(default_factory=dict)
     _next_user: int = 0
 
     def watch(self, environment: Any) -> None:
@@ -85,6 +94,8 @@ class LoadContext:
             opts["temperature"] = self.sampling.temperature
         if self.sampling.ignore_eos:
             opts["ignore_eos"] = True
+        if self.sampling.extra_body:
+            opts["extra_body"] = self.sampling.extra_body
         if self.connection.api_name:
             opts["api_name"] = self.connection.api_name
         opts.update(self.adapter_options)
@@ -104,13 +115,20 @@ class LoadContext:
     def begin_phase(self, phase: Phase) -> None:
         """Start a phase in this process: user numbering restarts, so prompts repeat exactly."""
         self.phase = phase
+        if phase.target in self.targets:  # users start afresh each phase, on this target
+            self.target, self.model = self.targets[phase.target]
         self.phase_t0 = clock()
         self.accepting = True
         self._next_user = 0
         self.issued.setdefault(phase.name, 0)
         self.budget = shard_share(phase.requests, self.shard, self.shards)
         _, rate = phase.load(self.load.users, self.load.rate)
-        if rate is not None:
+        if isinstance(self.workload, TraceReplay):  # a replay: the trace's own times
+            self.phase_t0 += REPLAY_LEAD_S
+            self.schedule = self.workload.arrivals(
+                phase.duration - REPLAY_LEAD_S, self.shard, self.shards, phase.requests
+            )
+        elif rate is not None:
             self.schedule = ArrivalSchedule(
                 rate,
                 self.load.arrival,
@@ -178,6 +196,20 @@ def connect_target(opts: RunOptions) -> Target:
     return target
 
 
+def add_baseline_target(opts: RunOptions, ctx: LoadContext) -> dict[str, Any] | None:
+    """``--baseline-target``: connect it, give its phases to ``ctx``; what run.json says of it."""
+    url = opts.connection.baseline_target
+    if not url:
+        return None
+    base = connect_target(opts.with_(target=url))
+    model = opts.connection.model or base.detect_model() or "default"
+    ctx.targets[BASELINE] = (base, model)
+    info: dict[str, Any] = {"target": redact_url(base.base_url), "model": model}
+    if opts.connection.protocol != "gradio" and (server := server_version(base)) is not None:
+        info["server"] = server
+    return info
+
+
 def build_context(
     opts: RunOptions,
     target: Target,
@@ -191,17 +223,7 @@ def build_context(
     tokenizer = None
     w = opts.workload
     try:
-        workload = load_workload(
-            scenario=w.scenario,
-            dataset=w.dataset,
-            max_tokens=w.max_tokens,
-            seed=opts.load.seed,
-            turns=w.turns,
-            tokenizer=w.tokenizer,
-            input_len=w.input_len,
-            output_len=w.output_len,
-            range_ratio=w.range_ratio,
-        )
+        workload = build_workload(w, opts.load.seed)
         if w.tokenizer:
             tokenizer = tokencount.load(w.tokenizer)
         facts = discover(target, opts.connection.protocol, model, opts.connection.api_name)
@@ -211,7 +233,9 @@ def build_context(
         for note in facts.notes:
             print(note, file=sys.stderr, flush=True)
     limit = facts.context_limit
-    return LoadContext(
+    # the target counts prompt tokens itself when it can (/tokenize): preferred to any estimate
+    remote = None if facts.tokenize is None else RemoteCounter(target, facts.tokenize, model)
+    ctx = LoadContext(
         connection=opts.connection,
         load=opts.load,
         sampling=w,
@@ -223,6 +247,8 @@ def build_context(
         shard=shard,
         shards=shards,
         tokenizer=tokenizer,
-        fit=None if limit is None else ContextFit(limit, tokenizer),
+        fit=None if limit is None else ContextFit(limit, tokenizer, remote=remote),
         adapter_options=facts.adapter_options,
     )
+    ctx.targets[RUN] = (target, model)
+    return ctx

@@ -474,6 +474,8 @@ def lost_record(start: dict[str, Any], worker: str, error: str) -> RequestRecord
         worker=worker,
         user_id=start.get("user_id"),
         warmup=bool(start.get("warmup")),
+        session_id=start.get("session_id"),
+        step=start.get("step"),
     )
 
 

@@ -13,15 +13,16 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 import gevent
 from gevent.event import Event
 
-from llmload.loadtests.options import LoadOptions, RunOptions
+from llmload.loadtests.options import LoadOptions, RunOptions, warmup_seconds
 from llmload.loadtests.percentile import percentile_of
 from llmload.loadtests.run.hub import RecordHub
-from llmload.loadtests.run.phases import Phase
+from llmload.loadtests.run.phases import BASELINE, BASELINE_PREFIX, Phase
 from llmload.loadtests.run.shapes import ArrivalSchedule, Constant, PhaseShape, make_shape
 from llmload.loadtests.run.status import StatusLine
 
@@ -57,22 +58,38 @@ class Driver(Protocol):
     def close(self) -> None: ...
 
 
-def plan_phases(opts: LoadOptions) -> list[Phase]:
-    """Warm-up (optional, in the first mode), then one phase per mode."""
+def plan_phases(opts: LoadOptions, timed: int | None = None, baseline: bool = False) -> list[Phase]:
+    """Warm-up (optional, in the first mode), then one phase per mode, ``--repeat`` times.
+
+    ``timed``: the requests of a trace replay (``--dataset trace``); each measured
+    phase then sends them at the trace's times and ends when their records are in.
+    Repeats are named ``stream-1``, ``stream-2``, ...  With a baseline target
+    (``baseline``) every phase is followed by its twin on that target
+    (``baseline-stream-1``): A/B/A/B, so the machine's drift touches both alike.
+    """
+    is_timed = timed is not None
+    requests = opts.num_prompts if timed is None else min(timed, opts.num_prompts or timed)
     phases = []
-    if opts.warmup > 0:
-        phases.append(Phase("warmup", opts.modes[0], opts.warmup, warmup=True))  # type: ignore[arg-type]
-    phases += [
-        Phase(m, m, opts.duration, requests=opts.num_prompts)  # type: ignore[arg-type]
-        for m in opts.modes
-    ]
+
+    def add(phase: Phase) -> None:
+        phases.append(phase)
+        if baseline:
+            phases.append(replace(phase, name=BASELINE_PREFIX + phase.name, target=BASELINE))
+
+    if warmup_seconds(opts) > 0:
+        warm = Phase("warmup", opts.modes[0], warmup_seconds(opts), warmup=True, timed=is_timed)  # type: ignore[arg-type]
+        add(warm)
+    for r in range(1, opts.repeat + 1):
+        for m in opts.modes:
+            name = m if opts.repeat == 1 else f"{m}-{r}"
+            add(Phase(name, m, opts.duration, requests=requests, timed=is_timed))  # type: ignore[arg-type]
     return phases
 
 
 def phase_shape(opts: LoadOptions, phase: Phase) -> PhaseShape:
     """The user-count shape of one phase (open loop, or a load of its own: all users at once)."""
     users, rate = phase.load(opts.users, opts.rate)
-    if rate is not None:
+    if rate is not None or phase.timed:
         return Constant(users, phase.duration, min(100.0, max(opts.spawn_rate, users)))
     if phase.users is not None:
         return Constant(users, phase.duration, max(opts.spawn_rate, float(users)))
@@ -195,13 +212,18 @@ class Session:
         if got != issued:
             self._warn(f"phase {phase.name}: {issued} requests issued but {got} records arrived")
         _, rate = phase.load(self.load.users, self.load.rate)
-        if rate is None or self.interrupted or stats is None:
+        if (rate is None and not phase.timed) or self.interrupted or stats is None:
             return
-        expected = scheduled_arrivals(self.load, phase, driver.shards)
+        if rate is not None:
+            expected = scheduled_arrivals(self.load, phase, driver.shards)
+            what = f"target rate {rate:g}/s"
+        else:
+            expected = phase.requests or got
+            what = "the trace's timing"
         late = percentile_of(stats.delays, 95) or 0.0
         if got < 0.95 * expected or late > LATE_P95_S:
             self._warn(
-                f"phase {phase.name}: target rate {rate:g}/s not achieved: "
+                f"phase {phase.name}: {what} not achieved: "
                 f"{got} of {expected} scheduled requests sent, schedule delay p95 "
                 f"{late * 1000:.0f} ms (raise --users, the open-loop concurrency cap)"
             )

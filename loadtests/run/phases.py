@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 from llmload.loadtests.measure.record import Mode
 
+#: which target a phase runs against: the run's own, or ``--baseline-target``
+RUN, BASELINE = "run", "baseline"
+#: a ``--baseline-target`` phase is its run twin's name with this in front
+BASELINE_PREFIX = "baseline-"
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -21,6 +26,10 @@ class Phase:
     #: a load of the phase's own (the steps of a capacity search); None: the run's
     users: int | None = None
     rate: float | None = None
+    #: arrivals at a trace's times (``--dataset trace``): an open loop without ``rate``
+    timed: bool = False
+    #: ``RUN`` (``--target``) or ``BASELINE`` (``--baseline-target``)
+    target: str = RUN
 
     def load(self, users: int, rate: float | None) -> tuple[int, float | None]:
         """``(users, rate)`` of this phase, given the run's ``--users`` and ``--rate``."""

@@ -31,10 +31,17 @@ from urllib.parse import urlsplit
 import gevent
 from locust.env import Environment
 
+from llmload.loadtests import calibrate
 from llmload.loadtests.options import OutputOptions, RunOptions
 from llmload.loadtests.redact import redact_argv, redact_url
 from llmload.loadtests.run import limits
-from llmload.loadtests.run.context import LoadContext, UsageError, build_context, connect_target
+from llmload.loadtests.run.context import (
+    LoadContext,
+    UsageError,
+    add_baseline_target,
+    build_context,
+    connect_target,
+)
 from llmload.loadtests.run.distributed import MasterDriver
 from llmload.loadtests.run.health import HealthSampler
 from llmload.loadtests.run.hub import RecordHub
@@ -44,6 +51,8 @@ from llmload.loadtests.run.sinks import RecordSink, WebTab
 from llmload.loadtests.run.status import StatusLine, error_rate_breach
 from llmload.loadtests.run.users import LLMUser
 from llmload.loadtests.run.writer import RunWriter
+from llmload.loadtests.transport.discovery import server_version
+from llmload.loadtests.workload.replay import TraceReplay
 from llmload.target_server import gcpolicy
 
 log = logging.getLogger("llmload.loadtests")
@@ -181,6 +190,7 @@ def run(
         target = connect_target(opts)
         model = opts.connection.model or target.detect_model() or "default"
         ctx = build_context(opts, target, model, hub)
+        baseline = add_baseline_target(opts, ctx)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
@@ -189,11 +199,19 @@ def run(
     if (out_dir / "run.json").exists():
         print(f"warning: replacing the previous run in {out_dir}", file=sys.stderr, flush=True)
     info = {**run_info(opts, argv, out_dir.name, model, ctx.workload), **(extra_info or {})}
+    # what the gate's fingerprint compares: the server's build, this machine's speed
+    if opts.connection.protocol != "gradio" and (server := server_version(target)) is not None:
+        info["server"] = server
+    info["calibration"] = calibrate.quick()
+    if baseline is not None:
+        info["baseline_target"] = baseline
     writer = RunWriter(out_dir, info, opts.output.records_compression)
     status = StatusLine()
     hub.add(writer)
     hub.add(status)
-    extra = list(sinks(opts.output, info)) if sinks is not None else []
+    # the factory sees where the run's files go (``--out``, or the default just chosen)
+    out_opts = opts.with_(out=str(out_dir)).output
+    extra = list(sinks(out_opts, info)) if sinks is not None else []
     for sink in extra:
         hub.add(sink)
     env = Environment(user_classes=[LLMUser], host=target.base_url)
@@ -228,7 +246,9 @@ def run(
             print(f"web UI: http://{opts.output.web_host}:{opts.output.web_port}", file=sys.stderr)
         try:
             previous: Phase | None = None
-            for phase in phases if phases is not None else plan_phases(opts.load):
+            timed = ctx.workload.count if isinstance(ctx.workload, TraceReplay) else None
+            plan = plan_phases(opts.load, timed, baseline is not None)
+            for phase in phases if phases is not None else plan:
                 cooldown = (
                     opts.load.cooldown if previous is not None and not previous.warmup else 0.0
                 )

@@ -12,6 +12,11 @@ What a user does is read from the process's ``LoadContext``: the current
 phase (name, mode, warm-up flag), closed-loop pacing (start-to-start; each
 user's first request at a seeded offset inside one interval unless
 ``--first-start together``) or the open-loop arrival schedule.
+
+The first-start offset is waited in locust's own wait, before the first
+request: locust runs a user's task first and calls ``wait_time`` after it, so
+the user's first task call only arms the offset and returns.  Waiting there, not
+with a sleep inside the task, also lets a phase end stop the user at once.
 """
 
 from __future__ import annotations
@@ -26,14 +31,28 @@ from locust import User, task
 
 from llmload.loadtests.measure.adapters import get_adapter
 from llmload.loadtests.measure.adapters.base import Adapter, Prompt, follow_up_of
+from llmload.loadtests.measure.adapters.toolcalls import ToolCallTap
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 from llmload.loadtests.run.context import context_of
 from llmload.loadtests.run.phases import Phase
-from llmload.loadtests.run.shapes import first_start_offset, spawn_window
+from llmload.loadtests.run.sessions import run_session
+from llmload.loadtests.run.shapes import first_start_offset, spawn_batch, spawn_window
 from llmload.loadtests.transport.target import clock, perform
+from llmload.loadtests.workload.agent import AgentSessions, AgentWorkload
 
 CANCELLED = "cancelled by the client: run stopped"
+#: a trace replay's send: the event loop's timers wake up to a millisecond late (epoll's
+#: resolution), so the last stretch before a send time is spent yielding instead
+SPIN_S = 0.0015
+
+
+def sleep_until(deadline: float, spin: float = 0.0) -> None:
+    """Sleep until ``clock()`` reaches ``deadline``; the last ``spin`` seconds by yielding to
+    the other greenlets (no timer), so the wake-up is not late by the timer's resolution."""
+    gevent.sleep(max(0.0, deadline - spin - clock()))
+    while clock() < deadline:
+        gevent.sleep(0)
 
 
 class RequestFailed(Exception):
@@ -48,11 +67,26 @@ class LLMUser(User):
         self.ctx = ctx
         self.index = ctx.next_user_index()
         self.adapter: Adapter = get_adapter(ctx.connection.protocol)
+        #: agent sessions: the adapter that also keeps each answer's tool calls
+        self.tap: ToolCallTap | None = None
+        if isinstance(ctx.workload, AgentWorkload):
+            self.adapter = self.tap = ToolCallTap(self.adapter)
         self.follow_up = follow_up_of(self.adapter)
         self.http = ctx.target.user_client()
         self.prompts = ctx.workload.for_user(self.index)
         self.last_start: float | None = None
         self.slot: tuple[int, float] | None = None
+        #: open loop: the claimed arrival's prompt, made before the wait for its send time,
+        #: and where it came from (an agent's sessions continue from it)
+        self.pending: Prompt | None = None
+        self.source: Any = None
+        #: closed loop: seconds to wait before the first request (``--first-start``)
+        self.first_wait = 0.0
+        opts = ctx.load
+        if opts.first_start != "together":
+            window = spawn_window(opts.users, opts.spawn_rate)
+            batch = spawn_batch(opts.users, opts.spawn_rate)
+            self.first_wait = first_start_offset(opts.seed, self.index, opts.pacing, window, batch)
 
     def on_stop(self) -> None:
         self.http.close()
@@ -63,13 +97,13 @@ class LLMUser(User):
             self.slot = ctx.schedule.claim()
             if self.slot is None:
                 return 0.5  # the phase's arrivals are all handed out: idle until stopped
-            return max(0.0, ctx.phase_t0 + self.slot[1] - clock())
+            self.source = ctx.workload.for_user(self.slot[0])
+            self.pending = ctx.draw(self.source)
+            spin = SPIN_S if ctx.phase is not None and ctx.phase.timed else 0.0
+            return max(0.0, ctx.phase_t0 + self.slot[1] - spin - clock())
         if self.last_start is None:
-            opts = ctx.load
-            if opts.first_start == "together":
-                return 0.0
-            window = spawn_window(opts.users, opts.spawn_rate)
-            return first_start_offset(opts.seed, self.index, opts.pacing, window)
+            wait, self.first_wait = self.first_wait, 0.0
+            return wait
         return max(0.0, self.last_start + ctx.load.pacing - clock())
 
     @task
@@ -80,6 +114,8 @@ class LLMUser(User):
             gevent.sleep(0.1)
             return
         if ctx.schedule is None:
+            if self.first_wait > 0.0:
+                return  # the first request waits for this user's offset (wait_time)
             if not ctx.take():
                 gevent.sleep(0.2)  # the phase's requests are all started: idle until stopped
                 return
@@ -88,21 +124,43 @@ class LLMUser(User):
                 ctx.give_back()
                 gevent.sleep(0.5)
                 return
+            if isinstance(self.prompts, AgentSessions):
+                start = clock()
+                self.session(phase, self.prompts, prompt, None)
+                self.last_start = start  # --pacing spaces the sessions' starts
+                return
             self.issue(phase, prompt, self.prompts)
             return
-        slot, self.slot = self.slot or ctx.schedule.claim(), None
-        if slot is None:
-            return
-        index, offset = slot
-        intended = ctx.phase_t0 + offset
-        gevent.sleep(max(0.0, intended - clock()))
+        slot, prompt, source = self.slot, self.pending, self.source
+        self.slot = self.pending = self.source = None
+        if slot is None:  # the first arrival (later ones are claimed in wait_time)
+            slot = ctx.schedule.claim()
+            if slot is None:
+                return
+            source = ctx.workload.for_user(slot[0])
+            prompt = ctx.draw(source)
+        # the prompt is made before the wait: its making does not make the send late
+        intended = ctx.phase_t0 + slot[1]
+        sleep_until(intended, SPIN_S if phase.timed else 0.0)
         while ctx.held and ctx.accepting:  # the master is behind: the send waits (and is late)
             gevent.sleep(0.05)
         if not ctx.accepting:
             return
-        prompt = ctx.draw(ctx.workload.for_user(index))
-        if prompt is not None:
+        if prompt is not None and isinstance(source, AgentSessions):
+            self.session(phase, source, prompt, intended)  # --rate: sessions per second
+        elif prompt is not None:
             self.issue(phase, prompt, None, intended=intended)
+
+    def session(
+        self, phase: Phase, sessions: AgentSessions, first: Prompt, intended: float | None
+    ) -> None:
+        """One agent session from ``first`` to its final answer (``loadtests.run.sessions``)."""
+        assert self.tap is not None
+
+        def issue(prompt: Prompt, at: float | None) -> RequestRecord:
+            return self.issue(phase, prompt, None, intended=at)
+
+        run_session(issue, self.tap, self.ctx, sessions, first, intended)
 
     def issue(
         self, phase: Phase, prompt: Prompt, prompts: Any, intended: float | None = None
@@ -124,6 +182,8 @@ class LLMUser(User):
                     "turn": prompt.turn,
                     "user_id": self.index,
                     "warmup": phase.warmup,
+                    "session_id": prompt.session_id,
+                    "step": prompt.step,
                 }
             )
         ctx.sink.on_request_start(mode, prompt.scenario, self.adapter.endpoint)
@@ -144,6 +204,8 @@ class LLMUser(User):
             worker=ctx.worker,
             user_id=self.index,
             warmup=phase.warmup,
+            session_id=prompt.session_id,
+            step=prompt.step,
         )
         timer = StreamTimer(
             self.adapter, t0, tokenizer=ctx.tokenizer, max_event=ctx.target.max_event_bytes

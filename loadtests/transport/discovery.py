@@ -6,7 +6,13 @@
   ``loadtests.measure.adapters.gradio.choose_endpoint``) and whether it takes Gradio 6's
   named-parameter call form (``/config``'s ``version``);
 * an OpenAI-style server's context length (``/v1/models``: vLLM's
-  ``max_model_len``, or a similar key) for ``loadtests.workload.fit``.
+  ``max_model_len``, or a similar key; TGI's ``/info`` ``max_total_tokens``) for
+  ``loadtests.workload.fit``, and, when it has one, which ``/tokenize`` endpoint
+  counts a prompt's tokens with the served model's tokenizer
+  (``loadtests.transport.tokenize``);
+* the server's version, where it says one (``server_version``: vLLM's and the
+  bundled server's ``/version``, TGI's ``/info``, SGLang's ``/get_server_info``),
+  which ``run.json`` records and the gate's fingerprint compares.
 
 A wrong ``--api-name`` or an app whose chat endpoint cannot be told is a
 ``ValueError`` naming the app's endpoints: the run stops before it starts,
@@ -22,7 +28,10 @@ import httpx
 
 from llmload.loadtests.measure.adapters import gradio
 from llmload.loadtests.transport.target import Target
+from llmload.loadtests.transport.tokenize import TokenizeRoute, probe_tokenize
 
+#: where servers say their version (vLLM and the bundled server, TGI, SGLang), in order
+VERSION_PAGES = ("/version", "/info", "/get_server_info")
 #: keys under which servers report a model's context length in ``/v1/models``
 CONTEXT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_window")
 
@@ -34,6 +43,8 @@ class TargetFacts:
     adapter_options: dict[str, Any] = field(default_factory=dict)
     context_limit: int | None = None
     notes: tuple[str, ...] = ()
+    #: the target's token-counting endpoint (None: it has none; only asked with a limit)
+    tokenize: TokenizeRoute | None = None
 
 
 def context_length(models: Any, model: str) -> int | None:
@@ -102,8 +113,33 @@ def discover(target: Target, protocol: str, model: str, api_name: str | None = N
     with target.httpx_client() as client:
         if protocol == "gradio":
             return discover_gradio(client, api_name)
-        limit = context_length(_get_json(client, "/v1/models"), model)
+        limit, where = context_length(_get_json(client, "/v1/models"), model), "/v1/models"
+        if limit is None:
+            limit, where = tgi_context_length(_get_json(client, "/info")), "/info"
+        route = None
+        if limit is not None:
+            route = probe_tokenize(client, model, chat=protocol == "openai-chat")
     if limit is None:
         return TargetFacts()
-    note = f"target context length: {limit} tokens (/v1/models); prompt + max_tokens kept inside"
-    return TargetFacts(context_limit=limit, notes=(note,))
+    notes = [f"target context length: {limit} tokens ({where}); prompt + max_tokens kept inside"]
+    if route is not None:
+        how = "chat template applied" if route.templated else "message texts"
+        notes.append(f"prompt tokens counted by the target: POST {route.path} ({how})")
+    return TargetFacts(context_limit=limit, notes=tuple(notes), tokenize=route)
+
+
+def tgi_context_length(info: Any) -> int | None:
+    """TGI's ``/info``: ``max_total_tokens`` (prompt + new tokens), else None."""
+    value = info.get("max_total_tokens") if isinstance(info, dict) else None
+    return value if type(value) is int and value > 0 else None
+
+
+def server_version(target: Target) -> dict[str, str] | None:
+    """``{"version", "from"}``: the first of ``VERSION_PAGES`` that names a version, or None."""
+    with target.httpx_client() as client:
+        for path in VERSION_PAGES:
+            doc = _get_json(client, path)
+            version = doc.get("version") if isinstance(doc, dict) else None
+            if isinstance(version, str | int | float) and str(version):
+                return {"version": str(version), "from": path}
+    return None

@@ -160,6 +160,8 @@ class Http1Client:
                     read_timeout, "timeout", f"no complete response within {read_timeout:g}s"
                 )
             conn.sendall(data)
+            if timer is not None:
+                timer.sent(clock())
             head, rest, t = _read_head(conn)
             if any(k == "set-cookie" for k, _ in head.headers):
                 self._keep_cookies(call, head)

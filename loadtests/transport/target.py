@@ -29,6 +29,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import gevent
@@ -221,7 +222,11 @@ class Target:
         return client
 
     def request(
-        self, client: httpx.Client, call: HttpCall, timeout: httpx.Timeout
+        self,
+        client: httpx.Client,
+        call: HttpCall,
+        timeout: httpx.Timeout,
+        timer: StreamTimer | None = None,
     ) -> httpx.Request:
         """``call`` as the request ``client.build_request`` would make, more cheaply.
 
@@ -230,8 +235,11 @@ class Target:
         per request, in series when many users send together (what that cost:
         ``docs/scale.md``, *The load generator*).  A client holding cookies (a
         sticky-session load balancer) takes httpx's own path, which sends them back.
+        ``timer`` is told when the request's last byte was written (httpcore's trace).
         """
-        extensions = {"timeout": timeout.as_dict()}
+        extensions: dict[str, Any] = {"timeout": timeout.as_dict()}
+        if timer is not None:
+            extensions["trace"] = _trace_sent(timer)
         if client.cookies:
             return client.build_request(
                 call.method,
@@ -274,6 +282,16 @@ class Target:
             return str(data[0]["id"]) if data else None
         except (ValueError, KeyError, TypeError, AttributeError, IndexError):
             return None
+
+
+def _trace_sent(timer: StreamTimer) -> Callable[[str, dict[str, Any]], None]:
+    """An httpcore trace hook that tells ``timer`` when the request body was written."""
+
+    def trace(event: str, _info: dict[str, Any]) -> None:
+        if event in ("http11.send_request_body.complete", "http2.send_request_body.complete"):
+            timer.sent(clock())
+
+    return trace
 
 
 class SetCookieJar(httpx.Cookies):
@@ -388,7 +406,7 @@ def _perform_httpx(
             if second is None:
                 return result
             call = second
-        resp = client.send(target.request(client, call, timeout), stream=True)
+        resp = client.send(target.request(client, call, timeout, timer), stream=True)
         try:
             timer.headers(clock(), resp.status_code)
             connect_s = take_connect_s(resp.extensions.get("network_stream"))

@@ -7,31 +7,30 @@ context length (``loadtests.transport.discovery``), ``ContextFit.fit`` trims a p
 ``max_tokens`` to what is left, or skips the prompt when fewer than
 ``MIN_OUTPUT_TOKENS`` would be left.  Both are counted and said once per run.
 
-Prompt tokens are counted with ``--tokenizer`` when given (the messages'
-text plus a per-message allowance for the chat template), else *estimated
-conservatively*: one token per ``ASCII_CHARS_PER_TOKEN`` ASCII characters and
-``OTHER_CHAR_TOKENS`` per other character, plus ``ESTIMATE_MARGIN``.  Production tokenizers (100k+
-vocabularies) produce about half that for English, Chinese or code; the
-bundled embedded model's 2,048-entry vocabulary, the worst case measured, up
-to as many (tests/unit/test_fit.py checks the built-in prompts against it).  So
-an estimate errs towards trimming, never towards a 400; ``--tokenizer`` makes
-the count exact.
+Prompt tokens are counted, in this order of preference:
+
+1. by the target itself (``remote``, a ``PromptCounter``: vLLM's, SGLang's or TGI's
+   ``/tokenize``, ``loadtests.transport.tokenize``), once per distinct prompt, the
+   served model's tokenizer and chat template — exact;
+2. with ``--tokenizer`` (the messages' text plus a per-message allowance for the
+   chat template);
+3. else *bounded*: one token per UTF-8 byte, plus the same allowance.  A byte-level
+   BPE (GPT-2, Llama 3, Qwen, the embedded model) never makes more tokens than
+   bytes, whatever its vocabulary, and a SentencePiece model with byte fallback
+   about as many; production vocabularies make 3-4 times fewer for English, so the
+   bound trims or skips too much, never too little (it used to be an estimate per
+   character, which a small vocabulary exceeded: HTTP 400s against vLLM).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from llmload.loadtests.measure.adapters.base import Prompt
 
-ASCII_CHARS_PER_TOKEN = 1.5
-OTHER_CHAR_TOKENS = 2
-#: headroom on top of the estimate
-ESTIMATE_MARGIN = 1.1
 #: chat-template tokens per message (role markers) and per request (default system prompt)
 PER_MESSAGE_TOKENS = 8
 PER_REQUEST_TOKENS = 24
@@ -41,10 +40,20 @@ CACHE_MAX = 4096
 
 
 def estimate_tokens(text: str) -> int:
-    """A conservative token count of ``text`` without a tokenizer."""
-    ascii_chars = len(text) if text.isascii() else len(text.encode("ascii", "ignore"))
-    tokens = ascii_chars / ASCII_CHARS_PER_TOKEN + OTHER_CHAR_TOKENS * (len(text) - ascii_chars)
-    return math.ceil(ESTIMATE_MARGIN * tokens)
+    """An upper bound of ``text``'s tokens without a tokenizer: its UTF-8 bytes."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class PromptCounter(Protocol):
+    """Counts a whole prompt's tokens elsewhere (the target: ``loadtests.transport.tokenize``).
+
+    Returns None when it cannot count this prompt (the prompt is then counted here).
+    """
+
+    #: whether the count includes the chat template (else the allowance is added)
+    templated: bool
+
+    def __call__(self, prompt: Prompt) -> int | None: ...
 
 
 def _texts(prompt: Prompt) -> list[str]:
@@ -73,17 +82,26 @@ class ContextFit:
     checked: int = 0
     trimmed: int = 0
     skipped: int = 0
+    #: the target's own count, preferred when it answers
+    remote: PromptCounter | None = None
     #: tokens per message text: prompts repeat, and a tokenizer costs ~1 ms per long prompt
     _counts: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def method(self) -> str:
+        if self.remote is not None:
+            return "target"
         return "tokenizer" if self.count is not None else "estimate"
 
     def prompt_tokens(self, prompt: Prompt) -> int:
         """Prompt tokens as the server will see them (upper bound when estimated)."""
         texts = _texts(prompt)
-        return sum(map(self._tokens, texts)) + PER_MESSAGE_TOKENS * len(texts) + PER_REQUEST_TOKENS
+        allowance = PER_MESSAGE_TOKENS * len(texts) + PER_REQUEST_TOKENS
+        if self.remote is not None:
+            n = self.remote(prompt)
+            if n is not None:
+                return n if self.remote.templated else n + allowance
+        return sum(map(self._tokens, texts)) + allowance
 
     def _tokens(self, text: str) -> int:
         n = self._counts.get(text)

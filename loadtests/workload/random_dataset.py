@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -38,6 +39,11 @@ _ROUNDS = 8
 def default_codec() -> Codec:
     """The embedded model's tokenizer (trained and cached on first use; no torch needed)."""
     return load_codec(tokenizer_file())
+
+
+def codec_for(tokenizer: str | None) -> Codec:
+    """``--tokenizer PATH``'s codec, else the embedded model's (``default_codec``)."""
+    return load_codec(tokenizer) if tokenizer else default_codec()
 
 
 def vocabulary_words(codec: Codec) -> tuple[list[str], list[str]]:
@@ -102,28 +108,36 @@ class RandomPrompts:
         words, leads = self.words
         return " ".join([rng.choice(leads), *rng.choices(words, k=n - 1)])
 
-    def text(self, n: int, rng: random.Random) -> str:
+    def text(self, n: int, rng: random.Random, head: Sequence[str] = ()) -> str:
         """A text of exactly ``n`` tokens (``ValueError`` if the tokenizer will not allow it).
 
         Every word after the first costs one token and the first is one that
         costs one on its own; a tokenizer for which that does not add up
         (``additive`` False) gets each text re-encoded and its tail corrected.
+        ``head``: words of this generator (``words``) the text starts with, kept as
+        they are (a prefix other prompts share); the rest is drawn.
         """
+        keep = len(head)
+        if keep > n:
+            raise ValueError(f"a {keep}-word head does not fit a {n}-token prompt")
         if self.additive:
-            return self._draw(n, rng)
+            tail = [self._draw(n - keep, rng)] if n > keep else []
+            return " ".join([*head, *tail])
         words, leads = self.words
-        chosen = self._draw(n, rng).split(" ")
+        chosen = [*head, *(self._draw(n - keep, rng).split(" ") if n > keep else [])]
         for _ in range(_ROUNDS):
             text = " ".join(chosen)
             got = len(self.codec.encode(text))
             if got == n:
                 return text
-            if got > n and len(chosen) > 1:
-                del chosen[max(1, len(chosen) - (got - n)) :]
-            elif got > n:
+            if got > n and len(chosen) > max(1, keep):
+                del chosen[max(1, keep, len(chosen) - (got - n)) :]
+            elif got > n and not keep:
                 chosen = [rng.choice(leads)]
-            else:
+            elif got < n:
                 chosen += rng.choices(words, k=n - got)
+            else:
+                break
         raise ValueError(f"could not make a {n}-token prompt with {self.codec.source!r}")
 
     def __call__(self, rng: random.Random) -> Item:

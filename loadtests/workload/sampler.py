@@ -6,22 +6,32 @@ Prompts come from the built-in scenarios, a JSONL or ShareGPT file
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.workload import random_dataset, sharegpt
 from llmload.loadtests.workload.dataset import file_sha256, load_dataset
 from llmload.loadtests.workload.items import BUILTIN, Item, builtin_items, followups_for
-from llmload.loadtests.workload.tokencount import Codec, load_codec
 
 MIX = "mix"
 RANDOM = "random"
 #: ``max_tokens`` of dataset lines that name none
 DATASET_MAX_TOKENS = 256
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A pool's prompt maker that says what it makes (``random``, ``prefix``): ``run.json``."""
+
+    def __call__(self, rng: random.Random) -> Item: ...
+
+    def describe(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +65,16 @@ def parse_mix(spec: str) -> dict[str, float]:
     return weights
 
 
+def prompts_sha256(pools: list[Pool]) -> str:
+    """A hash of the built-in prompts a run draws from (what they say, their max_tokens)."""
+    h = hashlib.sha256()
+    for pool in pools:
+        h.update(json.dumps([pool.name, pool.weight, pool.max_tokens]).encode())
+        for item in pool.items:
+            h.update(json.dumps(asdict(item), sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
 class Workload:
     """The prompts of a run; ``for_user(i)`` gives user ``i`` its own seeded sequence."""
 
@@ -79,6 +99,7 @@ class Workload:
         self.max_tokens = max_tokens
         self.dataset = dataset
         self._dataset_sha = file_sha256(dataset) if dataset is not None else None
+        self._prompts_sha = prompts_sha256(pools) if dataset is None else None
 
     @property
     def names(self) -> list[str]:
@@ -103,14 +124,11 @@ class Workload:
                     "prompts": len(p.items),
                     "weight": p.weight,
                     "max_tokens": self.max_tokens or p.max_tokens,
-                    **(
-                        {"generator": p.make.describe()}
-                        if isinstance(p.make, random_dataset.RandomPrompts)
-                        else {}
-                    ),
+                    **({"generator": p.make.describe()} if isinstance(p.make, Generator) else {}),
                 }
                 for p in self.pools
             },
+            **({"prompts_sha256": self._prompts_sha} if self._prompts_sha else {}),
             "dataset": None
             if self.dataset is None
             else {
@@ -226,7 +244,7 @@ def load_workload(
         if max_tokens is not None:
             raise ValueError("--dataset random: give output lengths with --output-len")
         make = random_dataset.RandomPrompts(
-            _codec(tokenizer),
+            random_dataset.codec_for(tokenizer),
             input_len or random_dataset.INPUT_LEN,
             output_len or random_dataset.OUTPUT_LEN,
             range_ratio,
@@ -252,10 +270,6 @@ def load_workload(
     )
 
 
-def _codec(tokenizer: str | None) -> Codec:
-    return load_codec(tokenizer) if tokenizer else random_dataset.default_codec()
-
-
 def _file_items(
     path: Path, tokenizer: str | None, seed: int, output_len: int | None
 ) -> tuple[Item, ...]:
@@ -270,4 +284,4 @@ def _file_items(
             raise ValueError("--output-len applies to --dataset random or a ShareGPT file")
         return load_dataset(path)
     text = path.read_text(encoding="utf-8")
-    return sharegpt.load_sharegpt(path, text, _codec(tokenizer), seed, output_len)
+    return sharegpt.load_sharegpt(path, text, random_dataset.codec_for(tokenizer), seed, output_len)

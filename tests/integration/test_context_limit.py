@@ -2,11 +2,16 @@
 
 A real vLLM cannot start inside ``make test`` (the CPU build takes minutes to
 load), so this loopback FastAPI app does what vLLM does at its
-context limit: ``/v1/models`` reports ``max_model_len``, and a chat request
-whose prompt (counted with the served model's tokenizer and chat template) plus
-``max_tokens`` exceeds it is an HTTP 400 before any token.  The default ``mix``
-scenario must then run with no error: prompts that cannot fit are skipped and
-``max_tokens`` trimmed, counted once in ``run.json`` and on stderr.
+context limit: ``/v1/models`` reports ``max_model_len``, ``POST /tokenize`` counts a
+chat request's prompt (vLLM's request and answer shapes: ``messages`` with
+``add_generation_prompt`` in, ``count``/``max_model_len``/``tokens`` out), and a chat
+request whose prompt (counted with the served model's tokenizer and chat template)
+plus ``max_tokens`` exceeds it is an HTTP 400 before any token, in vLLM's words.
+The default ``mix`` scenario must then run with no error: prompts that cannot fit
+are skipped and ``max_tokens`` trimmed, counted once in ``run.json`` and on stderr —
+by the target's own count when it serves ``/tokenize`` (asked once per distinct
+prompt), else by ``--tokenizer`` or the byte bound.  A target that does not tell
+its context length gets the 400s, and they are ``context_overflow``.
 """
 
 from __future__ import annotations
@@ -42,16 +47,34 @@ def _count(tokenizer: Any, messages: list[dict[str, Any]]) -> int:
 
 
 def _vllm_app(tokenizer: Any) -> FastAPI:
+    """The stand-in; ``app.state.tokenize`` / ``.tells_limit`` turn its ``/tokenize`` and
+    the ``max_model_len`` in ``/v1/models`` off (a test sets them, then restores them)."""
     app = FastAPI()
     rejected: list[int] = []
     app.state.rejected = rejected
+    app.state.tokenized = []  # the message lists /tokenize counted, in order
+    app.state.tokenize = True
+    app.state.tells_limit = True
 
     @app.get("/v1/models")
     async def models() -> Any:
-        return {
-            "object": "list",
-            "data": [{"id": MODEL, "object": "model", "max_model_len": LIMIT}],
-        }
+        card: dict[str, Any] = {"id": MODEL, "object": "model"}
+        if app.state.tells_limit:
+            card["max_model_len"] = LIMIT
+        return {"object": "list", "data": [card]}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Any:
+        if not app.state.tokenize:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        body = await request.json()
+        assert body["model"] == MODEL and body["add_generation_prompt"] is True
+        app.state.tokenized.append(json.dumps(body["messages"], sort_keys=True))
+        text = tokenizer.apply_chat_template(
+            body["messages"], add_generation_prompt=True, tokenize=False
+        )
+        ids = tokenizer(text).input_ids
+        return {"count": len(ids), "max_model_len": LIMIT, "tokens": ids, "token_strs": None}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
@@ -62,7 +85,8 @@ def _vllm_app(tokenizer: Any) -> FastAPI:
             rejected.append(prompt + n)
             msg = (
                 f"This model's maximum context length is {LIMIT} tokens. However, you requested "
-                f"{prompt + n} tokens ({prompt} in the messages, {n} in the completion)."
+                f"{n} output tokens and your prompt contains at least {prompt} input tokens, "
+                f"for a total of at least {prompt + n} tokens."
             )
             err = {"object": "error", "message": msg, "type": "BadRequestError", "code": 400}
             return JSONResponse(err, status_code=400)
@@ -95,6 +119,7 @@ def _vllm_app(tokenizer: Any) -> FastAPI:
 @pytest.fixture(scope="module")
 def vllm(embedded_tokenizer: Any) -> Iterator[tuple[str, FastAPI]]:
     app = _vllm_app(embedded_tokenizer)
+    app.state.tokenizer = embedded_tokenizer
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
@@ -115,7 +140,8 @@ def vllm(embedded_tokenizer: Any) -> Iterator[tuple[str, FastAPI]]:
 def test_the_stand_in_rejects_what_does_not_fit(vllm: tuple[str, FastAPI]) -> None:
     url, _ = vllm
     rec, _ = drive(url, "openai-chat", prompt="长" * 2000, model=MODEL)
-    assert rec.status == "http_4xx" and "maximum context length is 1100" in (rec.error or "")
+    assert rec.status == "context_overflow" and rec.http_status == 400
+    assert "maximum context length is 1100" in (rec.error or "")
 
 
 def test_the_estimate_never_undercounts_the_embedded_tokenizer(embedded_tokenizer: Any) -> None:
@@ -159,9 +185,19 @@ def _run(out: Path, url: str, *extra: str) -> tuple[dict[str, Any], str]:
     return json.loads((out / "summary.json").read_text()), proc.stderr
 
 
+@pytest.fixture
+def no_tokenize(vllm: tuple[str, FastAPI]) -> Iterator[None]:
+    """The stand-in without ``/tokenize`` (404, as a server without one) for one test."""
+    vllm[1].state.tokenize = False
+    try:
+        yield
+    finally:
+        vllm[1].state.tokenize = True
+
+
 @pytest.mark.parametrize("counted_by", ["estimate", "tokenizer"])
 def test_default_mix_never_fails_by_design(
-    vllm: tuple[str, FastAPI], embedded_model: Path, tmp_path: Path, counted_by: str
+    vllm: tuple[str, FastAPI], embedded_model: Path, tmp_path: Path, counted_by: str, no_tokenize
 ) -> None:
     url, app = vllm
     app.state.rejected.clear()
@@ -177,6 +213,77 @@ def test_default_mix_never_fails_by_design(
     assert fit["skipped"] > 0 and fit["checked"] > fit["skipped"]
     assert stderr.count("note: context length 1100 tokens:") == 1
     assert "target context length: 1100 tokens" in stderr
+    assert app.state.tokenized == [] and "counted by the target" not in stderr
+
+
+def test_the_targets_own_count_is_asked_once_per_prompt(
+    vllm: tuple[str, FastAPI], tmp_path: Path
+) -> None:
+    """Against a target that serves /tokenize, prompts are fitted by its exact count:
+    no 400, fewer prompts given up than the byte bound gives up, one call per prompt."""
+    url, app = vllm
+    app.state.rejected.clear()
+    app.state.tokenized.clear()
+    summary, stderr = _run(tmp_path / "target", url, "--warmup", "1s")
+    assert app.state.rejected == []
+    for name in ("sync", "stream"):
+        assert summary["phases"][name]["errors"] == {}
+    fit = json.loads((tmp_path / "target" / "run.json").read_text())["context_fit"]
+    assert fit["prompt_tokens"] == "target" and fit["checked"] > 0
+    assert "prompt tokens counted by the target: POST /tokenize" in stderr
+    asked = app.state.tokenized
+    assert asked and len(asked) == len(set(asked))  # each distinct prompt once, all phases
+    # the byte bound, on the same prompts, gives up on more of them
+    bound = ContextFit(LIMIT)
+    for name in BUILTIN:
+        for item in builtin_items(name):
+            bound.fit(Prompt(name, item.item_id, messages=item.first_messages(), max_tokens=128))
+    exact = ContextFit(LIMIT, remote=_counter(app))
+    for name in BUILTIN:
+        for item in builtin_items(name):
+            exact.fit(Prompt(name, item.item_id, messages=item.first_messages(), max_tokens=128))
+    assert exact.skipped + exact.trimmed < bound.skipped + bound.trimmed
+
+
+def _counter(app: FastAPI) -> Any:
+    """The stand-in's count as a ``PromptCounter`` (its tokenizer and template, in-process)."""
+    tokenizer = app.state.tokenizer
+
+    class Exact:
+        templated = True
+
+        def __call__(self, prompt: Prompt) -> int:
+            return _count(tokenizer, prompt.messages or [])
+
+    return Exact()
+
+
+def test_a_context_overflow_is_its_own_class_with_the_fix(
+    vllm: tuple[str, FastAPI], tmp_path: Path
+) -> None:
+    """A target that does not tell its context length: the requests that do not fit are
+    refused, recorded as ``context_overflow`` (not ``http_4xx``), and the phase's
+    diagnostic says what to change."""
+    url, app = vllm
+    data = tmp_path / "prompts.jsonl"
+    rows = [{"prompt": "长" * 2000, "max_tokens": 16}, {"prompt": "hello", "max_tokens": 16}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    app.state.tells_limit = False
+    try:
+        summary, _ = _run(tmp_path / "over", url, "--dataset", str(data))
+    finally:
+        app.state.tells_limit = True
+    records = [
+        json.loads(line) for line in (tmp_path / "over" / "requests.jsonl").read_text().splitlines()
+    ]
+    over = [r for r in records if r["status"] == "context_overflow"]
+    assert over and all(r["http_status"] == 400 for r in over)
+    assert {r["status"] for r in records} == {"ok", "context_overflow"}
+    assert "maximum context length is 1100" in over[0]["error"]
+    phase = summary["phases"]["stream"]
+    assert phase["errors"] == {"context_overflow": sum(r["phase"] == "stream" for r in over)}
+    [diag] = [d for d in phase["diagnostics"] if d["code"] == "context_overflow"]
+    assert "--max-tokens" in diag["hint"] and "/tokenize" in diag["hint"]
 
 
 @pytest.mark.parametrize("where", ["local", "workers"])

@@ -43,7 +43,7 @@ def test_second_ctrl_c_leaves_no_bundled_server(tmp_path: Path) -> None:
         servers = [
             p
             for p in psutil.Process(proc.pid).children(recursive=True)
-            if "target_server" in p.cmdline()
+            if "llmload.target_server" in p.cmdline()
         ]
         assert len(servers) == 1, servers
         server = servers[0]

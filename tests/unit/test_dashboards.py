@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Metrics the dashboards read that neither registry below defines, and why.
 ALLOWED_PREFIXES = {
     "vllm:": "vLLM's own metrics: panels show them when the target is vLLM",
+    "sglang:": "SGLang's own metrics (loadtests/serverfamilies.py)",
+    "tgi_": "TGI's own metrics (loadtests/serverfamilies.py)",
     "llmserve_gpu_memory_": "engine gauges, exported only by the transformers engine on CUDA",
 }
 
@@ -110,9 +112,13 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Overview",
         "Latency",
         "Throughput",
+        "Workloads: prefix cache, agent sessions",
         "Server",
         "Is the target saturated?",
         "Harness health",
+        "vLLM (its own /metrics)",
+        "SGLang (its own /metrics)",
+        "TGI (its own /metrics)",
     ]
     titles = {p["title"] for p in validate.iter_panels(dashboard)}
     for needed in (
@@ -141,6 +147,8 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Client CPU %",
         "Event-loop lag",
         "Schedule delay (open loop)",
+        "Prefix-cache hit rate: client vs server",
+        "Agent sessions: TTFT by step",
     ):
         assert needed in titles
 

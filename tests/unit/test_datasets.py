@@ -13,6 +13,7 @@ from llmload.loadtests.workload import load_workload
 from llmload.loadtests.workload.random_dataset import RandomPrompts, default_codec, length_range
 from llmload.loadtests.workload.sharegpt import MAX_ITEMS
 from llmload.loadtests.workload.tokencount import Codec, load_codec
+from tests.fixtures.tokenizer import merging_codec
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +51,7 @@ def test_random_prompts_have_exactly_the_asked_length(embedded: Codec, n: int) -
 def test_a_tokenizer_whose_words_do_not_add_up_is_corrected(embedded: Codec) -> None:
     # one token more once the text passes 100 characters: not additive, so every text is
     # re-encoded and its tail trimmed until the count is exact
-    odd = Codec(
-        lambda t: embedded.encode(t) + ([0] if len(t) > 100 else []),
-        embedded.decode,
-        embedded.vocab_size,
-        "odd",
-    )
+    odd = merging_codec(embedded, 100)
     make = RandomPrompts(odd, input_len=80, output_len=4)
     assert make.additive is False and RandomPrompts(embedded).additive is True
     rng = random.Random(5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmload.loadtests.options import build_options
-from llmload.loadtests.run.shapes import first_start_offset, spawn_window
+from llmload.loadtests.run.shapes import first_start_offset, spawn_batch, spawn_window
 
 
 def test_offsets_are_seeded_inside_one_interval_and_spread() -> None:
@@ -40,3 +40,21 @@ def test_the_option_defaults_to_spread_and_is_checked() -> None:
     assert build_options({}, {"first_start": "together"}).load.first_start == "together"
     with pytest.raises(ValueError, match="--first-start"):
         build_options({}, {"first_start": "sometimes"})
+
+
+def test_a_spawn_batch_covers_the_interval_evenly() -> None:
+    assert spawn_batch(20, 20.0) == 20 and spawn_batch(1000, 100.0) == 100
+    assert spawn_batch(5, 0.5) == 1 and spawn_batch(3, 50.0) == 3
+    for users, pacing in ((20, 3.0), (20, 1.0), (7, 2.0)):
+        offsets = sorted(first_start_offset(4, u, pacing, batch=users) for u in range(users))
+        # user u draws inside the u-th of ``users`` equal slots of the interval
+        slot = pacing / users
+        assert [int(o // slot) for o in offsets] == list(range(users))
+        # so no window of one slot holds more than two users (uniform draws: up to 6 of 20)
+        assert all(b - a > 0 for a, b in zip(offsets, offsets[1:], strict=False))
+        assert max(sum(1 for o in offsets if a <= o < a + slot) for a in offsets) <= 2
+    # a second batch (user numbers 100..199 of batches of 100) covers the interval again
+    second = [first_start_offset(0, u, 3.0, batch=100) for u in range(100, 200)]
+    assert sorted(int(o // 0.03) for o in second) == list(range(100))
+    # without a batch the old uniform draw, unchanged
+    assert first_start_offset(7, 3, 3.0) == first_start_offset(7, 3, 3.0, batch=1)

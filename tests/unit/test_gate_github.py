@@ -51,11 +51,14 @@ def test_actions_outputs_and_annotations(
     monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
     assert gate(run_factory("slow", n=300, seed=7, ttft_ms=240), baseline) == 1
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("::")]
-    assert len(lines) == 1
+    # one error per failed check: the mode over all requests, and two of its three scenarios
+    assert len(lines) == 3
     assert lines[0].startswith("::error title=llmload gate%3A ttft p95 stream::")
-    assert "regression beyond allowed +10%25 with 95%25 confidence" in lines[0]
+    assert lines[1].startswith("::error title=llmload gate%3A ttft p95 stream · short::")
+    assert all("regression beyond allowed +10%25 with 95%25 confidence" in ln for ln in lines)
     got = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
     assert got["verdict"] == FAIL and got["exit_code"] == "1" and got["mode"] == "stream"
+    assert got["headline"].startswith("TTFT p95 +")
     low, ratio, high = (float(got[k]) for k in ("ratio_low", "ratio", "ratio_high"))
     assert 1.10 < low <= ratio <= high  # 20% slower: the lower bound is past +10%
     assert float(got["run_ms"]) > float(got["baseline_ms"]) > 0

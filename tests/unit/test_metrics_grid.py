@@ -59,6 +59,8 @@ def test_client_and_server_histograms_share_the_grid() -> None:
             tpot_s=0.01,
             itl_s=[0.01],
             output_tokens=2,
+            session_id="s",  # an agent session's step: its histogram is on the grid too
+            step=0,
         )
     )
     server = ServerMetrics(dict)

@@ -92,7 +92,8 @@ def test_markdown_step_summary_and_junit(
     assert text.startswith("earlier step\n") and "llmload TTFT gate FAILED" in text
     assert md.read_text() in text and "| ttft p95 stream | ❌ fail |" in text
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite is not None and suite.get("failures") == "1" and suite.get("tests") == "1"
+    # the mode over all requests and each of its three scenarios: one family of four checks
+    assert suite is not None and suite.get("tests") == "4" and suite.get("failures") == "3"
     failure = suite.find("testcase/failure")
     assert failure is not None and "regression beyond" in (failure.get("message") or "")
     # default JUnit path is inside the run directory
@@ -204,3 +205,11 @@ def test_from_intended_needs_open_loop_data(
     assert "has no schedule delays" in capsys.readouterr().out
     assert gate(ol, ol_base, "--from-intended", "--metric", "itl") == 2
     assert "--from-intended must go with" in capsys.readouterr().err
+
+
+def scenario_run(path: Path, scenario: str, seed: int, ttft_ms: float = 200.0) -> Path:
+    """One stream phase of a single workload (a trace, prefix or agent run is one scenario)."""
+    recs = make_records(
+        "stream", "stream", 300, t_start=1.7e9, seed=seed, ttft_ms=ttft_ms, scenarios=(scenario,)
+    )
+    return write_run(path, recs)

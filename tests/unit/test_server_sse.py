@@ -7,6 +7,7 @@ import json
 import pytest
 
 from llmload.target_server.chunks import ChunkEncoder, error_event
+from llmload.target_server.engine import TokenPiece
 from llmload.target_server.schemas import CHAT, COMPLETIONS
 
 
@@ -37,7 +38,7 @@ def test_finish_usage_and_body():
     }
     use = json.loads(enc.usage(3, 4, t)[6:])
     assert use["choices"] == [] and use["usage"]["total_tokens"] == 7 and use["x_llmload"] == t
-    body = json.loads(enc.body("hi", "stop", 1, 2, t))
+    body = json.loads(enc.body([TokenPiece("h"), TokenPiece("i")], "stop", 1, 2, t))
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "hi"}
     role = json.loads(enc.role()[6:])
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -70,3 +71,36 @@ def test_role_and_finish_events_are_the_openai_objects(endpoint, usage, timings)
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
     assert role.endswith(b"\n\n")
     assert json.loads(role[6:]) == {**common, "choices": [choice], **null_usage}
+
+
+@pytest.mark.parametrize("text", [" hello", '"quoted" \\ back', "中文"])
+def test_every_piece_kind_is_valid_json_in_vllm_shape(text):
+    enc = ChunkEncoder(CHAT, "chatcmpl-abc", "m", True)
+
+    def delta(kind):
+        obj = json.loads(enc.piece(TokenPiece(text, kind=kind))[6:])
+        assert obj["choices"][0]["finish_reason"] is None and obj["usage"] is None
+        return obj["choices"][0]["delta"]
+
+    assert delta("content") == {"content": text}
+    assert delta("reasoning") == {"reasoning_content": text}
+    assert delta("tool_name") == {
+        "content": None,
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": "call_abc",
+                "type": "function",
+                "function": {"name": text, "arguments": ""},
+            }
+        ],
+    }
+    assert delta("tool_args") == {
+        "content": None,
+        "tool_calls": [{"index": 0, "function": {"arguments": text}}],
+    }
+    # a completions stream has only text
+    comp = ChunkEncoder(COMPLETIONS, "cmpl-abc", "m", False)
+    assert (
+        json.loads(comp.piece(TokenPiece(text, kind="reasoning"))[6:])["choices"][0]["text"] == text
+    )

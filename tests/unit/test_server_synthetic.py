@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from time import perf_counter
 
 import pytest
@@ -163,3 +164,62 @@ def test_itl_grows_with_running_requests():
     span_alone, span_crowded = alone[-1] - alone[0], crowded[-1] - crowded[0]
     assert 5 * 0.010 - 0.001 <= span_alone < 5 * 0.010 + 0.010 + lag
     assert 5 * 0.020 - 0.001 <= span_crowded < 5 * 0.020 + 0.010 + lag  # one other: +10 ms
+
+
+def chat(n=8, **kw):
+    return GenerationRequest(
+        request_id="r",
+        messages=[{"role": "user", "content": "hi"}],
+        prompt=None,
+        max_tokens=n,
+        ignore_eos=True,
+        **kw,
+    )
+
+
+def plan(eng, request):
+    return [piece for _, piece in eng.timetable(eng.prepare(request))]
+
+
+def test_answer_shapes_reasoning_tool_call_and_empty():
+    pieces = plan(engine(reasoning_tokens=3), chat(8))
+    assert [p.kind for p in pieces] == ["reasoning"] * 3 + ["content"] * 5
+    assert pieces[-1].finish_reason == "length"
+    pieces = plan(engine(reasoning_tokens=2), chat(6, tools=("get_weather", "search")))
+    assert [p.kind for p in pieces] == ["reasoning"] * 2 + ["tool_name"] + ["tool_args"] * 3
+    assert pieces[2].text == "get_weather" and pieces[-1].finish_reason == "tool_calls"
+    args = json.loads("".join(p.text for p in pieces[3:]))
+    assert len(args["query"].split()) == 3
+    assert [p.kind for p in plan(engine(), chat(1, tools=("f",)))] == ["tool_name"]
+    assert {p.kind for p in plan(engine(tool_call_rate=0.0), chat(4, tools=("f",)))} == {"content"}
+    forced = plan(engine(tool_call_rate=0.0), chat(4, tools=("f",), tool_required=True))
+    assert forced[0].kind == "tool_name"
+    empty = plan(engine(empty_rate=1.0, reasoning_tokens=2), chat(5, tools=("f",)))
+    assert [p.text for p in empty] == [""] * 5 and empty[-1].finish_reason == "length"
+    # a completions request has no reasoning or tool channel
+    assert {p.kind for p in plan(engine(reasoning_tokens=3), req(4, ignore_eos=True))} == {
+        "content"
+    }
+
+
+def test_answer_shape_rates_are_seeded_and_leave_other_draws_alone():
+    def kinds(**kw):
+        eng = engine(seed=5, **kw)
+        return [plan(eng, chat(3, tools=("f",)))[0].kind for _ in range(200)]
+
+    half = kinds(tool_call_rate=0.5)
+    assert half == kinds(tool_call_rate=0.5) and 60 <= half.count("tool_name") <= 140
+
+    # rates of 0 and 1 draw nothing: the words and lengths of a plan stay those of a server
+    # without the flags
+    def words(**kw):
+        eng = engine(seed=5, **kw)
+        return [[p.text for p in plan(eng, req(6))] for _ in range(20)]
+
+    assert words() == words(tool_call_rate=0.0) == words(empty_rate=0.0, reasoning_tokens=0)
+
+
+def test_answer_shape_settings_are_checked():
+    for bad in ({"tool_call_rate": 1.5}, {"empty_rate": -0.1}, {"reasoning_tokens": -1}):
+        with pytest.raises(ValueError):
+            Settings(**bad)

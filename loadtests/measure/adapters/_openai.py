@@ -66,6 +66,10 @@ def build_call(
         body["stream_options"] = {"include_usage": True}
     if prompt.min_tokens:
         body["min_tokens"] = prompt.min_tokens  # vLLM/SGLang extension; exact output lengths
+    if prompt.tools:
+        body["tools"] = list(prompt.tools)
+    if prompt.tool_choice:
+        body["tool_choice"] = prompt.tool_choice
     headers = apply_options(body, options)
     return HttpCall("POST", endpoint, body, headers, stream=mode == "stream")
 
@@ -105,23 +109,44 @@ def _plain(content: str) -> EventInfo:
     return info
 
 
+#: what a ``content_of`` function returns: the event's new text, and for an event that is
+#: not plain answer text the ``EventInfo`` fields that say what it is (``reasoning``,
+#: ``answer``, ``tool_calls``), else None
+Content = tuple[str, dict[str, Any] | None]
+
+
+def _count(value: Any) -> int | None:
+    """A token count from ``usage`` (an integer), else None."""
+    return value if type(value) is int else None
+
+
+def _detail(usage: dict[str, Any], block: str, key: str) -> int | None:
+    """``usage[block][key]`` as a count (``completion_tokens_details.reasoning_tokens``)."""
+    details = usage.get(block)
+    return _count(details.get(key)) if isinstance(details, dict) else None
+
+
 def info_from(
-    obj: dict[str, Any], content: str, reasoning: bool, finish_reason: str | None
+    obj: dict[str, Any], content: str, shape: dict[str, Any] | None, finish_reason: str | None
 ) -> EventInfo:
-    """Assemble the ``EventInfo`` of one decoded chunk or body."""
+    """Assemble the ``EventInfo`` of one decoded chunk or body (``shape``: see ``Content``)."""
     usage = obj.get("usage")
-    out_tokens = prompt_tokens = None
+    out_tokens = prompt_tokens = reasoning_tokens = cached_tokens = None
     if isinstance(usage, dict):
         out_tokens = usage.get("completion_tokens")
         prompt_tokens = usage.get("prompt_tokens")
+        reasoning_tokens = _detail(usage, "completion_tokens_details", "reasoning_tokens")
+        cached_tokens = _detail(usage, "prompt_tokens_details", "cached_tokens")
     server = server_timings(obj) if "x_llmload" in obj else None
-    if out_tokens is None and not server and not finish_reason and not reasoning:
+    if out_tokens is None and not server and not finish_reason and not shape:
         return _plain(content) if content else _EMPTY
     return EventInfo(
         content=content,
-        reasoning=reasoning,
+        **(shape or {}),
         usage_output_tokens=out_tokens,
         usage_prompt_tokens=prompt_tokens,
+        usage_reasoning_tokens=reasoning_tokens,
+        usage_cached_tokens=cached_tokens,
         server=server,
         finish_reason=finish_reason,
     )
@@ -246,9 +271,9 @@ def _fast_plain(data: str, content_of: Any, template: Template | None) -> EventI
         if type(choices) is list and choices:
             choice = choices[0]
             if type(choice) is dict and choice.get("finish_reason") is None:
-                content, reasoning = content_of(choice)
-                if reasoning:
-                    return EventInfo(content=content, reasoning=True)
+                content, shape = content_of(choice)
+                if shape:
+                    return EventInfo(content=content, **shape)
                 if not content:
                     return _EMPTY
                 if template is not None:
@@ -277,14 +302,16 @@ def _parse_full(event: str | None, data: str, content_of: Any) -> EventInfo:
     if obj.get("object") == "error":  # an unwrapped error object (older vLLM)
         return EventInfo(error=error_text(obj))
     choices = obj.get("choices")
-    content, reasoning, finish = "", False, None
+    content: str = ""
+    shape: dict[str, Any] | None = None
+    finish = None
     if choices:
         choice = choices[0]
         if type(choice) is not dict:
             raise ValueError("choices[0] is not an object")
-        content, reasoning = content_of(choice)
+        content, shape = content_of(choice)
         finish = choice.get("finish_reason")
-    return info_from(obj, content, reasoning, finish)
+    return info_from(obj, content, shape, finish)
 
 
 def parse_json_body(body: bytes, content_of: Any) -> EventInfo:
@@ -299,11 +326,13 @@ def parse_json_body(body: bytes, content_of: Any) -> EventInfo:
     choices = obj.get("choices")
     if not isinstance(choices, list):
         raise ValueError("response has no 'choices' list")
-    content, reasoning, finish = "", False, None
+    content: str = ""
+    shape: dict[str, Any] | None = None
+    finish = None
     if choices:
         choice = choices[0]
         if not isinstance(choice, dict):
             raise ValueError("choices[0] is not an object")
-        content, reasoning = content_of(choice)
+        content, shape = content_of(choice)
         finish = choice.get("finish_reason")
-    return dataclasses.replace(info_from(obj, content, reasoning, finish), done=True)
+    return dataclasses.replace(info_from(obj, content, shape, finish), done=True)

@@ -14,9 +14,15 @@ Rules an adapter must keep, so every protocol is measured the same way
 * ``EventInfo.content`` is the *new* text this event adds (a cumulative
   protocol such as Gradio must diff).  Role-only deltas, empty deltas and
   usage-only chunks carry ``content == ""`` and so never count as the first
-  token.  Reasoning text counts as content (``reasoning=True``).
+  token.  Reasoning text counts as content (``reasoning=True``), and so does a
+  tool call's name or arguments (``tool_calls``: the indexes of the calls the
+  event adds to).  When the event is not all answer text, ``answer`` is the part
+  that is (``""`` for reasoning or a tool call alone; None: all of ``content``):
+  the first event that is not reasoning alone is the first *output* token (TTFO).
 * ``EventInfo.usage_output_tokens`` / ``usage_prompt_tokens`` are the server's
-  own counts when the event carries them.
+  own counts when the event carries them; ``usage_reasoning_tokens``
+  (``completion_tokens_details.reasoning_tokens``) and ``usage_cached_tokens``
+  (``prompt_tokens_details.cached_tokens``) its details.
 * ``EventInfo.server`` carries the target's own timings when it reports them
   (``ttft_s``, ``queue_s``, ``e2e_s`` — the bundled server's ``x_llmload``).
 * ``EventInfo.error`` is a server-side error event's message; ``done`` marks the
@@ -63,6 +69,12 @@ class Prompt:
     turn: int = 0
     #: at least this many output tokens (sent where the protocol has a field for it)
     min_tokens: int | None = None
+    #: chat: the functions offered (OpenAI ``tools``) and ``tool_choice`` ("none", "auto", ...)
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: str | None = None
+    #: an agent session's id and the step (model call) this prompt is in it
+    session_id: str | None = None
+    step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +100,17 @@ class EventInfo:
     finish_reason: str | None = None
     error: str | None = None
     done: bool = False
+    #: the answer text in ``content`` when not all of it is (reasoning, a tool call)
+    answer: str | None = None
+    #: indexes of the tool calls this event carries a piece of (name or arguments)
+    tool_calls: tuple[int, ...] = ()
+    usage_reasoning_tokens: int | None = None
+    usage_cached_tokens: int | None = None
+
+    @property
+    def output(self) -> bool:
+        """Whether the event's content holds output, not only reasoning (answer or a call)."""
+        return self.answer is None or bool(self.answer) or bool(self.tool_calls)
 
 
 class Adapter(Protocol):

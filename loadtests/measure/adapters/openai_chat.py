@@ -9,30 +9,62 @@ from llmload.loadtests.measure.adapters.base import EventInfo, HttpCall, Prompt,
 from llmload.loadtests.measure.record import Mode
 
 
-def _text(part: dict[str, Any]) -> tuple[str, bool]:
-    """New text of a ``delta`` or ``message``: reasoning text first, and whether there was any."""
+def _text(part: dict[str, Any]) -> _openai.Content:
+    """New text of a ``delta`` or ``message``: reasoning, answer, then tool-call text.
+
+    Plain answer text is ``(text, None)``; an event with reasoning (``reasoning_content``,
+    or ``reasoning`` as newer vLLM names it) or tool calls also says which part is the
+    answer and which calls it carries pieces of (``_openai.Content``).
+    """
     content = part.get("content") or ""
     reasoning = part.get("reasoning_content") or part.get("reasoning") or ""
     if not isinstance(content, str) or not isinstance(reasoning, str):
         raise ValueError("chat content is not a string")
-    if reasoning:
-        return reasoning + content, True
-    return content, False
+    calls = part.get("tool_calls")
+    if not reasoning and not calls:
+        return content, None
+    tool_text, indexes = _tool_calls(calls) if calls else ("", ())
+    shape = {"reasoning": bool(reasoning), "answer": content, "tool_calls": indexes}
+    return reasoning + content + tool_text, shape
 
 
-def _delta(choice: dict[str, Any]) -> tuple[str, bool]:
+def _tool_calls(calls: Any) -> tuple[str, tuple[int, ...]]:
+    """The text (function names and argument pieces) and the indexes of ``tool_calls``.
+
+    A streamed call's pieces carry its ``index``; a message's calls are numbered by
+    position.  Raises ``ValueError`` for a shape that is not OpenAI's.
+    """
+    if not isinstance(calls, list):
+        raise ValueError("tool_calls is not a list")
+    text, indexes = "", []
+    for position, call in enumerate(calls):
+        if not isinstance(call, dict):
+            raise ValueError("a tool call is not an object")
+        index = call.get("index", position)
+        function = call.get("function") or {}
+        if type(index) is not int or not isinstance(function, dict):
+            raise ValueError("a tool call has no integer index or no function object")
+        name, args = function.get("name") or "", function.get("arguments") or ""
+        if not isinstance(name, str) or not isinstance(args, str):
+            raise ValueError("a tool call's name or arguments is not a string")
+        text += name + args
+        indexes.append(index)
+    return text, tuple(indexes)
+
+
+def _delta(choice: dict[str, Any]) -> _openai.Content:
     delta = choice.get("delta")
-    return _text(delta) if delta else ("", False)
+    return _text(delta) if delta else ("", None)
 
 
-def _message(choice: dict[str, Any]) -> tuple[str, bool]:
+def _message(choice: dict[str, Any]) -> _openai.Content:
     message = choice.get("message")
-    return _text(message) if message else ("", False)
+    return _text(message) if message else ("", None)
 
 
 @register("openai-chat")
 class OpenAIChat:
-    """Chat completions: ``messages`` in, ``choices[0].delta.content`` (or reasoning) out."""
+    """Chat completions: ``messages`` in, ``delta.content`` (reasoning, tool calls) out."""
 
     name = "openai-chat"
     endpoint = "/v1/chat/completions"

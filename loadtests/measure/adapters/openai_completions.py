@@ -9,11 +9,11 @@ from llmload.loadtests.measure.adapters.base import EventInfo, HttpCall, Prompt,
 from llmload.loadtests.measure.record import Mode
 
 
-def _choice_text(choice: dict[str, Any]) -> tuple[str, bool]:
+def _choice_text(choice: dict[str, Any]) -> _openai.Content:
     text = choice.get("text") or ""
     if not isinstance(text, str):
         raise ValueError("completion text is not a string")
-    return text, False
+    return text, None
 
 
 def render_messages(messages: list[dict[str, Any]]) -> str:
