@@ -23,11 +23,14 @@ import pytest
 import zstandard
 
 from bench.records import write_run
+from llmload.loadtests.slo import parse_slo
 from llmload.reports.schema import MetricStats
 
 ROOT = Path(__file__).resolve().parents[2]
 MS = 1000.0
 N = 50_000
+#: the SLO goodput is counted with when the run names none (as `report build` uses it)
+SLO = parse_slo(None)
 
 
 def build(run_dir: Path) -> dict[str, Any]:
@@ -43,8 +46,9 @@ def build(run_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def reference(records: list[dict[str, Any]]) -> dict[str, MetricStats]:
-    """The old in-memory path's distributions of one group of records (lists of floats)."""
+def reference(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The old in-memory path's numbers for one group of records: its distributions
+    (``MetricStats.of`` over lists of floats) and its answers block, as summary.json has them."""
     ok = [r for r in records if r["status"] == "ok"]
     of = MetricStats.of
 
@@ -56,7 +60,7 @@ def reference(records: list[dict[str, Any]]) -> dict[str, MetricStats]:
 
     timed = [r for r in ok if r["mode"] == "stream" and r["ttft_s"] is not None]
     timed = [r for r in timed if r["server_ttft_s"] is not None]
-    return {
+    dists = {
         "ttft_ms": of((r["ttft_s"] for r in ok), MS),
         "itl_ms": of((g for r in ok for g in r["itl_s"]), MS),
         "tpot_ms": of((r["tpot_s"] for r in ok), MS),
@@ -66,6 +70,9 @@ def reference(records: list[dict[str, Any]]) -> dict[str, MetricStats]:
         "headers_ms": of((r["headers_s"] for r in ok), MS),
         "output_tokens": of(r["output_tokens"] for r in ok),
         "decode_tokens_per_s": of(1.0 / r["tpot_s"] for r in ok if r["tpot_s"]),
+        "ttfo_ms": of((r["ttfo_s"] for r in ok), MS),
+        "send_ms": of((r["send_s"] for r in records), MS),
+        "connect_ms": of((r["connect_s"] for r in records), MS),
         **(
             {
                 "client_minus_server_ttft_ms": of(
@@ -77,6 +84,53 @@ def reference(records: list[dict[str, Any]]) -> dict[str, MetricStats]:
             if timed
             else {}
         ),
+    }
+    reasoned = [r for r in ok if r["reasoning_tokens"]]
+    if reasoned:
+        counted = [r for r in ok if r["reasoning_tokens"] is not None]
+        dists["reasoning_tokens"] = of(r["reasoning_tokens"] for r in counted)
+        dists["answer_tokens"] = of(r["output_tokens"] - r["reasoning_tokens"] for r in counted)
+    answers = {
+        "ok": len(ok),
+        "no_output": sum(r["no_output"] for r in ok),
+        "reasoning": len(reasoned),
+        "tool_calls": sum(r["tool_calls"] > 0 for r in ok),
+    }
+    return {**{name: d.to_json() for name, d in dists.items()}, "answers": answers}
+
+
+def meets_default_slo(r: dict[str, Any]) -> bool:
+    """The old path's goodput test of one record against the default SLO."""
+    if r["status"] != "ok":
+        return False
+    for name, limit_ms in SLO.items():
+        value = r[f"{name}_s"]
+        if value is None:
+            if name == "tpot":
+                continue
+            return False
+        if value * MS > limit_ms:
+            return False
+    return True
+
+
+def prefix_reference(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The old path's prefix-cache block of a phase (``cached_tokens`` over prompt tokens)."""
+    told = [r for r in records if r["status"] == "ok" and r["cached_tokens"] is not None]
+    told = [r for r in told if r["prompt_tokens"]]
+    hits = [r for r in told if r["cached_tokens"]]
+    misses = [r for r in told if not r["cached_tokens"]]
+    prompt = sum(r["prompt_tokens"] for r in told)
+    cached = sum(r["cached_tokens"] for r in told)
+    return {
+        "requests": len(told),
+        "hit_requests": len(hits),
+        "hit_share": len(hits) / len(told),
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "hit_rate": cached / prompt,
+        "ttft_hit_ms": MetricStats.of((r["ttft_s"] for r in hits), MS).to_json(),
+        "ttft_miss_ms": MetricStats.of((r["ttft_s"] for r in misses), MS).to_json(),
     }
 
 
@@ -102,8 +156,15 @@ def test_the_summary_is_exactly_the_in_memory_one(big_run: Path) -> None:
             block = block["scenarios"][scenario] if scenario else block
             assert block["count"] == len(group)
             assert block["ok"] == sum(r["status"] == "ok" for r in group)
-            for name, expected in reference(group).items():
-                assert block[name] == expected.to_json(), (phase, scenario, name)
+            expected = reference(group)
+            # answers of every shape are in each group (reasoning: streams only)
+            counts = expected["answers"]
+            assert counts["no_output"] and counts["tool_calls"], (phase, scenario)
+            assert bool(counts["reasoning"]) == (phase == "stream") == ("answer_tokens" in block)
+            for name, value in expected.items():
+                assert block[name] == value, (phase, scenario, name)
+            assert block["slo_met"] == sum(meets_default_slo(r) for r in group)
+        assert summary["phases"][phase]["prefix_cache"] == prefix_reference(mine)
     # the vLLM JSON's ITL statistics are the same distribution's
     vllm = json.loads((big_run / "vllm_bench_stream.json").read_text())
     itl = summary["phases"]["stream"]["itl_ms"]
