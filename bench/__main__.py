@@ -25,6 +25,7 @@ BENCHES: dict[str, str] = {
     "capacity": "bench.capacity",
     "scale": "bench.scale",
     "open-streams": "bench.scale.streams",
+    "records": "bench.records",
     "flamegraphs": "bench.flamegraphs",
 }
 

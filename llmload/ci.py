@@ -30,6 +30,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from llmload import reports
+from llmload.loadtests import recordfile
 from llmload.reports.build import read_summary
 from llmload.reports.cli import add_gate_options
 from llmload.reports.cli import main as reports_main
@@ -104,7 +105,7 @@ def run_load(
     """Run one CI-length load test into ``out``; ``RuntimeError`` (with its output) on failure."""
     cmd = load_command(out, target, report, extra)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    if proc.returncode != 0 or not (out / "requests.jsonl").exists():
+    if proc.returncode != 0 or recordfile.find(out) is None:
         tail = (proc.stdout + proc.stderr)[-3000:]
         raise RuntimeError(f"load test failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
     return out

@@ -15,13 +15,20 @@ locust's ``extended_tabs``/``extended_tables`` template arguments, its
 ``/llmload/stats`` (the raw statistics as JSON).  The statistics are recomputed
 at most every ``min_interval`` seconds (longer if a computation took long), so a
 busy page cannot slow the load generator down.
+
+The tab keeps at most ``max_records`` records per phase (the latest; 100,000 by
+default), so an hour-long run does not grow the load generator's memory with
+it: past that the latencies are those of the latest records (the row says
+"latest N of M") and the rates are over the time those records span, while the
+request and error counts stay the whole phase's.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from collections import Counter, deque
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from llmload.loadtests.measure.record import RequestRecord
@@ -61,21 +68,35 @@ _COLUMNS = {
 }
 
 
+#: records kept per phase for the tab's statistics (the latest)
+MAX_RECORDS = 100_000
+
+
 @dataclass
 class _Phase:
     name: str
     mode: str
     started: float
+    limit: int = MAX_RECORDS
     ended: float | None = None
-    records: list[RequestRecord] = field(default_factory=list)
+    records: deque[RequestRecord] = field(default_factory=deque)
+    #: the whole phase's records and failures by class (the window holds the latest)
+    seen: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.records = deque(self.records, maxlen=self.limit)
 
 
 class LiveTab(NullSink):
-    """The llmload tabs: a sink that keeps the run's records and shows their statistics."""
+    """The llmload tabs: a sink that keeps the run's latest records and shows their statistics."""
 
-    def __init__(self, slo: str | None = None, min_interval: float = 2.0) -> None:
+    def __init__(
+        self, slo: str | None = None, min_interval: float = 2.0, max_records: int = MAX_RECORDS
+    ) -> None:
         self.slo = parse_slo(slo)
         self.min_interval = min_interval
+        self.max_records = max_records
         self.phases: dict[str, _Phase] = {}
         self.health: dict[str, HarnessHealth] = {}
         self._cache: dict[str, Any] | None = None
@@ -85,7 +106,7 @@ class LiveTab(NullSink):
 
     def on_phase(self, name: str, mode: str, event: str, at: float) -> None:
         if event == "start":
-            self.phases[name] = _Phase(name, mode, at)
+            self.phases[name] = _Phase(name, mode, at, self.max_records)
         elif name in self.phases:
             self.phases[name].ended = at
         self._next = 0.0  # show a phase change at the next poll
@@ -93,8 +114,12 @@ class LiveTab(NullSink):
     def on_record(self, record: RequestRecord) -> None:
         phase = self.phases.get(record.phase)
         if phase is None:
-            phase = self.phases[record.phase] = _Phase(record.phase, record.mode, record.started_at)
+            phase = _Phase(record.phase, record.mode, record.started_at, self.max_records)
+            self.phases[record.phase] = phase
         phase.records.append(record)
+        phase.seen += 1
+        if not record.ok:
+            phase.failed[record.status] += 1
 
     def on_health(self, source: str, snapshot: HarnessHealth) -> None:
         self.health[source] = snapshot
@@ -111,9 +136,22 @@ class LiveTab(NullSink):
         for ph in self.phases.values():
             if not ph.records:
                 continue
-            span = max((ph.ended or now) - ph.started, 1e-9)
-            stats = phase_with_scenarios(ph.records, span, self.slo).to_json()
+            window = list(ph.records)
+            began = ph.started if ph.seen == len(window) else window[0].started_at
+            span = max((ph.ended or now) - began, 1e-9)
+            summary = phase_with_scenarios(window, span, self.slo)
+            if ph.seen > len(window):  # the counts are the whole phase's
+                failed = sum(ph.failed.values())
+                summary = replace(
+                    summary,
+                    count=ph.seen,
+                    ok=ph.seen - failed,
+                    errors=dict(ph.failed),
+                    error_rate=failed / ph.seen,
+                )
+            stats = summary.to_json()
             stats["warmup"] = ph.name == "warmup"
+            stats["window"] = {"records": len(window), "of": ph.seen}
             phases[ph.name] = stats
         health = {src: asdict(h) for src, h in self.health.items()}
         self._cache = {"phases": phases, "health": health}
@@ -126,6 +164,9 @@ class LiveTab(NullSink):
         rows = []
         for name, ph in self.stats()["phases"].items():
             label = f"{name} (warm-up: not in the report)" if ph["warmup"] else name
+            window = ph["window"]
+            if window["records"] < window["of"]:
+                label += f" (latencies: latest {window['records']:,} of {window['of']:,})"
             rows.append(_row(label, ph["mode"], "all", ph))
             rows += [_row(label, ph["mode"], s, st) for s, st in ph["scenarios"].items()]
         return rows

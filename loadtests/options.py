@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.loadtests.durations import parse_duration, parse_fraction, parse_span
+from llmload.loadtests.recordfile import COMPRESSIONS
 from llmload.loadtests.redact import redact_header, redact_url, redact_value
 from llmload.loadtests.sizes import MIB, parse_size
 from llmload.loadtests.slo import parse_slo
@@ -507,6 +508,12 @@ class OutputOptions:
         True,
         "summary.json, summary.md and report.html at the end (`report build` later)",
         negate=True,
+    )
+    records_compression: str = option(
+        "none",
+        "requests.jsonl compressed as written: .jsonl.gz or .jsonl.zst (`report build` reads "
+        "all three)",
+        choices=COMPRESSIONS,
     )
     slo: str | None = option(
         None,

@@ -16,8 +16,9 @@ PERCENTILE_METHOD = "linear interpolation between closest ranks (numpy default, 
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """The ``p``-th percentile (0..100) of already sorted values, linear interpolation."""
-    if not sorted_values:
+    """The ``p``-th percentile (0..100) of already sorted values (a list or a numpy array),
+    linear interpolation."""
+    if not len(sorted_values):
         raise ValueError("percentile of an empty sample")
     if not 0.0 <= p <= 100.0:
         raise ValueError(f"percentile must be in [0, 100], got {p}")

@@ -16,7 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports.arraystats import stats_of
+from llmload.reports.columns import RecordTable
 from llmload.reports.fmt import fmt_ms
 from llmload.reports.schema import MetricStats, PhaseStats, Summary
 
@@ -25,29 +29,28 @@ MS = 1000.0
 
 def answer_stats(ok: Sequence[RequestRecord]) -> tuple[dict[str, MetricStats], dict[str, int]]:
     """The answer distributions of a phase's ok records, and its ``answers`` block (empty
-    when every answer was plain text that showed)."""
-    of = MetricStats.of
+    when every answer was plain text that showed).  Read from the records' columns
+    (``reports.columns``; a list is made a table), exactly."""
+    t = RecordTable.of(ok)
     dists: dict[str, MetricStats] = {}
-    ttfo = of((r.ttfo_s for r in ok), MS)
+    ttfo = stats_of(t.num("ttfo_s"), MS)
     if ttfo.n:
         dists["ttfo_ms"] = ttfo
-    reasoned = [r for r in ok if r.reasoning_tokens]
-    if reasoned:
-        counted = [r for r in ok if r.reasoning_tokens is not None]
-        dists["reasoning_tokens"] = of(r.reasoning_tokens for r in counted)
-        dists["answer_tokens"] = of(
-            r.output_tokens - (r.reasoning_tokens or 0)
-            for r in counted
-            if r.output_tokens is not None
-        )
+    reasoning = t.num("reasoning_tokens")
+    counted = ~np.isnan(reasoning)
+    reasoned = counted & (reasoning != 0)
+    if reasoned.any():
+        dists["reasoning_tokens"] = stats_of(reasoning[counted])
+        out = t.num("output_tokens")[counted]
+        dists["answer_tokens"] = stats_of(out - reasoning[counted])  # (NaN: no output count)
     counts = {
-        "no_output": sum(r.no_output for r in ok),
-        "reasoning": len(reasoned),
-        "tool_calls": sum(r.tool_calls > 0 for r in ok),
+        "no_output": int(t.flag("no_output").sum()),
+        "reasoning": int(reasoned.sum()),
+        "tool_calls": int((t.num("tool_calls") > 0).sum()),
     }
     if not any(counts.values()):
         return dists, {}
-    return dists, {"ok": len(ok), **counts}
+    return dists, {"ok": len(t), **counts}
 
 
 def _count(value: float | None) -> str:

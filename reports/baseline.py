@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llmload.loadtests.measure.record import RequestRecord
+import numpy as np
+
 from llmload.loadtests.redact import redact_value
 from llmload.loadtests.slo import format_slo
+from llmload.reports.arraystats import percentile_sorted
 from llmload.reports.capacity.curve import capacity_doc
 from llmload.reports.fingerprint import fingerprint
-from llmload.reports.gate_metrics import LATENCY_METRICS, RATE_METRICS, REGISTRY, latency_ms
+from llmload.reports.gate_metrics import LATENCY_METRICS, RATE_METRICS
 from llmload.reports.gate_sides import ALL, RecordsSide
 from llmload.reports.loader import Run
 from llmload.reports.server.compare import mode_means
-from llmload.reports.stats import percentile
 
 SCHEMA = 2
 KIND = "llmload-baseline"
@@ -38,22 +40,22 @@ class BaselineError(Exception):
     """The baseline file is missing, unreadable or not a baseline."""
 
 
-def metric_values(records: list[RequestRecord], metric: str) -> list[float]:
-    """Milliseconds of a latency ``metric`` over the successful records (ITL: every gap, pooled).
+def compact(values: Sequence[float] | np.ndarray, inplace: bool = False) -> dict[str, Any]:
+    """Sorted values rounded to 10 µs, or a quantile sketch of ``MAX_VALUES`` points when larger.
 
-    ``*_from_intended`` adds each record's schedule delay and skips records without one
-    (closed-loop requests have no intended send time).
-    """
-    return latency_ms(records, REGISTRY[metric])
-
-
-def compact(values: list[float]) -> dict[str, Any]:
-    """Sorted values rounded to 10 µs, or a quantile sketch of ``MAX_VALUES`` points when larger."""
-    xs = sorted(values)
+    ``inplace``: ``values`` is an array of the caller's own, sorted where it is (a run's
+    gaps are tens of millions: no second copy)."""
+    if inplace and isinstance(values, np.ndarray) and values.dtype == np.float64:
+        xs = values
+        xs.sort()
+    else:
+        xs = np.sort(np.asarray(values, dtype=float))
     n = len(xs)
     if n > MAX_VALUES:
-        xs = [percentile(xs, 100.0 * (i + 0.5) / MAX_VALUES) for i in range(MAX_VALUES)]
-    return {"n": n, "sketch": n > MAX_VALUES, "values_ms": [round(x, 2) for x in xs]}
+        kept = [percentile_sorted(xs, 100.0 * (i + 0.5) / MAX_VALUES) for i in range(MAX_VALUES)]
+    else:
+        kept = xs.tolist()
+    return {"n": n, "sketch": n > MAX_VALUES, "values_ms": [round(x, 2) for x in kept]}
 
 
 def _groups(side: RecordsSide) -> dict[str, Any]:
@@ -72,9 +74,11 @@ def _groups(side: RecordsSide) -> dict[str, Any]:
                 if got is None:
                     continue
                 if scope == ALL:
-                    metrics.setdefault(metric, {})[mode] = compact(got[0])
+                    metrics.setdefault(metric, {})[mode] = compact(got[0], inplace=True)
                 else:
-                    by_scenario.setdefault(metric, {}).setdefault(mode, {})[scope] = compact(got[0])
+                    by_scenario.setdefault(metric, {}).setdefault(mode, {})[scope] = compact(
+                        got[0], inplace=True
+                    )
             for metric in RATE_METRICS:
                 series = side.rates(metric, mode, scope)
                 if series:

@@ -62,9 +62,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests.measure import overflow
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.reports import saturation
+from llmload.reports.columns import RecordTable
 
 BURST_GAP_S = 0.002
 BURST_SHARE = 0.8
@@ -139,70 +142,25 @@ class Diagnostic:
         return asdict(self)
 
 
+# -- one record (the rules; ``_Facts`` applies them to a whole phase at once) --------------
+
+
 def burst_share(record: RequestRecord) -> float | None:
     """Fraction of a record's inter-event gaps shorter than ``BURST_GAP_S`` (None: too few)."""
-    if len(record.itl_s) < MIN_EVENTS - 1:
-        return None
-    return sum(g < BURST_GAP_S for g in record.itl_s) / len(record.itl_s)
+    share = _Facts(RecordTable.of([record])).burst_share()[0]
+    return None if np.isnan(share) else float(share)
 
 
 def held_back(record: RequestRecord) -> bool | None:
     """Whether the first token reached the client much later than the server sent it."""
-    if record.ttft_s is None or record.e2e_s is None:
-        return None
-    if record.server_ttft_s is not None and record.server_e2e_s is not None:
-        span = record.server_e2e_s - record.server_ttft_s
-        return record.ttft_s - record.server_ttft_s >= max(HELD_SHARE * span, MIN_LAG_S)
-    return record.e2e_s > 0 and record.ttft_s >= TTFT_E2E_SHARE * record.e2e_s
+    held = _Facts(RecordTable.of([record])).held_back()
+    return None if np.isnan(held[0]) else bool(held[0])
 
 
 def is_buffered(record: RequestRecord) -> bool | None:
     """A streamed response that arrived in bursts after being held back (None: cannot tell)."""
-    share = burst_share(record)
-    held = held_back(record)
-    if share is None or held is None:
-        return None
-    return share >= BURST_SHARE and held
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def proxy_buffering(records: Sequence[RequestRecord]) -> Diagnostic | None:
-    """The ``proxy_buffering`` diagnostic for a phase's records, or None."""
-    judged = [
-        (r, v)
-        for r in records
-        if r.ok and r.mode == "stream" and not r.warmup
-        if (v := is_buffered(r)) is not None
-    ]
-    buffered = [r for r, v in judged if v]
-    if len(judged) < MIN_REQUESTS or len(buffered) < FLAG_SHARE * len(judged):
-        return None
-    ratio = _median([(r.ttft_s or 0.0) / r.e2e_s for r in buffered if r.e2e_s])
-    gaps = _median([s for r in buffered if (s := burst_share(r)) is not None])
-    lag = _median(
-        [r.ttft_s - r.server_ttft_s for r in buffered if r.ttft_s and r.server_ttft_s is not None]
-    )
-    evidence: dict[str, Any] = {
-        "streamed_requests": len(judged),
-        "buffered_requests": len(buffered),
-        "buffered_share": len(buffered) / len(judged),
-        "median_ttft_over_e2e": ratio,
-        "median_burst_share": gaps,
-        "burst_gap_ms": BURST_GAP_S * 1000,
-        "median_client_minus_server_ttft_ms": None if lag is None else lag * 1000,
-    }
-    message = (
-        f"{len(buffered)} of {len(judged)} streamed responses arrived in bursts: a median "
-        f"{(gaps or 0.0):.0%} of their inter-event gaps were under {BURST_GAP_S * 1000:g} ms "
-        f"and TTFT was {(ratio or 0.0):.0%} of e2e"
-    )
-    if lag is not None:
-        message += f"; the client saw the first token {lag * 1000:.0f} ms after the server sent it"
-    hint = f"{BUFFERING_HINT} {NO_SPLIT_NOTE}" if _no_server_timings(buffered) else BUFFERING_HINT
-    return Diagnostic("proxy_buffering", message + ".", hint, evidence)
+    value = _Facts(RecordTable.of([record])).buffered()[0]
+    return None if np.isnan(value) else bool(value)
 
 
 def stall_then_burst(gaps: Sequence[float]) -> float | None:
@@ -219,41 +177,165 @@ def stall_then_burst(gaps: Sequence[float]) -> float | None:
 
 def stutters(record: RequestRecord) -> bool | None:
     """A streamed response whose tokens arrived in clumps after stalls (None: too few gaps)."""
-    share = burst_share(record) if len(record.itl_s) >= STUTTER_MIN_GAPS else None
-    if share is None:
+    value = _Facts(RecordTable.of([record])).stutters()[0]
+    return None if np.isnan(value) else bool(value)
+
+
+class _Facts:
+    """The per-record rules over a table of records, as arrays (NaN: cannot tell).
+
+    The same decisions as the one-record functions above, taken for a million
+    records at once: burst shares from each record's count of short gaps, stalls
+    looked for only where a long gap is followed by a burst.
+    """
+
+    def __init__(self, t: RecordTable) -> None:
+        self.t = t
+        self.counts = t.itl_counts()
+
+    def burst_share(self, min_gaps: int = MIN_EVENTS - 1) -> np.ndarray:
+        counts = self.counts
+        share = np.full(len(counts), np.nan)
+        enough = counts >= max(min_gaps, 1)
+        share[enough] = self.t.gaps_below(BURST_GAP_S)[enough] / counts[enough]
+        return share
+
+    def held_back(self) -> np.ndarray:
+        num = self.t.num
+        ttft, e2e = num("ttft_s"), num("e2e_s")
+        s_ttft, s_e2e = num("server_ttft_s"), num("server_e2e_s")
+        server = ~np.isnan(s_ttft) & ~np.isnan(s_e2e)
+        with np.errstate(invalid="ignore"):
+            by_server = ttft - s_ttft >= np.maximum(HELD_SHARE * (s_e2e - s_ttft), MIN_LAG_S)
+            by_client = (e2e > 0) & (ttft >= TTFT_E2E_SHARE * e2e)
+        held = np.where(server, by_server, by_client).astype(float)
+        held[np.isnan(ttft) | np.isnan(e2e)] = np.nan
+        return held
+
+    def buffered(self) -> np.ndarray:
+        share, held = self.burst_share(), self.held_back()
+        out = ((share >= BURST_SHARE) & (held == 1)).astype(float)
+        out[np.isnan(share) | np.isnan(held)] = np.nan
+        return out
+
+    def stalls(self) -> np.ndarray:
+        """``stall_then_burst`` of each record (NaN: none, or too few gaps).
+
+        Candidates are found over the store's flat gaps from this table's first record
+        to its last (a view, no copy): a long gap followed by ``BURST_RUN`` short ones
+        within its record; only records with one are judged gap by gap."""
+        t, counts = self.t, self.counts
+        out = np.full(len(t), np.nan)
+        judged = counts >= STUTTER_MIN_GAPS
+        if not judged.any():
+            return out
+        gaps, base = t.gap_span()
+        n = len(gaps)
+        cand = gaps >= STALL_MIN_S
+        if n > BURST_RUN:
+            for k in range(1, BURST_RUN + 1):
+                cand[: n - BURST_RUN] &= gaps[k : n - BURST_RUN + k] < BURST_GAP_S
+        cand[max(n - BURST_RUN, 0) :] = False
+        positions = np.flatnonzero(cand) + base
+        del cand
+        if not len(positions):
+            return out
+        rows, within = t.gap_positions(positions)
+        where = np.searchsorted(t.rows, rows)
+        where = np.minimum(where, len(t.rows) - 1)
+        mine = t.rows[where] == rows  # the gap's record is in this table
+        inside = mine & (within < counts[where] - BURST_RUN)
+        for i in np.unique(where[inside]).tolist():
+            if judged[i]:
+                out[i] = stall_then_burst(t.gaps_of(i).tolist()) or np.nan
+        return out
+
+    def stutters(self) -> np.ndarray:
+        share = self.burst_share(STUTTER_MIN_GAPS)
+        out = np.where(np.isnan(share), np.nan, 0.0)
+        clumped = share >= STUTTER_CLUMP_SHARE
+        if clumped.any():
+            stalls = self.stalls()
+            out[clumped & ~np.isnan(stalls)] = 1.0
+        return out
+
+
+def _median(values: list[float] | np.ndarray) -> float | None:
+    values = values.tolist() if isinstance(values, np.ndarray) else values
+    return statistics.median(values) if values else None
+
+
+def _streamed(t: RecordTable) -> np.ndarray:
+    """Mask: ok streamed records, not warm-up ones."""
+    return t.ok() & t.is_("mode", "stream") & ~t.warmup_field()
+
+
+def proxy_buffering(records: Sequence[RequestRecord]) -> Diagnostic | None:
+    """The ``proxy_buffering`` diagnostic for a phase's records, or None."""
+    t = RecordTable.of(records)
+    facts = _Facts(t)
+    value = facts.buffered()
+    judged = _streamed(t) & ~np.isnan(value)
+    buffered = judged & (value == 1)
+    n_judged, n_buffered = int(judged.sum()), int(buffered.sum())
+    if n_judged < MIN_REQUESTS or n_buffered < FLAG_SHARE * n_judged:
         return None
-    return share >= STUTTER_CLUMP_SHARE and stall_then_burst(record.itl_s) is not None
+    ttft, e2e, s_ttft = t.num("ttft_s")[buffered], t.num("e2e_s")[buffered], t.num("server_ttft_s")
+    s_ttft = s_ttft[buffered]
+    has_e2e = (e2e != 0) & ~np.isnan(e2e)
+    ratio = _median(np.nan_to_num(ttft[has_e2e], nan=0.0) / e2e[has_e2e])
+    gaps = _median(facts.burst_share()[buffered])
+    lagged = (ttft != 0) & ~np.isnan(ttft) & ~np.isnan(s_ttft)
+    lag = _median(ttft[lagged] - s_ttft[lagged])
+    evidence: dict[str, Any] = {
+        "streamed_requests": n_judged,
+        "buffered_requests": n_buffered,
+        "buffered_share": n_buffered / n_judged,
+        "median_ttft_over_e2e": ratio,
+        "median_burst_share": gaps,
+        "burst_gap_ms": BURST_GAP_S * 1000,
+        "median_client_minus_server_ttft_ms": None if lag is None else lag * 1000,
+    }
+    message = (
+        f"{n_buffered} of {n_judged} streamed responses arrived in bursts: a median "
+        f"{(gaps or 0.0):.0%} of their inter-event gaps were under {BURST_GAP_S * 1000:g} ms "
+        f"and TTFT was {(ratio or 0.0):.0%} of e2e"
+    )
+    if lag is not None:
+        message += f"; the client saw the first token {lag * 1000:.0f} ms after the server sent it"
+    hidden = _no_server_timings(t.where(buffered))
+    hint = f"{BUFFERING_HINT} {NO_SPLIT_NOTE}" if hidden else BUFFERING_HINT
+    return Diagnostic("proxy_buffering", message + ".", hint, evidence)
 
 
-def _no_server_timings(records: Sequence[RequestRecord]) -> bool:
-    return all(r.server_ttft_s is None and r.server_e2e_s is None for r in records)
+def _no_server_timings(t: RecordTable) -> bool:
+    return bool(np.isnan(t.num("server_ttft_s")).all() and np.isnan(t.num("server_e2e_s")).all())
 
 
 def stream_stutter(records: Sequence[RequestRecord]) -> Diagnostic | None:
     """The ``stream_stutter`` diagnostic for a phase's records, or None."""
-    judged = [
-        (r, v)
-        for r in records
-        if r.ok and r.mode == "stream" and not r.warmup
-        if (v := stutters(r)) is not None
-    ]
-    bad = [r for r, v in judged if v]
-    if len(judged) < MIN_REQUESTS or len(bad) < STUTTER_FLAG_SHARE * len(judged):
+    t = RecordTable.of(records)
+    facts = _Facts(t)
+    value = facts.stutters()
+    judged = _streamed(t) & ~np.isnan(value)
+    bad = judged & (value == 1)
+    n_judged, n_bad = int(judged.sum()), int(bad.sum())
+    if n_judged < MIN_REQUESTS or n_bad < STUTTER_FLAG_SHARE * n_judged:
         return None
-    stalls = [s for r in bad if (s := stall_then_burst(r.itl_s)) is not None]
-    clumped = _median([s for r in bad if (s := burst_share(r)) is not None]) or 0.0
-    stall = _median(stalls) or 0.0
-    hidden = _no_server_timings(bad)
+    stalls = facts.stalls()[bad]
+    clumped = _median(facts.burst_share()[bad]) or 0.0
+    stall = _median(stalls[~np.isnan(stalls)]) or 0.0
+    hidden = _no_server_timings(t.where(bad))
     evidence: dict[str, Any] = {
-        "streamed_requests": len(judged),
-        "stuttering_requests": len(bad),
+        "streamed_requests": n_judged,
+        "stuttering_requests": n_bad,
         "median_clumped_share": clumped,
         "median_longest_stall_ms": stall * 1000,
         "burst_gap_ms": BURST_GAP_S * 1000,
         "server_timings": not hidden,
     }
     message = (
-        f"{len(bad)} of {len(judged)} streamed responses stuttered: a median {clumped:.0%} of "
+        f"{n_bad} of {n_judged} streamed responses stuttered: a median {clumped:.0%} of "
         f"their token gaps were under {BURST_GAP_S * 1000:g} ms, after stalls of a median "
         f"{stall * 1000:.0f} ms."
     )
@@ -263,16 +345,23 @@ def stream_stutter(records: Sequence[RequestRecord]) -> Diagnostic | None:
 
 def connection_per_request(records: Sequence[RequestRecord]) -> Diagnostic | None:
     """The ``connection_per_request`` diagnostic, or None."""
-    by_user: dict[tuple[str, int | None], list[RequestRecord]] = {}
-    for r in records:
-        if r.ok and not r.warmup and r.user_id is not None:  # no user: no "after its first"
-            by_user.setdefault((r.worker, r.user_id), []).append(r)
-    later = [r for rs in by_user.values() for r in sorted(rs, key=lambda r: r.started_at)[1:]]
-    opened = [r.connect_s for r in later if r.connect_s is not None]
+    t = RecordTable.of(records)
+    user = t.num("user_id")
+    keep = t.ok() & ~t.warmup_field() & ~np.isnan(user)  # no user: no "after its first"
+    index = np.flatnonzero(keep)
+    worker, user, started = t.codes("worker")[keep], user[keep], t.num("started_at")[keep]
+    order = np.lexsort((started, user, worker))  # stable: ties keep the records' order
+    w, u = worker[order], user[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (w[1:] != w[:-1]) | (u[1:] != u[:-1])
+    later = index[order[~first]]
+    connect = t.num("connect_s")[later]
+    opened = connect[~np.isnan(connect)]
     if len(later) < MIN_REQUESTS or len(opened) < NEW_CONNECTION_SHARE * len(later):
         return None
-    setup = statistics.median(opened)
-    ttft = _median([r.ttft_s for r in later if r.ttft_s is not None and r.connect_s is not None])
+    setup = statistics.median(opened.tolist())
+    ttfts = t.num("ttft_s")[later]
+    ttft = _median(ttfts[~np.isnan(ttfts) & ~np.isnan(connect)])
     evidence = {
         "judged_requests": len(later),
         "new_connections": len(opened),
@@ -289,67 +378,68 @@ def connection_per_request(records: Sequence[RequestRecord]) -> Diagnostic | Non
 
 def no_done_marker(records: Sequence[RequestRecord]) -> Diagnostic | None:
     """The ``no_done_marker`` note when ok streams ended without ``data: [DONE]``, or None."""
-    streams = [r for r in records if r.ok and r.mode == "stream" and r.stream_end is not None]
-    eof = sum(r.stream_end == "eof" for r in streams)
+    t = RecordTable.of(records)
+    streams = t.ok() & t.is_("mode", "stream") & ~t.is_("stream_end", None)
+    eof = int((streams & t.is_("stream_end", "eof")).sum())
     if not eof:
         return None
+    n = int(streams.sum())
     message = (
-        f"The server sends no [DONE]: {eof} of {len(streams)} streamed responses ended after "
+        f"The server sends no [DONE]: {eof} of {n} streamed responses ended after "
         "their finish_reason with a clean end of body, and counted as ok."
     )
-    evidence = {"streamed_requests": len(streams), "ended_without_done": eof}
+    evidence = {"streamed_requests": n, "ended_without_done": eof}
     return Diagnostic("no_done_marker", message, NO_DONE_HINT, evidence)
 
 
-def _tokenizer_disagrees(r: RequestRecord) -> bool:
-    """A real disagreement: beyond tolerance, and not just the content-event count.
-
-    Without ``--tokenizer`` the timing core's client count is the number of
-    content events; a server that packs several tokens into one event differs
-    from its usage for that reason alone, which is not a tokenizer problem.
-    """
-    usage, client = r.usage_output_tokens or 0, r.client_output_tokens or 0
-    events = len(r.itl_s) + 1 if r.mode == "stream" and r.ttft_s is not None else None
-    return abs(client - usage) > max(1.0, MISMATCH_TOLERANCE * usage) and client != events
-
-
 def token_count_mismatch(records: Sequence[RequestRecord]) -> Diagnostic | None:
-    """The ``token_count_mismatch`` diagnostic, or None."""
-    both = [
-        r
-        for r in records
-        if r.ok and r.usage_output_tokens is not None and r.client_output_tokens is not None
-        # usage counts a call's markup, which no client sees as text; an answer with no
-        # visible output is counted on its own (``reports.answers``)
-        if not r.tool_calls and not r.no_output
-    ]
-    bad = [r for r in both if _tokenizer_disagrees(r)]
-    if len(both) < MIN_REQUESTS or len(bad) < MISMATCH_FLAG_RATE * len(both):
+    """The ``token_count_mismatch`` diagnostic, or None.
+
+    A real disagreement is beyond tolerance and not just the content-event count:
+    without ``--tokenizer`` the timing core's client count is the number of content
+    events, and a server that packs several tokens into one event differs from its
+    usage for that reason alone, which is not a tokenizer problem.
+    """
+    t = RecordTable.of(records)
+    usage, client = t.num("usage_output_tokens"), t.num("client_output_tokens")
+    # usage counts a call's markup, which no client sees as text; an answer with no
+    # visible output is counted on its own (``reports.answers``)
+    both = t.ok() & ~np.isnan(usage) & ~np.isnan(client)
+    both &= (t.num("tool_calls") == 0) & ~t.flag("no_output")
+    events = np.where(
+        t.is_("mode", "stream") & ~np.isnan(t.num("ttft_s")), t.itl_counts() + 1.0, np.nan
+    )
+    off = np.abs(client - usage) > np.maximum(1.0, MISMATCH_TOLERANCE * usage)
+    bad = both & off & (client != events)  # (NaN events: never equal)
+    n_both, n_bad = int(both.sum()), int(bad.sum())
+    if n_both < MIN_REQUESTS or n_bad < MISMATCH_FLAG_RATE * n_both:
         return None
-    diffs = [(r.client_output_tokens or 0) - (r.usage_output_tokens or 0) for r in bad]
+    diffs = [int(d) if d.is_integer() else d for d in (client[bad] - usage[bad]).tolist()]
     evidence = {
-        "compared": len(both),
-        "mismatched": len(bad),
-        "rate": len(bad) / len(both),
+        "compared": n_both,
+        "mismatched": n_bad,
+        "rate": n_bad / n_both,
         "median_client_minus_usage_tokens": statistics.median(diffs),
     }
     message = (
-        f"The client tokenizer's count differs from the server's usage on {len(bad)} of "
-        f"{len(both)} responses (median difference {statistics.median(diffs):+g} tokens)."
+        f"The client tokenizer's count differs from the server's usage on {n_bad} of "
+        f"{n_both} responses (median difference {statistics.median(diffs):+g} tokens)."
     )
     return Diagnostic("token_count_mismatch", message, MISMATCH_HINT, evidence)
 
 
 def context_overflow(records: Sequence[RequestRecord]) -> Diagnostic | None:
     """The ``context_overflow`` diagnostic when requests exceeded the target's context."""
-    over = [r for r in records if r.status == "context_overflow"]
-    if not over:
+    t = RecordTable.of(records)
+    over = t.where(t.is_("status", "context_overflow"))
+    if not len(over):
         return None
+    first = over[0]
     message = (
-        f"{len(over)} of {len(records)} requests exceeded the target's context length "
-        f"(HTTP {over[0].http_status}: {over[0].error})"
+        f"{len(over)} of {len(t)} requests exceeded the target's context length "
+        f"(HTTP {first.http_status}: {first.error})"
     )
-    evidence = {"requests": len(records), "context_overflow": len(over)}
+    evidence = {"requests": len(t), "context_overflow": len(over)}
     return Diagnostic("context_overflow", message, overflow.HINT, evidence)
 
 
@@ -362,6 +452,7 @@ def detect(
     ``mode`` is used); None judges each record by its own mode.
     """
     mode = phase.get("mode") if isinstance(phase, Mapping) else phase
+    records = RecordTable.of(records)
     found: list[Diagnostic | None] = []
     if mode != "sync":
         buffering = proxy_buffering(records)

@@ -285,10 +285,12 @@ def decide_family(comps: Sequence[Comparison], cfg: GateConfig) -> list[Check]:
     return [_decide(c, p, len(comps), cfg) for c, p in zip(comps, adjusted, strict=True)]
 
 
-def absolute_check(mode: str, vals: list[float], limit_ms: float, what: str = "ttft") -> Check:
+def absolute_check(
+    mode: str, vals: Sequence[float] | np.ndarray, limit_ms: float, what: str = "ttft"
+) -> Check:
     """``--max-ttft-p95-ms``: the run's TTFT p95 (``what``: which TTFT) against a fixed limit."""
     name = f"{what} p95 {mode} <= {limit_ms:g} ms"
-    if not vals:
+    if not len(vals):
         return Check(name, INCONCLUSIVE, f"no successful {mode} requests to check", {"mode": mode})
     p95 = float(np.percentile(np.asarray(vals), 95))
     nums = {"mode": mode, "run_ms": p95, "limit_ms": limit_ms, "run_n": len(vals)}
@@ -338,11 +340,7 @@ def evaluate_sides(
             checks.append(item)
             continue
         check = next(decided)
-        records = [
-            r
-            for r in side.records
-            if r.mode == mode and (item.scope == ALL or r.scenario == item.scope)
-        ]
+        records = side.group(mode, item.scope)
         checks.append(unless_starved(check, run, records, mode, spec, cfg.starved_share))
     if cfg.max_ttft_p95_ms is not None:
         key = "ttft_from_intended" if cfg.from_intended else "ttft"
@@ -350,7 +348,7 @@ def evaluate_sides(
         for mode in gated_modes(side, base, cfg):
             got = side.latency(key, mode, ALL)
             check = absolute_check(mode, got[0] if got else [], cfg.max_ttft_p95_ms, what)
-            records = [r for r in side.records if r.mode == mode]
+            records = side.group(mode)
             checks.append(unless_starved(check, run, records, mode, specs[0], cfg.starved_share))
     blocking = [d for d in differences if d.get("blocking")]
     if blocking:
@@ -391,7 +389,7 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
 
 def paired_sides(run: Run) -> tuple[RecordsSide, RecordsSide] | None:
     """A ``--baseline-target`` run's two sides: its target's phases, the baseline target's."""
-    names = {r.phase for r in run.measured}
+    names = set(run.measured.distinct("phase"))
     base = {n for n in names if n.startswith(BASELINE_PREFIX)}
     if not base:
         return None
@@ -420,12 +418,13 @@ def evaluate_paired(run: Run, cfg: GateConfig) -> GateResult:
 
 def _lost(run: Run) -> str:
     """Why the run's load is incomplete (a lost worker), empty when it is not."""
-    lost = [r for r in run.measured if r.status == "lost"]
+    t = run.measured
+    lost = t.where(t.is_("status", "lost"))
     workers = run.meta.get("lost_workers") or []
-    if not lost and not workers:
+    if not len(lost) and not workers:
         return ""
     names = sorted({str(w.get("worker")) for w in workers if isinstance(w, dict)})
-    names = names or sorted({r.worker for r in lost})
+    names = names or sorted(lost.distinct("worker"))
     return (
         f"inconclusive: worker {', '.join(names)} was lost mid-run; {len(lost)} requests "
         "have no outcome and the load it was to apply went missing"

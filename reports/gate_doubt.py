@@ -22,10 +22,14 @@ add stands, with both figures in its reason.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.loadtests.percentile import percentile_of
+from llmload.reports.arraystats import percentile_sorted
+from llmload.reports.columns import RecordTable
 from llmload.reports.gate_metrics import LATENCY, SEND, MetricSpec
 from llmload.reports.gate_result import FAIL, INCONCLUSIVE, Check
 from llmload.reports.loader import Run
@@ -46,11 +50,12 @@ def harness_doubt(run: Run, mode: str, share: float = STARVED_SHARE) -> tuple[st
     return None
 
 
-def send_delay_ms(records: list[RequestRecord]) -> float | None:
-    """The gated requests' send side p99 (ms), None when the records do not carry it."""
-    sends = [s for r in records if (s := getattr(r, "send_s", None)) is not None]
-    p99 = percentile_of(sends, 99)
-    return None if p99 is None else p99 * 1000.0
+def send_delay_ms(records: Sequence[RequestRecord]) -> float | None:
+    """The gated requests' send side p99 (ms), None when the records do not carry it (read
+    from their column: ``reports.columns``)."""
+    sends = RecordTable.of(records).num("send_s")
+    sends = np.sort(sends[~np.isnan(sends)])
+    return percentile_sorted(sends, 99) * 1000.0 if len(sends) else None
 
 
 def excess_ms(check: Check) -> float | None:
@@ -66,7 +71,7 @@ def excess_ms(check: Check) -> float | None:
 def unless_starved(
     check: Check,
     run: Run,
-    records: list[RequestRecord],
+    records: Sequence[RequestRecord],
     mode: str,
     spec: MetricSpec,
     share: float = STARVED_SHARE,

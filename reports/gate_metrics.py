@@ -21,11 +21,14 @@ carry (``ttfo_s`` in a run from an older llmload) reads as no samples.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports.columns import RecordTable
 from llmload.reports.summary import meets_slo
 
 LATENCY, RATE, SHARE = "latency", "rate", "share"
@@ -38,25 +41,6 @@ SEND, LAG = "send", "lag"
 ERROR_RATE_ALLOWED = 0.01
 
 
-def _seconds(attr: str) -> Callable[[RequestRecord], Iterable[float | None]]:
-    def read(r: RequestRecord) -> Iterable[float | None]:
-        return (getattr(r, attr, None),)  # an older record lacks a newer field: no sample
-
-    return read
-
-
-def _from_intended(attr: str) -> Callable[[RequestRecord], Iterable[float | None]]:
-    def read(r: RequestRecord) -> Iterable[float | None]:
-        v, d = getattr(r, attr), r.schedule_delay_s
-        return (None if v is None or d is None else v + d,)
-
-    return read
-
-
-def _gaps(r: RequestRecord) -> Iterable[float | None]:
-    return r.itl_s
-
-
 @dataclass(frozen=True)
 class GateMetric:
     """One metric the gate can compare (see the module docstring)."""
@@ -67,8 +51,11 @@ class GateMetric:
     harm: str
     unit: str
     evidence: str
-    #: latency: the record's values in seconds (None entries are skipped)
-    read: Callable[[RequestRecord], Iterable[float | None]] | None = None
+    #: latency: the record field (a column) read, in seconds (``itl_s``: every gap); a record
+    #: without a value (None, or an older record that lacks the field) gives no sample
+    column: str | None = None
+    #: latency: each value plus its record's schedule delay (records without one: no sample)
+    from_intended: bool = False
     #: the default allowance when ``--metric`` gives none (None: ``--max-regression``)
     allowed: float | None = None
     #: shown in ``--metric``'s choices (the ``*_from_intended`` variants come from a flag)
@@ -78,11 +65,11 @@ class GateMetric:
 REGISTRY: dict[str, GateMetric] = {
     m.name: m
     for m in (
-        GateMetric("ttft", "TTFT", LATENCY, UP, "ms", SEND, _seconds("ttft_s")),
-        GateMetric("itl", "ITL", LATENCY, UP, "ms", LAG, _gaps),
-        GateMetric("e2e", "E2E", LATENCY, UP, "ms", SEND, _seconds("e2e_s")),
-        GateMetric("tpot", "TPOT", LATENCY, UP, "ms", LAG, _seconds("tpot_s")),
-        GateMetric("ttfo", "TTFO", LATENCY, UP, "ms", SEND, _seconds("ttfo_s")),
+        GateMetric("ttft", "TTFT", LATENCY, UP, "ms", SEND, "ttft_s"),
+        GateMetric("itl", "ITL", LATENCY, UP, "ms", LAG, "itl_s"),
+        GateMetric("e2e", "E2E", LATENCY, UP, "ms", SEND, "e2e_s"),
+        GateMetric("tpot", "TPOT", LATENCY, UP, "ms", LAG, "tpot_s"),
+        GateMetric("ttfo", "TTFO", LATENCY, UP, "ms", SEND, "ttfo_s"),
         GateMetric(
             "ttft_from_intended",
             "TTFT from intended send",
@@ -90,7 +77,8 @@ REGISTRY: dict[str, GateMetric] = {
             UP,
             "ms",
             SEND,
-            _from_intended("ttft_s"),
+            "ttft_s",
+            from_intended=True,
             listed=False,
         ),
         GateMetric(
@@ -100,7 +88,8 @@ REGISTRY: dict[str, GateMetric] = {
             UP,
             "ms",
             SEND,
-            _from_intended("e2e_s"),
+            "e2e_s",
+            from_intended=True,
             listed=False,
         ),
         GateMetric("throughput", "throughput", RATE, DOWN, "tokens/s", LAG),
@@ -197,26 +186,38 @@ def parse_metrics(
 
 
 # -- reading a run ------------------------------------------------------------------------
+#
+# Each takes a group of records — a ``RecordTable`` (``reports.columns``), as a loaded run
+# holds them, or record objects, made one — and reads its columns: the values each record
+# gives, in record order, without a record object per request.
 
 
-def latency_ms(records: Iterable[RequestRecord], metric: GateMetric) -> list[float]:
-    """The milliseconds of a latency metric over the successful records."""
-    read = metric.read
-    assert read is not None, metric.name
-    return [
-        v * 1000.0 for r in records if r.ok for v in read(r) if v is not None and math.isfinite(v)
-    ]
+def latency_ms(records: Iterable[RequestRecord], metric: GateMetric) -> np.ndarray:
+    """The milliseconds of a latency metric over the successful records, record by record
+    (ITL: every gap): a new array, the caller's own."""
+    column = metric.column
+    assert column is not None, metric.name
+    t = RecordTable.of(records)
+    ok = t.ok()
+    if column == "itl_s":
+        values = t.itl(ok, copy=True)
+    else:
+        values = t.num(column)[ok]
+        if metric.from_intended:
+            values = values + t.num("schedule_delay_s")[ok]
+    finite = np.isfinite(values)  # (None, a field the record lacks: NaN)
+    if not finite.all():
+        values = values[finite]
+    del finite
+    values *= 1000.0
+    return values
 
 
 def outcomes(records: Iterable[RequestRecord]) -> tuple[int, int]:
     """``(requests, failed)``; a request a lost worker took with it is neither."""
-    n = bad = 0
-    for r in records:
-        if r.status == "lost":
-            continue
-        n += 1
-        bad += not r.ok
-    return n, bad
+    t = RecordTable.of(records)
+    lost = t.is_("status", "lost")
+    return len(t) - int(lost.sum()), int((~t.ok() & ~lost).sum())
 
 
 Window = tuple[float, float]
@@ -245,22 +246,61 @@ def phase_windows(
     return out
 
 
-def _event_times(r: RequestRecord) -> list[tuple[float, float]]:
-    """``(wall time, tokens)`` of each content event of an ok request (sync: one, at the end)."""
-    if r.ttft_s is None or not r.output_tokens:
-        return []
-    t = r.started_at + r.ttft_s
-    if r.mode == "sync" or not r.itl_s:
-        return [(r.started_at + (r.e2e_s or r.ttft_s), float(r.output_tokens))]
-    times = [t]
-    for gap in r.itl_s:
-        t += gap
-        times.append(t)
-    tpe = r.tokens_per_event
-    if len(tpe) == len(times):
-        return [(x, float(n)) for x, n in zip(times, tpe, strict=True)]
-    each = r.output_tokens / len(times)
-    return [(x, each) for x in times]
+#: records per pass of ``_events`` (bounds the memory of one pass: their events' times)
+EVENT_CHUNK = 16384
+
+
+def _events(t: RecordTable) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(wall times, tokens)`` of the content events of ``t``'s ok requests that have a TTFT
+    and output tokens, request by request in record order, a chunk of records at a time.
+
+    A sync request, or a stream without gaps, is one event of all its tokens at its end
+    (its E2E, else its TTFT); a stream's events are its first token and each gap after it,
+    each with its ``tokens_per_event`` entry when it has one per event, else an equal share
+    of its output tokens."""
+    for a in range(0, len(t), EVENT_CHUNK):
+        c = t[a : a + EVENT_CHUNK]
+        ttft, tokens = c.num("ttft_s"), c.num("output_tokens")
+        keep = c.ok() & ~np.isnan(ttft) & ~np.isnan(tokens) & (tokens != 0)
+        c, ttft, tokens = c.where(keep), ttft[keep], tokens[keep]
+        if not len(c):
+            continue
+        started, e2e, counts = c.num("started_at"), c.num("e2e_s"), c.itl_counts()
+        single = c.is_("mode", "sync") | (counts == 0)
+        sizes = np.where(single, 1, counts + 1)
+        offsets = np.cumsum(sizes) - sizes
+        times = np.empty(int(sizes.sum()), dtype=np.float64)
+        amounts = np.empty_like(times)
+        ended = np.where(np.isnan(e2e) | (e2e == 0), ttft, e2e)  # (``e2e_s or ttft_s``)
+        times[offsets[single]] = (started + ended)[single]
+        amounts[offsets[single]] = tokens[single]
+        multi = ~single
+        if multi.any():
+            streams = c.where(multi)
+            n = sizes[multi]
+            at = np.repeat(offsets[multi] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+            times[at] = streams.arrivals(started[multi] + ttft[multi])
+            per_event = streams.tpe_lengths() == n
+            ones = per_event & streams.tpe_ones()
+            each = np.where(ones, 1.0, tokens[multi] / n)
+            amounts[at] = np.repeat(each, n)
+            starts = offsets[multi]
+            for i in np.flatnonzero(per_event & ~ones).tolist():
+                amounts[starts[i] : starts[i] + n[i]] = streams.tokens_per_event(i)
+        yield times, amounts
+
+
+def _bin(windows: Sequence[Window], bins: list[np.ndarray], at: np.ndarray, amount: Any) -> None:
+    """Add ``amount`` (one per time, or one for all) to the whole second of the first window
+    each time falls in, in the times' order (each bin's sum as the same additions give it)."""
+    left = np.ones(len(at), dtype=bool)
+    amounts = np.broadcast_to(np.asarray(amount, dtype=np.float64), at.shape)
+    for (start, _), counts in zip(windows, bins, strict=True):
+        k = np.floor(at - start)
+        hit = left & (k >= 0) & (k < len(counts))
+        if hit.any():
+            np.add.at(counts, k[hit].astype(np.int64), amounts[hit])
+            left &= ~hit
 
 
 def per_second(
@@ -268,23 +308,15 @@ def per_second(
 ) -> list[float]:
     """A rate metric's value in every whole second of ``windows`` (a partial last second is
     left out): output tokens that arrived in it, or requests meeting ``slo`` that ended in it."""
-    bins: list[list[float]] = [[0.0] * int(end - start) for start, end in windows]
-    if not any(bins):
+    bins = [np.zeros(int(end - start)) for start, end in windows]
+    if not any(len(b) for b in bins):
         return []
-
-    def add(t: float, amount: float) -> None:
-        for (start, _), counts in zip(windows, bins, strict=True):
-            k = int(math.floor(t - start))
-            if 0 <= k < len(counts):
-                counts[k] += amount
-                return
-
-    for r in records:
-        if not r.ok:
-            continue
-        if metric.name == "throughput":
-            for t, tokens in _event_times(r):
-                add(t, tokens)
-        elif meets_slo(r, slo) and r.e2e_s is not None:
-            add(r.started_at + r.e2e_s, 1.0)
-    return [x for counts in bins for x in counts]
+    t = RecordTable.of(records)
+    if metric.name == "throughput":
+        for at, tokens in _events(t):
+            _bin(windows, bins, at, tokens)
+    else:
+        e2e = t.num("e2e_s")
+        good = meets_slo(t, slo) & ~np.isnan(e2e)
+        _bin(windows, bins, (t.num("started_at") + e2e)[good], 1.0)
+    return [x for counts in bins for x in counts.tolist()]

@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from llmload.loadtests.measure.record import RequestRecord
+import numpy as np
+
 from llmload.loadtests.slo import parse_slo
+from llmload.reports.columns import RecordTable
 from llmload.reports.gate_metrics import (
     REGISTRY,
     latency_ms,
@@ -28,44 +30,50 @@ from llmload.reports.loader import Run
 ALL = "all"
 
 
-def scenarios_of(records: Iterable[RequestRecord]) -> list[str]:
-    """The scenarios present, in order of first appearance."""
-    return list(dict.fromkeys(r.scenario for r in records))
-
-
 class RecordsSide:
-    """One side read from a run's records (its measured phases, or the ``phases`` given)."""
+    """One side read from a run's records (its measured phases, or the ``phases`` given), as
+    columns (``reports.columns``): each group a selection of the run's table."""
 
     def __init__(
         self, run: Run, phases: Iterable[str] | None = None, slo: str | None = None
     ) -> None:
         self.run = run
-        wanted = None if phases is None else set(phases)
-        self.records = [r for r in run.measured if wanted is None or r.phase in wanted]
+        t = run.measured
+        self.records: RecordTable = t if phases is None else t.where(t.is_any("phase", phases))
         self.slo = parse_slo(slo if slo is not None else _run_slo(run.meta))
         self.name = run.name
 
     def modes(self) -> set[str]:
-        return {r.mode for r in self.records}
+        return set(self.records.distinct("mode"))
 
-    def _group(self, mode: str, scope: str) -> list[RequestRecord]:
-        return [r for r in self.records if r.mode == mode and (scope == ALL or r.scenario == scope)]
+    def group(self, mode: str, scope: str = ALL) -> RecordTable:
+        """The records of one mode, of all scenarios (``ALL``) or of one."""
+        t = self.records
+        mask = t.is_("mode", mode)
+        if scope != ALL:
+            mask &= t.is_("scenario", scope)
+        return t.where(mask)
 
     def scenarios(self, mode: str) -> list[str]:
-        return scenarios_of(r for r in self.records if r.mode == mode)
+        """The mode's scenarios, in order of first appearance."""
+        return list(self.group(mode).distinct("scenario"))
 
-    def latency(self, metric: str, mode: str, scope: str) -> tuple[list[float], int] | None:
-        vals = latency_ms(self._group(mode, scope), REGISTRY[metric])
-        return (vals, len(vals)) if vals else None
+    def phases(self, mode: str) -> list[str]:
+        """The mode's phases, in order of first appearance."""
+        return list(self.group(mode).distinct("phase"))
+
+    def latency(self, metric: str, mode: str, scope: str) -> tuple[np.ndarray, int] | None:
+        vals = latency_ms(self.group(mode, scope), REGISTRY[metric])
+        return (vals, len(vals)) if len(vals) else None
 
     def rates(self, metric: str, mode: str, scope: str) -> list[float] | None:
-        phases = sorted({r.phase for r in self.records if r.mode == mode})
+        phases = sorted(self.phases(mode))
         windows = phase_windows(self.run.meta, phases, self.run.steady_starts)
-        series = per_second(self._group(mode, scope), REGISTRY[metric], windows, self.slo)
+        series = per_second(self.group(mode, scope), REGISTRY[metric], windows, self.slo)
         return series or None
 
     def outcomes(self, mode: str, scope: str) -> tuple[int, int] | None:
-        n, bad = outcomes(self._group(mode, scope))
+        n, bad = outcomes(self.group(mode, scope))
         return (n, bad) if n else None
 
 

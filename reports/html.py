@@ -8,10 +8,12 @@ import time
 from html import escape
 from typing import Any
 
+import numpy as np
+
 from llmload.reports import timeseries as ts
 from llmload.reports.answers import answer_lines
 from llmload.reports.capacity.view import capacity_html
-from llmload.reports.charts import Axes, render
+from llmload.reports.charts import Axes, Series, render
 from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.htmltable import table as _table
 from llmload.reports.loader import Run
@@ -170,14 +172,17 @@ MODES = ("sync", "stream", "mixed")
 
 
 def _charts(run: Run) -> str:
-    recs = run.measured or run.records
+    recs = run.measured if len(run.measured) else run.records
     t0 = ts.origin(run.records, run.meta)
     bands = ts.phase_bands(run.meta, t0)
     tps, inflight = ts.throughput_and_inflight(run.records, t0)
-    ok = [r for r in recs if r.ok]
-    itl = [g * 1000 for r in ok for g in r.itl_s]
-    per_tok = [g * 1000 for r in ok for g in ts.per_token_gaps(r)]
-    token_dist = ts.distribution(per_tok, "per token")
+    ok = recs.where(recs.ok())
+    # one array of gaps at a time (a long run has tens of millions): scaled, binned, freed
+    itl_dist = ts.distribution(ok.itl(copy=True), "per event", scale=1000, inplace=True)
+    if ok.per_token_is_itl():  # one token per event: the same histogram
+        token_dist = Series("per token", list(itl_dist.points), "step")
+    else:
+        token_dist = ts.distribution(ok.per_token_gaps(), "per token", scale=1000, inplace=True)
     token_dist.dashed = True
     cdfs = ts.ttft_cdfs(recs)
     xs = [x for s in cdfs for x, _ in s.points]
@@ -221,7 +226,7 @@ def _charts(run: Run) -> str:
             "ms",
             "gaps",
             "chart-itl",
-            [s for s in (ts.distribution(itl, "per event"), token_dist) if s.points],
+            [s for s in (itl_dist, token_dist) if s.points],
             note="Per event: gaps between content events. Per token (dashed): each gap divided "
             "by the tokens its event carried; the two coincide when every event carries one.",
         ),
@@ -232,15 +237,12 @@ def _charts(run: Run) -> str:
             "chart-errors-time",
             ts.errors_over_time(run.records, t0),
             bands,
-            note="" if any(not r.ok for r in run.records) else "No errors in this run.",
+            note="" if not run.records.ok().all() else "No errors in this run.",
         ),
     ]
-    timed = [
-        (r.ttft_s - r.server_ttft_s) * 1000
-        for r in ok
-        if r.mode == "stream" and r.ttft_s is not None and r.server_ttft_s is not None
-    ]
-    if timed:
+    gap = (ok.num("ttft_s") - ok.num("server_ttft_s"))[ok.is_("mode", "stream")]
+    timed = gap[~np.isnan(gap)] * 1000
+    if len(timed):
         charts.append(
             Axes(
                 "Client minus server TTFT",

@@ -1,16 +1,24 @@
-"""Read a run directory (``run.json`` + ``requests.jsonl``) into a ``Run``, tolerating bad lines."""
+"""Read a run directory (``run.json`` + its records) into a ``Run``, tolerating bad lines.
+
+The records file is ``requests.jsonl``, or ``.jsonl.gz``/``.jsonl.zst`` when the
+run compressed it (``loadtests.recordfile``).  It is streamed once, line by line,
+into columns (``reports.columns.RecordTable``): a million records take the
+memory of their numbers, not of a million objects.
+"""
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from llmload.loadtests import recordfile
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.redact import redact_url
+from llmload.reports.columns import RecordTable, TableBuilder
 from llmload.reports.server.scrapes import ServerRun, read_server_run
 from llmload.reports.steady import is_auto, steady_states
 
@@ -21,29 +29,39 @@ class RunError(Exception):
 
 @dataclass
 class Run:
-    """One run: its metadata, its records (warm-up included) and what could not be read."""
+    """One run: its metadata, its records (warm-up included) and what could not be read.
+
+    ``records`` is a ``RecordTable`` when read from disk (a sequence of records,
+    with columns for the statistics); a list of records works too.
+    """
 
     path: Path
     meta: dict[str, Any]
-    records: list[RequestRecord]
+    records: RecordTable
     corrupt_lines: list[int] = field(default_factory=list)
+    _measured: RecordTable | None = field(default=None, repr=False, compare=False)
     #: the target's own metrics as scraped during the run (None: none were)
     server: ServerRun | None = None
     #: ``--warmup auto``: where each phase's steady state began (wall time; ``reports.steady``)
     steady_starts: dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.records, RecordTable):
+            self.records = RecordTable.of(self.records)
+
     @property
-    def measured(self) -> list[RequestRecord]:
+    def measured(self) -> RecordTable:
         """Records that count for statistics (warm-up excluded; with ``--warmup auto``, each
         phase's transient too)."""
-        starts = self.steady_starts
-        if not starts:
-            return [r for r in self.records if not is_warmup(r)]
-        return [
-            r
-            for r in self.records
-            if not is_warmup(r) and r.started_at >= starts.get(r.phase, -math.inf)
-        ]
+        if self._measured is None:
+            t = self.records
+            keep = ~t.warmup()
+            if self.steady_starts:
+                started = t.num("started_at")
+                for phase, start in self.steady_starts.items():
+                    keep &= ~(t.is_("phase", phase) & (started < start))
+            self._measured = t.where(keep)
+        return self._measured
 
     @property
     def name(self) -> str:
@@ -55,33 +73,41 @@ def is_warmup(record: RequestRecord) -> bool:
     return record.warmup or record.phase == "warmup"
 
 
+def _decode(line: bytes) -> Any:
+    """One line's JSON: orjson, or ``json`` for what orjson refuses and ``json`` reads
+    (NaN, integers past 64 bits, invalid UTF-8 read as replacement characters)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line.decode("utf-8", "replace"))
+
+
 def load_run(path: Path | str) -> Run:
-    """Load ``path``; a corrupt ``requests.jsonl`` line is skipped and counted, never fatal."""
+    """Load ``path``; a corrupt records line is skipped and counted, never fatal."""
     run_dir = Path(path)
     if not run_dir.exists():
         raise RunError(f"run directory {run_dir} does not exist")
     if not run_dir.is_dir():
         raise RunError(f"{run_dir} is not a directory (expected a run directory)")
-    requests_path = run_dir / "requests.jsonl"
-    if not requests_path.exists():
+    requests_path = recordfile.find(run_dir)
+    if requests_path is None:
         raise RunError(f"{run_dir} has no requests.jsonl (not a run directory?)")
     meta = _load_meta(run_dir / "run.json")
-    records: list[RequestRecord] = []
+    builder = TableBuilder()
+    add = builder.add
     corrupt: list[int] = []
-    with requests_path.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-                if not isinstance(data, dict):
-                    raise ValueError("not a JSON object")
-                record = RequestRecord.from_dict(data)
-                _check(record)
-                records.append(record)
-            except (ValueError, TypeError):
-                corrupt.append(lineno)
-    if not records:
+    for lineno, line in enumerate(recordfile.read_lines(requests_path), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = _decode(line)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            add(data)
+        except (ValueError, TypeError, OverflowError):
+            corrupt.append(lineno)
+    records = builder.table()
+    if not len(records):
         detail = f" ({len(corrupt)} corrupt lines)" if corrupt else ""
         raise RunError(f"{requests_path} holds no readable records{detail}: the run is empty")
     server = read_server_run(run_dir)
@@ -96,77 +122,6 @@ def load_run(path: Path | str) -> Run:
         server=server,
         steady_starts=starts,
     )
-
-
-_NUMBERS = (
-    "started_at",
-    "ttft_s",
-    "e2e_s",
-    "headers_s",
-    "tpot_s",
-    "ttst_s",
-    "server_ttft_s",
-    "server_queue_s",
-    "server_e2e_s",
-    "schedule_delay_s",
-    "connect_s",
-    "send_s",
-)
-
-
-def _is_number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-#: every scalar field ``_check`` wants a number (or None) in
-_SCALARS = attrgetter(
-    *_NUMBERS, "output_tokens", "usage_output_tokens", "client_output_tokens", "turn"
-)
-_NUMBER_TYPES = frozenset((int, float))
-_SCALAR_TYPES = frozenset((int, float, type(None)))
-_LABELS = attrgetter("phase", "scenario", "mode", "status")
-
-
-def _check(r: RequestRecord) -> None:
-    """``ValueError`` when a decoded record has the wrong types (a corrupt line).
-
-    A run holds up to millions of records: the exact builtin types JSON decodes to
-    are checked first, in C (``set(map(type, ...))``); only a record that fails that
-    goes through ``_check_each``, which names the field (or passes a subclass).
-    """
-    if (
-        type(r.itl_s) is list
-        and type(r.tokens_per_event) is list
-        and type(r.started_at) in _NUMBER_TYPES
-        and set(map(type, _SCALARS(r))) <= _SCALAR_TYPES
-        and set(map(type, _LABELS(r))) == {str}
-        and set(map(type, r.itl_s)) <= _NUMBER_TYPES
-        and set(map(type, r.tokens_per_event)) <= _NUMBER_TYPES
-    ):
-        return
-    _check_each(r)
-
-
-def _check_each(r: RequestRecord) -> None:
-    """``_check`` field by field: raises naming the first field of the wrong type."""
-    for name in _NUMBERS:
-        v = getattr(r, name)
-        if v is not None and not _is_number(v):
-            raise ValueError(f"{name} is not a number")
-    if not _is_number(r.started_at):
-        raise ValueError("started_at missing")
-    if not all(isinstance(x, str) for x in (r.phase, r.scenario, r.mode, r.status)):
-        raise ValueError("phase, scenario, mode and status must be strings")
-    if not isinstance(r.itl_s, list) or not all(_is_number(g) for g in r.itl_s):
-        raise ValueError("itl_s must be a list of numbers")
-    if not isinstance(r.tokens_per_event, list) or not all(
-        _is_number(n) for n in r.tokens_per_event
-    ):
-        raise ValueError("tokens_per_event must be a list of numbers")
-    for name in ("output_tokens", "usage_output_tokens", "client_output_tokens", "turn"):
-        v = getattr(r, name)
-        if v is not None and not _is_number(v):
-            raise ValueError(f"{name} is not a number")
 
 
 def _load_meta(path: Path) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.loadtests.percentile import percentile_of
+from llmload.reports.arraystats import percentile_sorted
+from llmload.reports.columns import RecordTable
 from llmload.reports.gate_metrics import (
     LATENCY,
     RATE,
@@ -35,17 +36,21 @@ class Records(Protocol):
     """A side read from records (``reports.gate_sides.RecordsSide``)."""
 
     run: Run
-    records: list[RequestRecord]
+    records: RecordTable
     slo: dict[str, float]
 
 
 def phase_value(
-    spec: MetricSpec, run: Run, phase: str, records: list[RequestRecord], slo: dict[str, float]
+    spec: MetricSpec, run: Run, phase: str, records: Sequence[RequestRecord], slo: dict[str, float]
 ) -> float | None:
     """``spec``'s statistic over one phase's records (None: no value)."""
     metric = spec.metric
     if metric.kind == LATENCY:
-        return percentile_of(latency_ms(records, metric), spec.percentile or 95.0)
+        values = latency_ms(records, metric)
+        if not len(values):
+            return None
+        values.sort()
+        return percentile_sorted(values, spec.percentile or 95.0)
     if metric.kind == RATE:
         windows = phase_windows(run.meta, [phase], run.steady_starts)
         series = per_second(records, metric, windows, slo)
@@ -61,11 +66,11 @@ def spread(
     (``target``: which side it is, the run's or the baseline target's)."""
     if repeats_of(run.meta) < 2:
         return []
-    by_mode: dict[str, dict[str, list[RequestRecord]]] = {}
-    for r in side.records:
-        by_mode.setdefault(r.mode, {}).setdefault(r.phase, []).append(r)
+    t = side.records
     out = []
-    for mode, phases in by_mode.items():
+    for mode in t.distinct("mode"):
+        of_mode = t.where(t.is_("mode", mode))
+        phases = {p: of_mode.where(of_mode.is_("phase", p)) for p in of_mode.distinct("phase")}
         if len(phases) < 2:
             continue
         for spec in specs:

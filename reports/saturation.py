@@ -21,7 +21,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+import numpy as np
+
 from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports.columns import RecordTable
 
 MIN_REQUESTS = 15
 GROWTH = 2.0
@@ -43,15 +46,20 @@ def _thirds(values: list[float]) -> tuple[float, float]:
 
 def target_saturated(records: Sequence[RequestRecord]) -> tuple[str, str, dict[str, float]] | None:
     """(message, hint, evidence) when the phase's records show a saturated target, else None."""
-    ok = sorted((r for r in records if r.ok and r.ttft_s is not None), key=lambda r: r.started_at)
-    if len(ok) < MIN_REQUESTS:
+    t = RecordTable.of(records)
+    ttft_all = t.num("ttft_s")
+    keep = t.ok() & ~np.isnan(ttft_all)
+    if int(keep.sum()) < MIN_REQUESTS:
         return None
-    server = all(r.server_ttft_s is not None for r in ok)
-    ttft = [float((r.server_ttft_s if server else r.ttft_s) or 0.0) for r in ok]
+    order = np.argsort(t.num("started_at")[keep], kind="stable")
+    s_ttft = t.num("server_ttft_s")[keep][order]
+    server = not np.isnan(s_ttft).any()
+    ttft = (s_ttft if server else ttft_all[keep][order]).tolist()
     first, last = _thirds(ttft)
     evidence = {"ttft_first_third_ms": first * 1000, "ttft_last_third_ms": last * 1000}
     grew = last >= GROWTH * first and last - first >= MIN_RISE_S
-    delays = [r.schedule_delay_s for r in ok if r.schedule_delay_s is not None]
+    delay = t.num("schedule_delay_s")[keep][order]
+    delays = delay[~np.isnan(delay)].tolist()
     behind = False
     if len(delays) >= MIN_REQUESTS:
         d_first, d_last = _thirds(delays)

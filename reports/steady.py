@@ -18,8 +18,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.steady import BATCH, mser
+from llmload.reports.arraystats import exact_sum
+from llmload.reports.columns import RecordTable
 
 METHOD = "MSER-5"
 SERIES = "per-second mean TTFT (requests by start second)"
@@ -49,12 +53,22 @@ class Steady:
 
 
 def per_second_ttft(records: Sequence[RequestRecord], start: float) -> list[tuple[int, float]]:
-    """``(second since start, mean TTFT in ms)`` of every second in which an ok request began."""
-    sums: dict[int, list[float]] = {}
-    for r in records:
-        if r.ok and r.ttft_s is not None and math.isfinite(r.ttft_s) and r.started_at >= start:
-            sums.setdefault(int(r.started_at - start), []).append(r.ttft_s * 1000.0)
-    return [(k, math.fsum(v) / len(v)) for k, v in sorted(sums.items())]
+    """``(second since start, mean TTFT in ms)`` of every second in which an ok request began
+    (from the records' columns: the exact ``math.fsum`` mean of each second's)."""
+    t = RecordTable.of(records)
+    ttft, started = t.num("ttft_s"), t.num("started_at")
+    keep = t.ok() & np.isfinite(ttft) & (started >= start)
+    if not keep.any():
+        return []
+    seconds = (started[keep] - start).astype(np.int64)  # int(): toward zero, as >= 0
+    values = ttft[keep] * 1000.0
+    order = np.argsort(seconds, kind="stable")
+    seconds, values = seconds[order], values[order]
+    cuts = np.flatnonzero(np.diff(seconds)) + 1
+    out = []
+    for part_s, part_v in zip(np.split(seconds, cuts), np.split(values, cuts), strict=True):
+        out.append((int(part_s[0]), exact_sum(part_v) / len(part_v)))
+    return out
 
 
 #: fewer seconds than this (three batches) cannot show a transient: nothing is cut
@@ -71,7 +85,7 @@ def find_steady(
     dropped = mser([v for _, v in series])
     second = series[dropped][0] if dropped else 0
     at = start + second
-    left_out = sum(r.started_at < at for r in records) if applied else 0
+    left_out = int((RecordTable.of(records).num("started_at") < at).sum()) if applied else 0
     return Steady(phase, METHOD, SERIES, float(second), at, len(series), dropped, applied, left_out)
 
 
@@ -90,13 +104,12 @@ def steady_states(meta: dict[str, Any], records: Sequence[RequestRecord]) -> dic
             starts.setdefault(str(ph["name"]), float(ph["started_at"]))
         except (KeyError, TypeError, ValueError):
             continue
-    by_phase: dict[str, list[RequestRecord]] = {}
-    for r in records:
-        if not r.warmup and r.phase != "warmup":
-            by_phase.setdefault(r.phase, []).append(r)
+    t = RecordTable.of(records)  # each phase's records as columns, none read one by one
+    measured = t.where(~t.warmup())
     out = {}
-    for name, recs in by_phase.items():
-        start = starts.get(name, min(r.started_at for r in recs))
+    for name in measured.distinct("phase"):
+        recs = measured.where(measured.is_("phase", name))
+        start = starts.get(name, float(recs.num("started_at").min()))
         found = find_steady(name, recs, start, applied)
         if found is not None:
             out[name] = found

@@ -5,22 +5,25 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 from llmload.loadtests.measure.record import ERROR_CLASSES, RequestRecord
 from llmload.loadtests.redact import redact_value
 from llmload.loadtests.slo import format_slo, parse_slo
 from llmload.reports import diagnostics
 from llmload.reports.answers import answer_stats
+from llmload.reports.arraystats import stats_of
 from llmload.reports.capacity.curve import capacity_summary
-from llmload.reports.loader import Run, is_warmup
+from llmload.reports.columns import RecordTable
+from llmload.reports.loader import Run
 from llmload.reports.schema import (
     Comparison,
     ComparisonRow,
     InputStats,
-    MetricStats,
     PhaseStats,
     Summary,
 )
@@ -28,34 +31,32 @@ from llmload.reports.server.attach import attach as attach_server
 from llmload.reports.spread import repeats_of, report_spread
 from llmload.reports.stats import PERCENTILE_METHOD
 from llmload.reports.steady import steady_states
-from llmload.reports.timeseries import per_token_gaps
 from llmload.reports.trust import assess, phase_health
 from llmload.reports.workloads import phase_blocks
 
 MS = 1000.0
 
 
-def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
-    """An ok request that met every configured SLO (TPOT only when the request has one)."""
-    if not r.ok:
-        return False
-    checks = {"ttft": r.ttft_s, "e2e": r.e2e_s, "tpot": r.tpot_s}
+def meets_slo(records: Sequence[RequestRecord], slo: dict[str, float]) -> np.ndarray:
+    """Mask: the ok requests that met every configured SLO (TPOT only when the request has
+    one), read from the records' columns (``reports.columns``; record objects are made a table)."""
+    t = RecordTable.of(records)
+    good = t.ok()
     for name, limit_ms in slo.items():
-        value = checks.get(name)
-        if value is None:
-            if name == "tpot":
-                continue
-            return False
-        if value * MS > limit_ms:
-            return False
-    return True
+        column = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}.get(name)
+        if column is None:  # an SLO on nothing a record has: nothing meets it
+            return np.zeros(len(t), dtype=bool)
+        value = t.num(column)
+        within = value * MS <= limit_ms  # (NaN, no value: not within)
+        good &= within if name != "tpot" else within | np.isnan(value)
+    return good
 
 
-def _span_s(records: Sequence[RequestRecord]) -> float:
+def _span_s(t: RecordTable) -> float:
     """Wall time covered by the records (first start to last end) when no phase times exist."""
-    start = min(r.started_at for r in records)
-    end = max(r.started_at + (r.e2e_s or 0.0) for r in records)
-    return max(end - start, 1e-9)
+    start = t.num("started_at")
+    end = start + np.nan_to_num(t.num("e2e_s"), nan=0.0)
+    return max(float(end.max()) - float(start.min()), 1e-9)
 
 
 def phase_stats(
@@ -69,81 +70,90 @@ def phase_stats(
     ``client_counts_events``: the run had no ``--tokenizer``, so the client's count is
     of content events; a difference from the server's usage then means events that
     carried several tokens (``multi_token_events``), not a token-count mismatch.
+
+    The records are read as columns (``reports.columns``; a list is made a table):
+    every distribution is exact, from numpy arrays instead of lists of floats.
     """
-    ok = [r for r in records if r.ok]
-    errors = Counter(r.status for r in records if not r.ok)
-    modes = sorted({r.mode for r in records})
-    of = MetricStats.of
+    t = RecordTable.of(records)
+    n = len(t)
+    ok = t.ok()
+    n_ok = int(ok.sum())
+    statuses = t.label_values("status")
+    failed = np.bincount(t.codes("status")[~ok], minlength=len(statuses))
+    errors = Counter({statuses[c]: int(k) for c, k in enumerate(failed.tolist()) if k})
+    modes = sorted(t.distinct("mode"))
+    num = t.num
+    ttft, tpot, e2e = num("ttft_s")[ok], num("tpot_s")[ok], num("e2e_s")[ok]
+    # the run's largest arrays (every gap): one copy each, scaled and sorted where it is
+    itl = stats_of(t.itl(ok, copy=True), MS, inplace=True)
+    if t.per_token_is_itl(ok):
+        per_token = itl
+    else:
+        per_token = stats_of(t.per_token_gaps(ok), MS, inplace=True)
     dists = {
-        "ttft_ms": of((r.ttft_s for r in ok), MS),
-        "itl_ms": of((g for r in ok for g in r.itl_s), MS),
-        "tpot_ms": of((r.tpot_s for r in ok), MS),
-        "e2e_ms": of((r.e2e_s for r in ok), MS),
-        "itl_per_token_ms": of((g for r in ok for g in per_token_gaps(r)), MS),
-        "ttst_ms": of((r.ttst_s for r in ok), MS),
-        "headers_ms": of((r.headers_s for r in ok), MS),
-        "output_tokens": of(r.output_tokens for r in ok),
-        "decode_tokens_per_s": of(1.0 / r.tpot_s for r in ok if r.tpot_s),
+        "ttft_ms": stats_of(ttft, MS),
+        "itl_ms": itl,
+        "tpot_ms": stats_of(tpot, MS),
+        "e2e_ms": stats_of(e2e, MS),
+        "itl_per_token_ms": per_token,
+        "ttst_ms": stats_of(num("ttst_s")[ok], MS),
+        "headers_ms": stats_of(num("headers_s")[ok], MS),
+        "output_tokens": stats_of(num("output_tokens")[ok]),
+        "decode_tokens_per_s": stats_of(1.0 / tpot[(tpot != 0) & ~np.isnan(tpot)]),
     }
-    delayed = [r for r in ok if r.schedule_delay_s is not None]
-    if delayed:
-        dists["schedule_delay_ms"] = of((r.schedule_delay_s for r in delayed), MS)
-        dists["ttft_from_intended_ms"] = of(
-            (r.ttft_s + (r.schedule_delay_s or 0.0) for r in delayed if r.ttft_s is not None), MS
-        )
-        dists["e2e_from_intended_ms"] = of(
-            (r.e2e_s + (r.schedule_delay_s or 0.0) for r in delayed if r.e2e_s is not None), MS
-        )
-    timed = [r for r in ok if r.mode == "stream" and r.ttft_s is not None]
-    timed = [r for r in timed if r.server_ttft_s is not None]
-    if timed:
-        dists["client_minus_server_ttft_ms"] = of(
-            ((r.ttft_s or 0.0) - (r.server_ttft_s or 0.0) for r in timed), MS
-        )
-        dists["server_ttft_ms"] = of((r.server_ttft_s for r in timed), MS)
-        dists["server_queue_ms"] = of((r.server_queue_s for r in timed), MS)
-    shapes, answers = answer_stats(ok)
+    delay = num("schedule_delay_s")[ok]
+    delayed = ~np.isnan(delay)
+    if delayed.any():
+        d = delay[delayed]
+        dists["schedule_delay_ms"] = stats_of(d, MS)
+        dists["ttft_from_intended_ms"] = stats_of(ttft[delayed] + d, MS)
+        dists["e2e_from_intended_ms"] = stats_of(e2e[delayed] + d, MS)
+    server_ttft = num("server_ttft_s")[ok]
+    timed = t.is_("mode", "stream")[ok] & ~np.isnan(ttft) & ~np.isnan(server_ttft)
+    if timed.any():
+        dists["client_minus_server_ttft_ms"] = stats_of(ttft[timed] - server_ttft[timed], MS)
+        dists["server_ttft_ms"] = stats_of(server_ttft[timed], MS)
+        dists["server_queue_ms"] = stats_of(num("server_queue_s")[ok][timed], MS)
+    shapes, answers = answer_stats(t.where(ok))
     dists.update(shapes)
     for key, attr in (("send_ms", "send_s"), ("connect_ms", "connect_s")):
-        seen = [v for r in records if (v := getattr(r, attr)) is not None]
-        if seen:
-            dists[key] = of(seen, MS)
-    turns = sorted({r.turn for r in ok})
-    by_turn = (
-        {str(t): of((r.ttft_s for r in ok if r.turn == t), MS) for t in turns}
-        if len(turns) > 1
-        else None
-    )
+        seen = num(attr)
+        if not np.isnan(seen).all():
+            dists[key] = stats_of(seen, MS)
+    turn = num("turn")[ok]
+    turns = sorted({int(x) for x in np.unique(turn[~np.isnan(turn)]).tolist()})
+    by_turn = {str(k): stats_of(ttft[turn == k], MS) for k in turns} if len(turns) > 1 else None
     multi: dict[str, int] | None = None
     mismatch: dict[str, float] | None = None
-    both = [r for r in records if r.usage_output_tokens is not None]
+    usage, client = num("usage_output_tokens"), num("client_output_tokens")
     # a tool call's usage counts the call's markup, which the client never sees as text; an
     # answer with no visible output is counted on its own (``reports.answers``)
-    both = [r for r in both if r.client_output_tokens is not None]
-    both = [r for r in both if not r.tool_calls and not r.no_output]
-    if both and client_counts_events:
-        more = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
+    both = ~np.isnan(usage) & ~np.isnan(client) & (num("tool_calls") == 0) & ~t.flag("no_output")
+    compared = int(both.sum())
+    if compared and client_counts_events:
+        more = int((usage[both] != client[both]).sum())
         if more:
-            multi = {"compared": len(both), "requests": more}
-    elif both:
-        bad = sum(r.usage_output_tokens != r.client_output_tokens for r in both)
-        mismatch = {"compared": len(both), "mismatched": bad, "rate": bad / len(both)}
-    total_tokens = sum(r.output_tokens or 0 for r in records)
-    good = sum(meets_slo(r, slo) for r in records)
+            multi = {"compared": compared, "requests": more}
+    elif compared:
+        bad = int((usage[both] != client[both]).sum())
+        mismatch = {"compared": compared, "mismatched": bad, "rate": bad / compared}
+    tokens = num("output_tokens")
+    total_tokens = int(np.nansum(tokens)) if n else 0
+    good = int(meets_slo(t, slo).sum())
     return PhaseStats(
         mode=modes[0] if len(modes) == 1 else "mixed",
-        count=len(records),
-        ok=len(ok),
+        count=n,
+        ok=n_ok,
         errors={c: errors[c] for c in (*ERROR_CLASSES, *sorted(errors)) if errors.get(c)},
-        error_rate=(len(records) - len(ok)) / len(records) if records else 0.0,
+        error_rate=(n - n_ok) / n if n else 0.0,
         duration_s=duration_s,
         dists=dists,
         output_tokens_total=total_tokens,
         output_tokens_per_s=total_tokens / duration_s,
-        requests_per_s=len(records) / duration_s,
+        requests_per_s=n / duration_s,
         goodput_per_s=good / duration_s,
         slo_met=good,
-        slo_met_rate=good / len(records) if records else 0.0,
+        slo_met_rate=good / n if n else 0.0,
         ttft_by_turn_ms=by_turn,
         multi_token_events=multi,
         token_count_mismatch=mismatch,
@@ -158,14 +168,13 @@ def phase_with_scenarios(
     client_counts_events: bool = False,
 ) -> PhaseStats:
     """``phase_stats`` of a phase's records with each scenario's (the live web UI shows these)."""
-    stats = phase_stats(records, duration_s, slo, client_counts_events)
-    names = list(dict.fromkeys(r.scenario for r in records))
+    t = RecordTable.of(records)
+    stats = phase_stats(t, duration_s, slo, client_counts_events)
+    names = t.distinct("scenario")
     if len(names) == 1:  # one scenario (a dataset, a single prompt file): the same statistics
         return replace(stats, scenarios={names[0]: stats})
     scenarios = {
-        scen: phase_stats(
-            [r for r in records if r.scenario == scen], duration_s, slo, client_counts_events
-        )
+        scen: phase_stats(t.where(t.is_("scenario", scen)), duration_s, slo, client_counts_events)
         for scen in names
     }
     return replace(stats, scenarios=scenarios)
@@ -184,9 +193,9 @@ def _phase_durations(meta: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _ordered_phases(meta: dict[str, Any], records: Iterable[RequestRecord]) -> list[str]:
+def _ordered_phases(meta: dict[str, Any], records: RecordTable) -> list[str]:
     names = [ph.get("name") for ph in meta.get("phases") or [] if isinstance(ph, dict)]
-    names += [r.phase for r in records]
+    names += records.distinct("phase")
     return list(dict.fromkeys(n for n in names if n and n != "warmup"))
 
 
@@ -201,7 +210,7 @@ def comparison(phases: dict[str, PhaseStats]) -> Comparison | None:
     return Comparison({name: ComparisonRow.of(x, y) for name, x, y in pairs})
 
 
-def _diagnose(records: Sequence[RequestRecord], mode: str) -> list[dict[str, Any]]:
+def _diagnose(records: RecordTable, mode: str) -> list[dict[str, Any]]:
     """The protocol diagnostics of one phase (``reports.diagnostics.detect``), as dicts."""
     return [d.to_dict() for d in diagnostics.detect(records, mode)]
 
@@ -217,8 +226,8 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
     events = isinstance(config, dict) and "tokenizer" in config and not config["tokenizer"]
     steady = steady_states(run.meta, run.records)
     for name in _ordered_phases(run.meta, measured):
-        recs = [r for r in measured if r.phase == name]
-        if not recs:
+        recs = measured.where(measured.is_("phase", name))
+        if not len(recs):
             continue
         duration = durations.get(name) or _span_s(recs)
         if name in steady and steady[name].applied:  # --warmup auto: the steady part's time
@@ -244,7 +253,7 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
         input=InputStats(
             records=len(run.records),
             measured_records=len(measured),
-            warmup_records=sum(is_warmup(r) for r in run.records),
+            warmup_records=int(run.records.warmup().sum()),
             corrupt_lines=len(run.corrupt_lines),
             corrupt_line_numbers=run.corrupt_lines[:50],
             run_json="missing or unreadable" if "_meta_error" in run.meta else "ok",

@@ -1,14 +1,23 @@
-"""Chart data from records: CDFs, latency over time, throughput, in-flight, errors (downsampled)."""
+"""Chart data from records: CDFs, latency over time, throughput, in-flight, errors (downsampled).
+
+Read from the records' columns (``reports.columns``): a chart of a million records
+costs arrays, not a million objects, and has as many points as one of a thousand
+(scatters sampled to ``MAX_SCATTER`` points, time series in at most 240 bins, CDFs
+of at most 200 points), so ``report.html``'s size does not grow with the run.
+"""
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.reports.charts import Band, Series
-from llmload.reports.stats import bin_width, downsample, ecdf_points, histogram
+from llmload.reports.columns import RecordTable
+from llmload.reports.stats import bin_width, ecdf_points, histogram
 
 MAX_SCATTER = 1500
 MAX_CDF_SERIES = 12
@@ -16,9 +25,9 @@ WARM = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f")
 COOL = ("#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#393b79", "#637939")
 
 
-def origin(records: list[RequestRecord], meta: dict[str, Any] | None = None) -> float:
+def origin(records: Sequence[RequestRecord], meta: dict[str, Any] | None = None) -> float:
     """x = 0 on every time chart: the first request or the first phase start, if earlier."""
-    starts = [r.started_at for r in records]
+    starts = [float(RecordTable.of(records).num("started_at").min())] if len(records) else []
     for ph in (meta or {}).get("phases") or []:
         try:
             starts.append(float(ph["started_at"]))
@@ -40,76 +49,103 @@ def phase_bands(meta: dict[str, Any], t0: float) -> list[Band]:
     return bands
 
 
-def ttft_cdfs(records: list[RequestRecord]) -> list[Series]:
+def ttft_cdfs(records: Sequence[RequestRecord]) -> list[Series]:
     """TTFT empirical CDF per (mode, scenario): sync dashed in warm colours, stream in cool ones."""
-    groups: dict[tuple[str, str], list[float]] = {}
-    for r in records:
-        if r.ok and r.ttft_s is not None:
-            groups.setdefault((r.mode, r.scenario), []).append(r.ttft_s * 1000)
+    t = RecordTable.of(records)
+    ttft = t.num("ttft_s")
+    timed = t.ok() & ~np.isnan(ttft)
+    modes, scens = t.codes("mode")[timed], t.codes("scenario")[timed]
+    values = ttft[timed] * 1000
+    names_m, names_s = t.label_values("mode"), t.label_values("scenario")
+    pairs = np.unique(np.stack((modes, scens)), axis=1).T.tolist() if len(modes) else []
+    groups = sorted((names_m[m], names_s[c]) for m, c in pairs)
     out = []
     used: Counter[str] = Counter()
-    for mode, scen in sorted(groups)[:MAX_CDF_SERIES]:
+    for mode, scen in groups[:MAX_CDF_SERIES]:
         colors = WARM if mode == "sync" else COOL
         color = colors[used[mode] % len(colors)]
         used[mode] += 1
-        pts = ecdf_points(groups[(mode, scen)])
+        mask = (modes == names_m.index(mode)) & (scens == names_s.index(scen))
+        pts = ecdf_points(np.sort(values[mask]).tolist())
         out.append(Series(f"{mode} · {scen}", pts, "step", color, dashed=mode == "sync"))
     return out
 
 
-def latency_over_time(records: list[RequestRecord], t0: float) -> list[Series]:
+def latency_over_time(records: Sequence[RequestRecord], t0: float) -> list[Series]:
     """Scatter of TTFT and E2E (ms) against request start time, per mode."""
+    t = RecordTable.of(records)
     out = []
     for mode in ("sync", "stream"):
-        recs = [r for r in records if r.ok and r.mode == mode]
-        if not recs:
+        sel = t.ok() & t.is_("mode", mode)
+        if not sel.any():
             continue
-        ttft = [(r.started_at - t0, r.ttft_s * 1000) for r in recs if r.ttft_s is not None]
-        out.append(Series(f"{mode} TTFT", downsample(ttft, MAX_SCATTER), "scatter"))  # type: ignore[arg-type]
+        start = t.num("started_at")[sel] - t0
+        kinds = [("TTFT", t.num("ttft_s")[sel])]
         if mode == "stream":
-            e2e = [(r.started_at - t0, r.e2e_s * 1000) for r in recs if r.e2e_s is not None]
-            out.append(Series(f"{mode} E2E", downsample(e2e, MAX_SCATTER), "scatter"))  # type: ignore[arg-type]
+            kinds.append(("E2E", t.num("e2e_s")[sel]))
+        for name, value in kinds:
+            has = ~np.isnan(value)
+            pts = _sample(start[has], value[has] * 1000, MAX_SCATTER)
+            out.append(Series(f"{mode} {name}", pts, "scatter"))
     colors = {"sync TTFT": "#d62728", "stream TTFT": "#1f77b4", "stream E2E": "#2ca02c"}
     for s in out:
         s.color = colors.get(s.name, "")
     return out
 
 
-def _bins(records: list[RequestRecord], t0: float) -> tuple[float, int]:
-    end = max(r.started_at + (r.e2e_s or 0.0) for r in records) - t0
+def _sample(xs: np.ndarray, ys: np.ndarray, limit: int) -> list[tuple[float, float]]:
+    """``reports.stats.downsample`` of the points ``(xs[i], ys[i])``: every k-th, in order."""
+    n = len(xs)
+    if n <= limit:
+        index: list[int] | np.ndarray = range(n)  # type: ignore[assignment]
+    else:
+        step = n / limit
+        index = [int(i * step) for i in range(limit)]
+    return list(zip(xs[index].tolist(), ys[index].tolist(), strict=True))
+
+
+def _bins(t: RecordTable, t0: float) -> tuple[float, int]:
+    end = float((t.num("started_at") + np.nan_to_num(t.num("e2e_s"), nan=0.0)).max()) - t0
     width = bin_width(end)
     return width, int(end // width) + 1
 
 
-def throughput_and_inflight(records: list[RequestRecord], t0: float) -> tuple[Series, Series]:
+def throughput_and_inflight(records: Sequence[RequestRecord], t0: float) -> tuple[Series, Series]:
     """Output tokens/s per time bin (counted at completion) and requests in flight at each bin."""
-    width, nbins = _bins(records, t0)
-    tokens = [0.0] * nbins
-    for r in records:
-        if r.output_tokens:
-            tokens[int((r.started_at + (r.e2e_s or 0.0) - t0) // width)] += r.output_tokens
-    starts = sorted(r.started_at - t0 for r in records)
-    ends = sorted(r.started_at - t0 + (r.e2e_s or 0.0) for r in records)
-    inflight = []
-    for i in range(nbins):
-        t = (i + 0.5) * width
-        inflight.append((t, float(bisect_right(starts, t) - bisect_right(ends, t))))
+    t = RecordTable.of(records)
+    width, nbins = _bins(t, t0)
+    start = t.num("started_at")
+    end = start + np.nan_to_num(t.num("e2e_s"), nan=0.0)
+    out_tokens = t.num("output_tokens")
+    counted = ~np.isnan(out_tokens) & (out_tokens != 0)
+    where = ((end[counted] - t0) // width).astype(np.int64)
+    tokens = np.bincount(where, weights=out_tokens[counted], minlength=nbins).tolist()
+    starts, ends = np.sort(start - t0), np.sort(start - t0 + np.nan_to_num(t.num("e2e_s")))
+    centres = (np.arange(nbins) + 0.5) * width
+    inflight = np.searchsorted(starts, centres, "right") - np.searchsorted(ends, centres, "right")
     tps = [((i + 0.5) * width, tokens[i] / width) for i in range(nbins)]
     return (
         Series("output tokens/s", tps, "line", "#2ca02c"),
-        Series("in-flight requests", inflight, "step", "#9467bd"),
+        Series(
+            "in-flight requests",
+            list(zip(centres.tolist(), inflight.astype(float).tolist(), strict=True)),
+            "step",
+            "#9467bd",
+        ),
     )
 
 
-def errors_over_time(records: list[RequestRecord], t0: float) -> list[Series]:
+def errors_over_time(records: Sequence[RequestRecord], t0: float) -> list[Series]:
     """Errors per time bin (by request start), one series per error class."""
-    failed = [r for r in records if not r.ok]
-    if not failed:
+    t = RecordTable.of(records)
+    failed = ~t.ok()
+    if not failed.any():
         return []
-    width, nbins = _bins(records, t0)
+    width, nbins = _bins(t, t0)
+    bins = ((t.num("started_at") - t0) // width).astype(np.int64)
     out = []
-    for cls in sorted({r.status for r in failed}):
-        counts = Counter(int((r.started_at - t0) // width) for r in failed if r.status == cls)
+    for cls in sorted(t.where(failed).distinct("status")):
+        counts = np.bincount(bins[failed & t.is_("status", cls)], minlength=nbins).tolist()
         out.append(
             Series(cls, [((i + 0.5) * width, float(counts[i])) for i in range(nbins)], "step")
         )
@@ -118,15 +154,19 @@ def errors_over_time(records: list[RequestRecord], t0: float) -> list[Series]:
 
 def per_token_gaps(r: RequestRecord) -> list[float]:
     """Each ITL gap divided by the tokens carried by the event that ends it."""
-    tpe = r.tokens_per_event
-    if len(tpe) != len(r.itl_s) + 1:
-        return []
-    return [gap / n for gap, n in zip(r.itl_s, tpe[1:], strict=True) if n > 0]
+    return RecordTable.of([r]).per_token_gaps().tolist()  # type: ignore[no-any-return]
 
 
-def distribution(values: list[float], name: str, bins: int = 40) -> Series:
-    """A histogram as a step line (bin start, count)."""
-    edges, counts = histogram(values, bins)
+def distribution(
+    values: Sequence[float] | np.ndarray,
+    name: str,
+    bins: int = 40,
+    scale: float = 1.0,
+    inplace: bool = False,
+) -> Series:
+    """A histogram of the values times ``scale`` as a step line (bin start, count);
+    ``inplace``: an array of the caller's own, used up here."""
+    edges, counts = histogram(values, bins, scale, inplace)
     pts = [(edges[i], float(c)) for i, c in enumerate(counts)]
     if edges:
         pts.append((edges[-1], float(counts[-1])))

@@ -23,14 +23,16 @@ An empty distribution is ``null`` where vLLM writes 0.
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.reports.schema import Summary, finite_sorted
-from llmload.reports.stats import percentile
+from llmload.reports.arraystats import finite_scaled_sorted, mean_and_std, percentile_sorted
+from llmload.reports.columns import RecordTable
+from llmload.reports.schema import Summary
 
 #: vLLM's default ``--metric-percentiles`` is 99; the others are there for free
 PERCENTILES = (50, 90, 95, 99)
@@ -46,42 +48,52 @@ def vllm_tpot_s(r: RequestRecord) -> float | None:
     return (r.e2e_s - r.ttft_s) / (n - 1)
 
 
-def _stats(name: str, values: Iterable[float | None], out: dict[str, Any]) -> None:
-    xs = finite_sorted(values, MS)
-    if not xs:
+def _stats(name: str, values: np.ndarray, out: dict[str, Any], inplace: bool = False) -> None:
+    xs = finite_scaled_sorted(values, MS, inplace)
+    if not len(xs):
         out.update({f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None})
         out.update({f"p{p}_{name}_ms": None for p in PERCENTILES})
         return
-    mean = math.fsum(xs) / len(xs)
+    mean, std = mean_and_std(xs)
     out[f"mean_{name}_ms"] = mean
-    out[f"median_{name}_ms"] = percentile(xs, 50)
-    out[f"std_{name}_ms"] = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / len(xs))
+    out[f"median_{name}_ms"] = percentile_sorted(xs, 50)
+    out[f"std_{name}_ms"] = std
     for p in PERCENTILES:
-        out[f"p{p}_{name}_ms"] = percentile(xs, p)
+        out[f"p{p}_{name}_ms"] = percentile_sorted(xs, p)
 
 
-def _peaks(ok: Sequence[RequestRecord]) -> tuple[float, int]:
+#: records per pass of ``_busiest_second`` (bounds the memory of one pass)
+_CHUNK = 16384
+
+
+def _peaks(ok: RecordTable) -> tuple[float, int]:
     """(content events in the busiest wall-clock second, most requests in flight at once)."""
-    if not ok:
+    if not len(ok):
         return 0.0, 0
-    t0 = min(r.started_at for r in ok)
-    buckets: dict[int, int] = {}
-    edges: list[tuple[float, int]] = []
-    for r in ok:
-        end = r.started_at + (r.e2e_s or 0.0)
-        edges += [(r.started_at, 1), (end, -1)]
-        if r.ttft_s is None:
-            continue
-        at = r.started_at + r.ttft_s
-        for gap in [0.0, *r.itl_s]:
-            at += gap
-            second = int(at - t0)
-            buckets[second] = buckets.get(second, 0) + 1
-    inflight = peak = 0
-    for _, delta in sorted(edges):  # an end before a start at the same instant
-        inflight += delta
-        peak = max(peak, inflight)
-    return float(max(buckets.values(), default=0)), peak
+    start = ok.num("started_at")
+    end = start + np.nan_to_num(ok.num("e2e_s"), nan=0.0)
+    times = np.concatenate((start, end))
+    deltas = np.concatenate((np.ones(len(start), np.int64), -np.ones(len(end), np.int64)))
+    order = np.lexsort((deltas, times))  # an end before a start at the same instant
+    peak = int(max(np.cumsum(deltas[order]).max(), 0))
+    return _busiest_second(ok, float(start.min())), peak
+
+
+def _busiest_second(ok: RecordTable, t0: float) -> float:
+    """Content events per wall-clock second since ``t0``, at its most: each record's first
+    at ``started_at + ttft``, each later one a gap after the one before (``arrivals``: the
+    same running sums as adding one gap at a time)."""
+    counts: dict[int, int] = {}
+    timed = ok.where(~np.isnan(ok.num("ttft_s")))
+    for lo in range(0, len(timed), _CHUNK):
+        part = timed[lo : lo + _CHUNK]
+        at = part.arrivals(part.num("started_at") + part.num("ttft_s"))
+        seconds = (at - t0).astype(np.int64)  # int(): toward zero
+        first = int(seconds.min())
+        for k, c in enumerate(np.bincount(seconds - first).tolist()):
+            if c:
+                counts[first + k] = counts.get(first + k, 0) + c
+    return float(max(counts.values(), default=0))
 
 
 def vllm_result(
@@ -96,9 +108,10 @@ def vllm_result(
     ``good`` is the number of requests that met the run's SLOs (goodput);
     ``info`` the setup fields vLLM puts first (``model_id``, ``request_rate``, ...).
     """
-    ok = [r for r in records if r.ok]
-    total_in = sum(r.prompt_tokens or 0 for r in ok)
-    total_out = sum(r.output_tokens or 0 for r in ok)
+    t = RecordTable.of(records)
+    ok = t.where(t.ok())
+    total_in = int(np.nansum(ok.num("prompt_tokens")))
+    total_out = int(np.nansum(ok.num("output_tokens")))
     dur = max(duration_s, 1e-9)
     peak_tokens, peak_inflight = _peaks(ok)
     out: dict[str, Any] = {
@@ -107,7 +120,7 @@ def vllm_result(
         **(info or {}),
         "duration": duration_s,
         "completed": len(ok),
-        "failed": len(records) - len(ok),
+        "failed": len(t) - len(ok),
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "request_throughput": len(ok) / dur,
@@ -117,10 +130,13 @@ def vllm_result(
         "max_output_tokens_per_s": peak_tokens,
         "max_concurrent_requests": peak_inflight,
     }
-    _stats("ttft", (r.ttft_s for r in ok), out)
-    _stats("tpot", (vllm_tpot_s(r) for r in ok), out)
-    _stats("itl", (g for r in ok for g in r.itl_s), out)
-    _stats("e2el", (r.e2e_s for r in ok), out)
+    ttft, e2e, n = ok.num("ttft_s"), ok.num("e2e_s"), np.nan_to_num(ok.num("output_tokens"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(n > 1, (e2e - ttft) / (n - 1), np.nan)
+    _stats("ttft", ttft, out)
+    _stats("tpot", tpot, out)
+    _stats("itl", ok.itl(copy=True), out, inplace=True)  # every gap: one copy, used up
+    _stats("e2el", e2e, out)
     return out
 
 
@@ -147,7 +163,8 @@ def phase_results(
     info = run_info(meta)
     out: dict[str, dict[str, Any]] = {}
     for name, phase in summary.phases.items():
-        recs = [r for r in records if r.phase == name]
+        table = RecordTable.of(records)
+        recs = table.where(table.is_("phase", name))
         result = vllm_result(recs, phase.duration_s, good=phase.slo_met, info=info)
         result["llmload"] = {
             "phase": name,

@@ -24,10 +24,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.reports.schema import MetricStats
+from llmload.reports.arraystats import stats_of
+from llmload.reports.columns import RecordTable
 
 MS = 1000.0
+
+
+def _int_sum(values: np.ndarray) -> int:
+    """The exact sum of integer counts (tokens, held as float64; steps)."""
+    return int(values.astype(np.int64).sum())
 
 
 def prefix_cache(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
@@ -35,28 +43,32 @@ def prefix_cache(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
 
     ``{"requests", "hit_requests", "hit_share", "prompt_tokens", "cached_tokens",
     "hit_rate", "ttft_hit_ms", "ttft_miss_ms"}`` (the TTFTs are ``MetricStats`` as JSON).
+    Read from the records' columns (``reports.columns``; record objects are made a table).
     """
-    told = [r for r in records if r.ok and r.cached_tokens is not None and r.prompt_tokens]
-    if not told:
+    t = RecordTable.of(records)
+    prompts, cached = t.num("prompt_tokens"), t.num("cached_tokens")
+    told = t.ok() & ~np.isnan(cached) & ~np.isnan(prompts) & (prompts != 0)
+    n = int(told.sum())
+    if not n:
         return None
-    prompt = sum(r.prompt_tokens or 0 for r in told)
-    cached = sum(r.cached_tokens or 0 for r in told)
-    hits = [r for r in told if r.cached_tokens]
-    misses = [r for r in told if not r.cached_tokens]
+    prompt, hit = _int_sum(prompts[told]), _int_sum(cached[told])
+    hits = told & (cached != 0)
+    ttft = t.num("ttft_s")
     return {
-        "requests": len(told),
-        "hit_requests": len(hits),
-        "hit_share": len(hits) / len(told),
+        "requests": n,
+        "hit_requests": int(hits.sum()),
+        "hit_share": int(hits.sum()) / n,
         "prompt_tokens": prompt,
-        "cached_tokens": cached,
-        "hit_rate": cached / prompt,
-        "ttft_hit_ms": MetricStats.of((r.ttft_s for r in hits), MS).to_json(),
-        "ttft_miss_ms": MetricStats.of((r.ttft_s for r in misses), MS).to_json(),
+        "cached_tokens": hit,
+        "hit_rate": hit / prompt,
+        "ttft_hit_ms": stats_of(ttft[hits], MS).to_json(),
+        "ttft_miss_ms": stats_of(ttft[told & ~hits], MS).to_json(),
     }
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def _mean(values: np.ndarray) -> float | None:
+    """The mean of integer counts (tokens, steps), None when there are none."""
+    return _int_sum(values) / len(values) if len(values) else None
 
 
 def agent_sessions(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
@@ -65,58 +77,57 @@ def agent_sessions(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
     ``{"sessions", "complete", "incomplete", "steps": {step: {"requests", "ok",
     "ttft_ms", "e2e_ms", "prompt_tokens_mean", "cached_tokens_mean"}},
     "steps_per_session_mean", "session_ms", "session_from_intended_ms"}``.
+    Read from the records' columns: each session's requests ordered by step (ties in
+    record order), its first and last compared at once for every session.
     """
-    by_session: dict[str, list[RequestRecord]] = {}
-    for r in records:
-        if r.session_id is not None and r.step is not None:
-            by_session.setdefault(r.session_id, []).append(r)
-    if not by_session:
+    t = RecordTable.of(records)
+    t = t.where(t.has("session_id") & ~np.isnan(t.num("step")))
+    if not len(t):
         return None
-    steps: dict[int, list[RequestRecord]] = {}
-    for recs in by_session.values():
-        for r in recs:
-            steps.setdefault(r.step or 0, []).append(r)
+    codes: dict[Any, int] = {}  # sessions in order of first appearance
+    session = np.array([codes.setdefault(s, len(codes)) for s in t.text("session_id")])
+    step = t.num("step").astype(np.int64)
+    ok = t.ok()
+    prompts, cached = t.num("prompt_tokens"), t.num("cached_tokens")
+    ttft, e2e, started = t.num("ttft_s"), t.num("e2e_s"), t.num("started_at")
     per_step = {}
-    for step in sorted(steps):
-        recs = steps[step]
-        ok = [r for r in recs if r.ok]
-        cached = [r.cached_tokens for r in ok if r.cached_tokens is not None]
-        per_step[str(step)] = {
-            "requests": len(recs),
-            "ok": len(ok),
-            "ttft_ms": MetricStats.of((r.ttft_s for r in ok), MS).to_json(),
-            "e2e_ms": MetricStats.of((r.e2e_s for r in ok), MS).to_json(),
-            "prompt_tokens_mean": _mean([r.prompt_tokens for r in ok if r.prompt_tokens]),
-            "cached_tokens_mean": _mean(cached),
+    for k in np.unique(step).tolist():
+        mine = step == k
+        good = mine & ok
+        per_step[str(k)] = {
+            "requests": int(mine.sum()),
+            "ok": int(good.sum()),
+            "ttft_ms": stats_of(ttft[good], MS).to_json(),
+            "e2e_ms": stats_of(e2e[good], MS).to_json(),
+            "prompt_tokens_mean": _mean(prompts[good & ~np.isnan(prompts) & (prompts != 0)]),
+            "cached_tokens_mean": _mean(cached[good & ~np.isnan(cached)]),
         }
-    times, intended, lengths = [], [], []
-    for recs in by_session.values():
-        recs.sort(key=lambda r: r.step or 0)
-        first, last = recs[0], recs[-1]
-        complete = (
-            first.step == 0
-            and [r.step for r in recs] == list(range(len(recs)))
-            and all(r.ok for r in recs)
-            and last.finish_reason != "tool_calls"
-            and last.e2e_s is not None
-        )
-        if not complete:
-            continue
-        lengths.append(len(recs))
-        span = last.started_at + (last.e2e_s or 0.0) - first.started_at
-        times.append(span)
-        if first.schedule_delay_s is not None:
-            intended.append(span + first.schedule_delay_s)
+    order = np.lexsort((step, session))  # by session, then step; stable
+    s, k = session[order], step[order]
+    first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    last = np.r_[first[1:], len(s)] - 1
+    lengths = last - first + 1
+    in_place = k == np.arange(len(k)) - np.repeat(first, lengths)  # steps 0, 1, 2, ...
+    bad = ~in_place | ~ok[order]
+    a, z = order[first], order[last]
+    complete = (
+        (np.add.reduceat(bad, first) == 0)
+        & ~t.is_("finish_reason", "tool_calls")[z]
+        & ~np.isnan(e2e[z])
+    )
+    span = (started[z] + e2e[z]) - started[a]
+    times, delay = span[complete], t.num("schedule_delay_s")[a][complete]
     block: dict[str, Any] = {
-        "sessions": len(by_session),
-        "complete": len(times),
-        "incomplete": len(by_session) - len(times),
+        "sessions": len(codes),
+        "complete": int(complete.sum()),
+        "incomplete": len(codes) - int(complete.sum()),
         "steps": per_step,
-        "steps_per_session_mean": _mean(lengths),
-        "session_ms": MetricStats.of(times, MS).to_json(),
+        "steps_per_session_mean": _mean(lengths[complete]),
+        "session_ms": stats_of(times, MS).to_json(),
     }
-    if intended:
-        block["session_from_intended_ms"] = MetricStats.of(intended, MS).to_json()
+    timed = ~np.isnan(delay)
+    if timed.any():
+        block["session_from_intended_ms"] = stats_of(times[timed] + delay[timed], MS).to_json()
     return block
 
 

@@ -298,7 +298,7 @@ def section(r: dict[str, Any], load_before: str, load_after: str) -> str:
     lost = r["served"] - r["records"]
     met = r["after_p99"] <= P99_GOAL_MS and lost == 0 and r["users_late"] == 0
     lines = [
-        "## 10,000 open streams on this machine (`streams`)",
+        "## 10,000 open streams on this machine (`open-streams`)",
         "",
         f"`python -m bench open-streams` — {machine()}. Load average at start: {load_before}; "
         f"at the end: {load_after}.",
@@ -344,12 +344,31 @@ def section(r: dict[str, Any], load_before: str, load_after: str) -> str:
         f"process (this host: {soft}/{hard}), {r['users']:,} ephemeral ports (this host: "
         f"{ports[0]}-{ports[1]}), a listen backlog above the spawn batch (somaxconn "
         f"{somaxconn()}); `llmload run` checks the first two at start-up, the server says "
-        "when its own limit it.",
+        "when its own limits bind.",
         "",
         f"Goals (client − server TTFT ≤ {P99_GOAL_MS:g} ms p99 after the spawn, 0 records "
         f"lost, every user started within the spawn window): **{'met' if met else 'not met'}** "
         "here.",
     ]
+    health = ((r.get("info") or {}).get("phases") or [{}])[0].get("health") or {}
+    lags = [p.get("lag_p99_ms", nan) for p in (health.get("processes") or {}).values()]
+    if not met and per:
+        busy = per["server_cores"] + per["client_cores"]
+        lines += [
+            "",
+            f"What limits it: CPU. With every stream open the two ends used {busy:.2f} of the "
+            f"2 cores ({per['server_cores']:.2f} the server's two processes, "
+            f"{per['client_cores']:.2f} the load generator's three), so neither end's event "
+            "loop was idle when data came: the load generator's loop lag p99 was "
+            f"{max(lags, default=nan):.0f} ms, and the server read and admitted requests late "
+            "(its own TTFT counts from its parse of the request, so what the client waited "
+            "before that is in the difference). The exact timing needs an idle core at each "
+            "end — 1,000 streams per core at ITL 50 ms (20,000 events/s) met 5 ms in section 2 "
+            "of *Scale*, the client on a core of its own. Next step: the two ends on separate "
+            "machines (or 4+ cores), and per request on the load generator the start notice "
+            "each request sends its master before its bytes leave (a ZeroMQ send, ~10 % of a "
+            "worker's CPU in the profile below) could ride with the records.",
+        ]
     if r["profile"]:
         lines += [
             "",

@@ -205,7 +205,7 @@ def run(
     info["calibration"] = calibrate.quick()
     if baseline is not None:
         info["baseline_target"] = baseline
-    writer = RunWriter(out_dir, info)
+    writer = RunWriter(out_dir, info, opts.output.records_compression)
     status = StatusLine()
     hub.add(writer)
     hub.add(status)

@@ -1,7 +1,9 @@
 """The run writer: a ``RecordSink`` that writes ``requests.jsonl`` and ``run.json``.
 
 ``requests.jsonl`` gets one ``RequestRecord.to_json()`` line per record,
-flushed as it is written, so a killed run keeps what it measured.  ``run.json``
+flushed as it is written, so a killed run keeps what it measured (compressed,
+``--records-compression``: ``requests.jsonl.gz``/``.zst``, flushed every second;
+``loadtests.recordfile``).  ``run.json``
 is written when the run opens (``status: "running"``) and rewritten atomically
 on every phase change and at ``close()`` with the final status and count.
 """
@@ -20,6 +22,7 @@ from typing import Any
 import psutil
 
 from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.recordfile import RecordFile
 from llmload.loadtests.run.healthlog import HealthLog
 from llmload.loadtests.run.sinks import HarnessHealth, NullSink
 
@@ -57,13 +60,13 @@ def host_info() -> dict[str, Any]:
 class RunWriter(NullSink):
     """Writes one run directory; ``info`` is ``run.json`` less phases, times, status, count."""
 
-    def __init__(self, out_dir: Path, info: dict[str, Any]) -> None:
+    def __init__(self, out_dir: Path, info: dict[str, Any], compression: str = "none") -> None:
         self.out_dir = out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
-        self.requests_path = out_dir / "requests.jsonl"
         self.run_path = out_dir / "run.json"
         # a directory reused for a new run starts over: records of two runs never mix
-        self._file = self.requests_path.open("w", encoding="utf-8")
+        self._file = RecordFile(out_dir, compression)
+        self.requests_path = self._file.path
         self.records = 0
         self.status = "running"
         self.phases: list[dict[str, Any]] = []
@@ -77,8 +80,7 @@ class RunWriter(NullSink):
         self._write_run_json()
 
     def on_record(self, record: RequestRecord) -> None:
-        self._file.write(record.to_json() + "\n")
-        self._file.flush()
+        self._file.write(record.to_json())
         self.records += 1
 
     def on_health(self, source: str, snapshot: HarnessHealth) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.capacity import RATIO_CAP
 from llmload.reports.capacity.judge import Criterion, judge, scores
+from llmload.reports.columns import RecordTable
 from llmload.reports.fmt import fmt_ms
 from llmload.reports.server.saturation import server_saturation
 from llmload.reports.steady import steady_part
@@ -193,9 +194,7 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
         return None
     criteria = [Criterion(float(c["quantile"]), dict(c["bounds_ms"])) for c in block["criteria"]]
     open_loop = is_open_loop(block)
-    by_phase: dict[str, list[RequestRecord]] = {}
-    for r in run.records:
-        by_phase.setdefault(r.phase, []).append(r)
+    by_phase = _by_phase(run.records)
     curve = []
     point_conf = float(block.get("confidence", 0.95))
     # whose a schedule delay was needs the cap (an older run has none: every delay queueing)
@@ -206,7 +205,7 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
         if lag is None:
             lag = harness_delay_ms(healths.get(step["phase"]) or {})
         point = judge(
-            by_phase.get(step["phase"], []),
+            by_phase.get(step["phase"], RecordTable.of([])),
             criteria,
             point_conf,
             duration_s=float(step.get("duration_s") or step.get("wall_s") or 1.0),
@@ -217,23 +216,24 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
         )
         pooled_with = [p for p in step.get("pooled_with") or [] if p in by_phase]
         if pooled_with:  # a step run again (too close to call): judged on both runs
-            pool = [r for p in [*pooled_with, step["phase"]] for r in by_phase[p]]
+            t = run.records
+            pool = t.where(t.is_any("phase", [*pooled_with, step["phase"]]))
             both = judge(pool, criteria, point_conf, duration_s=1.0, open_loop=open_loop)
             for key in ("criteria", "verdict", "ratio"):
                 point[key] = both[key]
             point["pooled_with"] = pooled_with
         window = _phase_times(run.meta, step.get("phase"))
-        recs = by_phase.get(step["phase"], [])
-        if run.server is not None and window is not None and recs:
+        recs = by_phase.get(step["phase"])
+        if run.server is not None and window is not None and recs is not None:
             scrapes = [(s.t, s.sample) for s in run.server.scrapes]
-            last = max(r.started_at for r in recs)
+            last = float(recs.num("started_at").max())
             point["saturated"] += server_saturation(
                 scrapes, window[0], last, window[1], growing=open_loop
             )
         extra = {k: step.get(k) for k in ("phase", "load", "why", "search_verdict", "starved")}
         if step.get("plateau"):
             point["plateau"] = step["plateau"]
-        sessions = session_point(recs)
+        sessions = session_point(recs) if recs is not None else None
         if sessions is not None:
             point["sessions"] = sessions
         curve.append({**extra, **point})
@@ -260,6 +260,11 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
     }
 
 
+def _by_phase(t: RecordTable) -> dict[str, RecordTable]:
+    """A run's records by phase (selections of its table)."""
+    return {p: t.where(t.is_("phase", p)) for p in t.distinct("phase")}
+
+
 def _phase_times(meta: dict[str, Any], name: Any) -> tuple[float, float] | None:
     for ph in meta.get("phases") or []:
         if isinstance(ph, dict) and ph.get("name") == name:
@@ -279,21 +284,21 @@ def capacity_doc(run: Any) -> dict[str, Any] | None:
         return None
     criteria = [Criterion(float(c["quantile"]), dict(c["bounds_ms"])) for c in block["criteria"]]
     open_loop = is_open_loop(block)
-    by_load: dict[float, list[RequestRecord]] = {}
+    by_load: dict[float, list[Sequence[RequestRecord]]] = {}
+    t = run.records
     for step in block["steps"]:
         if step.get("search_verdict") == "unreliable":
             continue  # a starved load generator measured nothing about the server
         # a step run again at the same load (too close to call) pools with the first run
-        recs = by_load.setdefault(step["load"], [])
-        step_recs = [r for r in run.records if r.phase == step["phase"]]
+        step_recs: Sequence[RequestRecord] = t.where(t.is_("phase", step["phase"]))
         if block.get("warmup") == "auto":  # each step judged on its steady part: so gated
             step_recs = steady_part(step_recs)[0]
-        recs += step_recs
+        by_load.setdefault(step["load"], []).append(step_recs)
     steps = []
-    for load, recs in by_load.items():
-        per = [scores(recs, c, open_loop) for c in criteria]
+    for load, parts in by_load.items():  # (a request's scores are its own: part by part)
+        per = [[s for part in parts for s in scores(part, c, open_loop)] for c in criteria]
         rows = [[round(min(s, RATIO_CAP), 4) for s in col] for col in per]
-        steps.append({"load": load, "n": len(recs), "scores": rows})
+        steps.append({"load": load, "n": sum(len(part) for part in parts), "scores": rows})
     return {
         "unit": block.get("unit"),
         "criteria": block["criteria"],

@@ -40,10 +40,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests.durations import parse_fraction
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.capacity import RATIO_CAP
 from llmload.loadtests.slo import METRICS, parse_duration_ms
+from llmload.reports.arraystats import percentile_sorted
+from llmload.reports.columns import RecordTable
 from llmload.reports.stats import percentile
 
 DEFAULT_GOODPUT = 0.95
@@ -156,34 +160,34 @@ def binomial_tail(k: int, n: int, p: float, upper: bool) -> float:
     return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
 
 
-def _value_ms(r: RequestRecord, metric: str, open_loop: bool) -> float | None:
-    value = {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2e": r.e2e_s}[metric]
-    if value is None:
-        return None
-    if open_loop and metric != "tpot" and r.schedule_delay_s is not None:
-        value += r.schedule_delay_s
-    return value * 1000.0
+_COLUMNS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+
+
+def _values_ms(t: RecordTable, metric: str, open_loop: bool) -> np.ndarray:
+    """Each record's ``metric`` in ms (NaN: none); open loop, TTFT and E2E from the intended
+    send time (plus the schedule delay, where the record has one)."""
+    value = t.num(_COLUMNS[metric])
+    if open_loop and metric != "tpot":
+        delay = t.num("schedule_delay_s")
+        value = np.where(np.isnan(delay), value, value + delay)
+    return value * 1000.0  # type: ignore[no-any-return]
+
+
+def _scores(t: RecordTable, c: Criterion, open_loop: bool) -> np.ndarray:
+    worst = np.zeros(len(t))
+    for metric, bound in c.bounds_ms.items():
+        v = _values_ms(t, metric, open_loop)
+        # a missing TPOT (a one-token answer) is not held against it; any other is
+        missing = 0.0 if metric == "tpot" else math.inf
+        worst = np.maximum(worst, np.where(np.isnan(v), missing, v / bound))
+    worst[~t.ok()] = math.inf
+    return worst
 
 
 def scores(records: Iterable[RequestRecord], c: Criterion, open_loop: bool) -> list[float]:
     """Each request's worst ``value / bound`` (inf when it failed; a missing TPOT is not held
-    against a one-token answer)."""
-    out = []
-    for r in records:
-        if not r.ok:
-            out.append(math.inf)
-            continue
-        worst = 0.0
-        for metric, bound in c.bounds_ms.items():
-            v = _value_ms(r, metric, open_loop)
-            if v is None:
-                if metric == "tpot":
-                    continue
-                worst = math.inf
-                break
-            worst = max(worst, v / bound)
-        out.append(worst)
-    return out
+    against a one-token answer), read from the records' columns (``reports.columns``)."""
+    return _scores(RecordTable.of(records), c, open_loop).tolist()  # type: ignore[no-any-return]
 
 
 def quantile_ratio(sorted_scores: Sequence[float], q: float) -> float | None:
@@ -225,11 +229,11 @@ def _observed_ms(c: Criterion, ratio: float | None) -> float | None:
     return ratio * next(iter(c.bounds_ms.values()))
 
 
-def _pcts(values: list[float]) -> dict[str, float | None]:
-    xs = sorted(values)
+def _pcts(values: np.ndarray) -> dict[str, float | None]:
+    xs = np.sort(values[~np.isnan(values)])
     return {
-        "p50": percentile(xs, 50) if xs else None,
-        "p95": percentile(xs, 95) if xs else None,
+        "p50": percentile_sorted(xs, 50) if len(xs) else None,
+        "p95": percentile_sorted(xs, 95) if len(xs) else None,
     }
 
 
@@ -252,50 +256,58 @@ def judge(
     they say whose a schedule delay was (``schedule_lateness``; without ``cap``, an
     older run's, every delay counts as queueing).
     """
-    ok = [r for r in records if r.ok]
-    n = len(records)
+    t = RecordTable.of(records)
+    ok = t.ok()
+    n, n_ok = len(t), int(ok.sum())
     # a session's later steps follow its answers: only its first step was an arrival
-    arrivals = sum(1 for r in records if not r.step)
+    arrivals = int(np.count_nonzero(~(t.num("step") > 0)))
     dur = max(duration_s, 1e-9)
-    crit = [judge_criterion(scores(records, c, open_loop), c, confidence) for c in criteria]
+    crit = [judge_criterion(scores(t, c, open_loop), c, confidence) for c in criteria]
     verdicts = {c["verdict"] for c in crit}
     verdict = "pass" if verdicts == {"pass"} else "fail" if "fail" in verdicts else "uncertain"
     ratios = [c["ratio"] for c in crit if c["ratio"] is not None]
-    errors = n - len(ok)
     # throughput: open loop, what completed while the step's schedule ran (not the drain
     # after it, so an overloaded target shows what it served, not what was offered);
     # closed loop, the step lasts until its last request ends
-    t0 = min((r.started_at for r in records), default=0.0)
+    started, e2e = t.num("started_at"), t.num("e2e_s")
+    t0 = float(started.min()) if n else 0.0
     done = ok
     if open_loop:
-        done = [r for r in ok if r.e2e_s is not None and r.started_at + r.e2e_s <= t0 + dur]
+        done = ok & ~np.isnan(e2e) & (started + e2e <= t0 + dur)
+    tokens = t.num("output_tokens")[done]
     point: dict[str, Any] = {
         "requests": n,
         "arrivals": arrivals,
-        "ok": len(ok),
-        "error_rate": errors / n if n else 0.0,
+        "ok": n_ok,
+        "error_rate": (n - n_ok) / n if n else 0.0,
         "duration_s": duration_s,
         "sent_per_s": n / dur,
-        "throughput_per_s": len(done) / dur,
-        "output_tokens_per_s": sum(r.output_tokens or 0 for r in done) / dur,
-        "ttft_ms": _pcts([v for r in ok if (v := _value_ms(r, "ttft", open_loop)) is not None]),
-        "tpot_ms": _pcts([r.tpot_s * 1000 for r in ok if r.tpot_s is not None]),
-        "e2e_ms": _pcts([v for r in ok if (v := _value_ms(r, "e2e", open_loop)) is not None]),
+        "throughput_per_s": int(done.sum()) / dur,
+        "output_tokens_per_s": int(tokens[~np.isnan(tokens)].astype(np.int64).sum()) / dur,
+        "ttft_ms": _pcts(_values_ms(t, "ttft", open_loop)[ok]),
+        "tpot_ms": _pcts(_values_ms(t, "tpot", open_loop)[ok]),
+        "e2e_ms": _pcts(_values_ms(t, "e2e", open_loop)[ok]),
         "from_intended": open_loop,
         "criteria": crit,
         "ratio": max(ratios) if ratios else None,
         "verdict": verdict,
     }
-    late = schedule_lateness(records, cap, client_lag_ms) if open_loop else None
+    late = schedule_lateness(t, cap, client_lag_ms) if open_loop else None
     # the target's own latency: the client's part of each schedule delay taken out
-    target = records if late is None else late.target_records
+    target: Sequence[RequestRecord] = t if late is None else late.target_records
     if late is not None:
         point["schedule_delay_ms_p95"] = late.delay_ms_p95
         point["target_delay_ms_p95"] = late.target_ms_p95
-    queue = sorted(r.server_queue_s * 1000 for r in ok if r.server_queue_s is not None)
-    if queue:
-        point["server_queue_ms_p95"] = percentile(queue, 95)
-    sessions = any(r.session_id is not None for r in records)
+    else:
+        delays = np.sort(t.num("schedule_delay_s") * 1000)
+        delays = delays[~np.isnan(delays)]
+        if len(delays):
+            point["schedule_delay_ms_p95"] = percentile_sorted(delays, 95)
+    queue = t.num("server_queue_s")[ok] * 1000
+    queue = np.sort(queue[~np.isnan(queue)])
+    if len(queue):
+        point["server_queue_ms_p95"] = percentile_sorted(queue, 95)
+    sessions = bool(t.has("session_id").any())
     point["saturated"] = _saturation(point, open_loop, scheduled, sessions)
     if late is not None and late.delay_ms_p95 > LATE_P95_MS:
         if late.target_ms_p95 > LATE_P95_MS:
@@ -352,11 +364,13 @@ def _growing(
     (in SLO ratio: the second half's median minus the first's)."""
     if len(records) < 20:
         return "", 0.0
-    ordered = sorted(records, key=lambda r: r.started_at)
-    worst = [max(s) for s in zip(*(scores(ordered, c, open_loop) for c in criteria), strict=True)]
+    t = RecordTable.of(records)
+    order = np.argsort(t.num("started_at"), kind="stable")
+    worst = np.max([_scores(t, c, open_loop)[order] for c in criteria], axis=0)
     half = len(worst) // 2
-    first = percentile(sorted(min(x, RATIO_CAP) for x in worst[:half]), 50)
-    second = percentile(sorted(min(x, RATIO_CAP) for x in worst[half:]), 50)
+    capped = np.minimum(worst, RATIO_CAP)
+    first = percentile_sorted(np.sort(capped[:half]), 50)
+    second = percentile_sorted(np.sort(capped[half:]), 50)
     # one more step is two more half-steps along the same trend
     if second > GROWING_RATIO * first and second + 2 * (second - first) >= 1.0:
         return (

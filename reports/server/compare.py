@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llmload.reports.loader import Run, is_warmup
+import numpy as np
+
+from llmload.reports.arraystats import exact_sum
+from llmload.reports.loader import Run
 from llmload.reports.schema import PhaseStats
 from llmload.reports.server.phase import role_delta, window
 
@@ -86,10 +89,11 @@ def mode_means(run: Run) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for mode, acc in sums.items():
         block = {f"{r}_mean_ms": s / n * 1000 for r, (n, s) in acc.items() if n}
-        ok = [x.ttft_s for x in run.records if x.ok and x.mode == mode and not is_warmup(x)]
-        client = [v for v in ok if v is not None]
-        if client and "ttft_mean_ms" in block and mode == "stream":
-            block["path_mean_ms"] = sum(client) / len(client) * 1000 - block["ttft_mean_ms"]
+        t = run.records
+        client = t.num("ttft_s")[t.ok() & t.is_("mode", mode) & ~t.warmup()]
+        client = client[~np.isnan(client)]
+        if len(client) and "ttft_mean_ms" in block and mode == "stream":
+            block["path_mean_ms"] = exact_sum(client) / len(client) * 1000 - block["ttft_mean_ms"]
         block["server"] = server.name  # type: ignore[assignment]
         out[mode] = block
     return out

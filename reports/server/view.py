@@ -6,8 +6,11 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests import serverfamilies
 from llmload.reports import timeseries as ts
+from llmload.reports.arraystats import exact_sum
 from llmload.reports.charts import Axes, Band, Series, render
 from llmload.reports.fmt import fmt_ms
 from llmload.reports.loader import Run
@@ -103,7 +106,9 @@ def _phase(name: str, block: dict[str, Any], client: Any) -> str:
 def _over_time(run: Run, sr: ServerRun, server: serverfamilies.Server) -> str:
     t0 = ts.origin(run.records, run.meta)
     bands = ts.phase_bands(run.meta, t0)
-    end = max([b.x1 for b in bands] + [r.started_at + (r.e2e_s or 0.0) - t0 for r in run.records])
+    t = run.records
+    ended = t.num("started_at") + np.nan_to_num(t.num("e2e_s"), nan=0.0) - t0
+    end = max([b.x1 for b in bands] + ([float(ended.max())] if len(ended) else []))
     scrapes = [s for s in sr.scrapes if 0.0 <= s.t - t0 <= end]
     have = sr.names()
     charts = [
@@ -179,16 +184,17 @@ def _means(
         series.append(Series(f"server {role}", pts, "line"))
     if not series:
         return None
-    firsts = sorted(
-        (r.started_at + r.ttft_s - t0, r.ttft_s * 1000)
-        for r in run.measured
-        if r.ok and r.mode == "stream" and r.ttft_s is not None
-    )
+    m = run.measured
+    ttft = m.num("ttft_s")
+    timed = m.ok() & m.is_("mode", "stream") & ~np.isnan(ttft)
+    firsts = m.num("started_at")[timed] + ttft[timed] - t0  # when each first token came
+    order = np.argsort(firsts, kind="stable")
+    firsts, values = firsts[order], ttft[timed][order] * 1000
     client = []
     for a, b in zip(scrapes, scrapes[1:], strict=False):
-        xs = [v for x, v in firsts if a.t - t0 < x <= b.t - t0]
-        if xs:
-            client.append((b.t - t0, sum(xs) / len(xs)))
+        lo, hi = np.searchsorted(firsts, [a.t - t0, b.t - t0], side="right")
+        if hi > lo:
+            client.append((b.t - t0, exact_sum(values[lo:hi]) / int(hi - lo)))
     if client:
         series.append(Series("client TTFT", client, "line", dashed=True))
     return Axes(

@@ -77,3 +77,22 @@ def test_statistics_are_cached_between_polls() -> None:
     assert tab.stats() is first  # not recomputed within min_interval
     tab.on_phase("sync", "sync", "start", T + 40)  # a phase change shows at the next poll
     assert tab.stats()["phases"]["stream"]["count"] == 12
+
+
+def test_the_tab_keeps_only_the_latest_records_of_a_long_phase() -> None:
+    """An hour of records does not grow the load generator's memory through the tab: it keeps
+    the latest ``max_records`` per phase, with the whole phase's counts."""
+    tab = LiveTab(min_interval=0.0, max_records=50)
+    tab.on_phase("stream", "stream", "start", T)
+    recs = [rec(i, "stream", "a", 0.1 + 0.001 * i) for i in range(300)]
+    recs += [rec(300 + i, "stream", "a", None, status="timeout") for i in range(7)]
+    for r in recs:
+        tab.on_record(r)
+    assert len(tab.phases["stream"].records) == 50  # bounded
+    stats = tab.stats()["phases"]["stream"]
+    assert stats["count"] == 307 and stats["errors"] == {"timeout": 7} and stats["ok"] == 300
+    assert stats["window"] == {"records": 50, "of": 307}
+    latest = [r for r in recs[-50:] if r.ok]
+    # latencies and rates are the latest records' (over the time they span)
+    assert stats["ttft_ms"] == phase_stats(latest, 1.0, {}).to_json()["ttft_ms"]
+    assert "latest 50 of 307" in tab.latency_rows()[0]["phase"]
