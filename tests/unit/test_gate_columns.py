@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -110,7 +111,22 @@ def old_meets(r: RequestRecord, slo: dict[str, float]) -> bool:
     return True
 
 
+def old_settled(recs: list[RequestRecord], windows: Any) -> list[tuple[float, float]]:
+    out = []
+    for start, end in windows:
+        done = [
+            r.started_at + r.e2e_s
+            for r in recs
+            if r.ok and r.e2e_s is not None and start <= r.started_at < end
+        ]
+        if done:
+            start += min(max(0, math.ceil(min(done) - start)), max(0, int(end - start)))
+        out.append((start, end))
+    return out
+
+
 def old_per_second(recs: list[RequestRecord], name: str, windows: Any, slo: Any) -> list[float]:
+    windows = old_settled(recs, windows)
     bins = [[0.0] * int(end - start) for start, end in windows]
 
     def add(t: float, amount: float) -> None:
@@ -229,3 +245,18 @@ def test_workload_blocks_are_the_record_by_record_ones() -> None:
     assert cache["prompt_tokens"] == sum(r.prompt_tokens or 0 for r in told)
     assert cache["hit_rate"] == sum(r.cached_tokens or 0 for r in told) / cache["prompt_tokens"]
     assert cache["ttft_hit_ms"] == MetricStats.of((r.ttft_s for r in hits), ms).to_json()
+
+
+def test_a_phase_s_ramp_second_is_left_out_of_its_rates() -> None:
+    """Nothing is in flight when a phase starts: the seconds before its first complete answer
+    are a ramp, not the rate, and would widen the gate's interval on the mean."""
+    window = [(T0, T0 + 6.0)]
+    recs = [
+        replace(r, started_at=T0 + 0.1 * (i % 8), e2e_s=1.4, status="ok", error=None)
+        for i, r in enumerate(records()[:16])
+    ]
+    t = RecordTable.of(recs)
+    assert gate_metrics.settled(window, t) == [(T0 + 2.0, T0 + 6.0)]  # first done at +1.4 s
+    assert len(per_second(t, REGISTRY["throughput"], window, None)) == 4
+    # a window none of whose requests finished is kept whole
+    assert gate_metrics.settled(window, t.where(~t.ok() & t.ok())) == window
