@@ -16,6 +16,7 @@ from llmload.reports.rows import (
     phase_rows,
 )
 from llmload.reports.schema import Summary
+from llmload.reports.server.view import server_lines
 from llmload.reports.spread import spread_lines
 from llmload.reports.steady import steady_lines
 from llmload.reports.workloads_view import workloads_markdown
@@ -160,6 +161,13 @@ def _extras(summary: Summary) -> list[str]:
             )
     quality += [f"- {line}" for line in answer_lines(summary)]
     out.append("## Data quality\n\n" + "\n".join(quality))
+    server = server_lines(summary)
+    if server:
+        out.append(
+            "## The server's side\n\nFrom its `/metrics` on the records' clock "
+            "(`server_metrics.jsonl`; histogram figures are bucket-exact in report.html).\n\n"
+            + "\n".join(f"- {line}" for line in server)
+        )
     out.append(f"Percentiles: {summary.percentile_method}.")
     diags = summary.diagnostics
     if diags:

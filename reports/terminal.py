@@ -7,6 +7,7 @@ from llmload.reports.capacity.view import capacity_terminal
 from llmload.reports.fmt import fmt_ms, fmt_rate
 from llmload.reports.rows import comparison_rows, diag_hint, harness_lines, open_loop_phases
 from llmload.reports.schema import Summary
+from llmload.reports.server.view import server_lines
 from llmload.reports.spread import spread_lines
 from llmload.reports.steady import steady_lines
 from llmload.reports.workloads_view import workloads_terminal
@@ -63,6 +64,10 @@ def render_terminal(summary: Summary) -> str:
         lines.append("answers (reasoning, tool calls, no visible output):")
         lines += [f"  {line}" for line in answers]
     lines += workloads_terminal(summary)
+    server = server_lines(summary)
+    if server:
+        lines.append("the server's side (its /metrics, on the records' clock):")
+        lines += [f"  {line}" for line in server]
     repeats = spread_lines(summary.extra.get("repeats") or [])
     if repeats:
         lines.append("between-run spread (--repeat):")

@@ -53,18 +53,8 @@ def _table(header: list[str], rows: list[list[str]], css: str = "") -> str:
     return f'<table class="{css}"><tr>{head}</tr>{body}</table>'
 
 
-def _phase(name: str, block: dict[str, Any], client: Any) -> str:
-    rows = []
-    for label, role, dist in ROWS:
-        lat = block["latency"].get(role)
-        if lat is None:
-            continue
-        side = _client(client.dist(dist)) if dist else ["", "", ""]
-        rows.append(
-            [label, *side, fmt_ms(lat["mean"]), _q(lat["p50"]), _q(lat["p95"]), f"{lat['n']:.0f}"]
-        )
-    header = ["ms", "client mean", "client p50", "client p95"]
-    header += ["server mean", "server p50 (bucket)", "server p95 (bucket)", "server n"]
+def _split_and_state(block: dict[str, Any]) -> tuple[str, list[str], list[str]]:
+    """The phase's mean TTFT (or TTFO) split in parts, and the server's state in words."""
     split = block.get("ttft_split_ms") or {}
     parts = [
         ("client", split.get("client")),
@@ -92,11 +82,27 @@ def _phase(name: str, block: dict[str, Any], client: Any) -> str:
     pre = (block.get("counters") or {}).get("preemptions")
     if pre is not None:
         state.append(f"preemptions {pre:.0f}")
+    return split.get("basis", "ttft").upper(), split_row, state
+
+
+def _phase(name: str, block: dict[str, Any], client: Any) -> str:
+    rows = []
+    for label, role, dist in ROWS:
+        lat = block["latency"].get(role)
+        if lat is None:
+            continue
+        side = _client(client.dist(dist)) if dist else ["", "", ""]
+        rows.append(
+            [label, *side, fmt_ms(lat["mean"]), _q(lat["p50"]), _q(lat["p95"]), f"{lat['n']:.0f}"]
+        )
+    header = ["ms", "client mean", "client p50", "client p95"]
+    header += ["server mean", "server p50 (bucket)", "server p95 (bucket)", "server n"]
+    basis, split_row, state = _split_and_state(block)
     window = "" if block["window"]["exact"] else " (nearest scrapes: the window spills over)"
     return (
         f"<h3>{escape(name)}</h3>"
         + _table(header, rows)
-        + f"<p>Mean {escape(split.get('basis', 'ttft').upper())} split, ms: "
+        + f"<p>Mean {escape(basis)} split, ms: "
         + escape(" · ".join(split_row))
         + "</p>"
         + (f"<p>{escape('; '.join(state))}. {block['scrapes']} scrapes{window}.</p>")
@@ -254,3 +260,27 @@ def server_html(run: Run, summary: Summary) -> str:
     if sr is not None and server is not None and run.records:
         parts.append(_over_time(run, sr, server))
     return '<div id="server-section">' + "".join(parts) + "</div>"
+
+
+def server_lines(summary: Summary) -> list[str]:
+    """Per phase with a server block, in words for summary.md and the terminal: the server's
+    TTFT and queue, the mean split of the client's TTFT, and its running/waiting requests."""
+    lines = []
+    for name, g in summary.phases.items():
+        block = g.extra.get("server")
+        if not block:
+            continue
+        lat = block.get("latency") or {}
+        seen = [
+            f"{label} mean {fmt_ms(lat[role]['mean'])} ms"
+            for label, role in (("TTFT", "ttft"), ("queue", "queue"))
+            if role in lat
+        ]
+        basis, split_row, state = _split_and_state(block)
+        text = f"{name}: {block.get('server', 'server')} " + ", ".join(seen)
+        if split_row:
+            text += f"; mean {basis} split, ms: " + " · ".join(split_row)
+        if state:
+            text += "; " + "; ".join(state)
+        lines.append(text)
+    return lines

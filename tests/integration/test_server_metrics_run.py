@@ -29,6 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from llmload.loadtests.percentile import percentile_of
+from llmload.reports.fmt import fmt_ms
 from tests.fixtures.loadtests import ROOT
 
 K, TTFT_MS, ITL_MS, TOKENS = 3, 120, 8, 21
@@ -110,6 +111,11 @@ def test_server_queue_time_matches_the_engine_arithmetic(
     html = (out / "report.html").read_text()
     assert 'id="server-side"' in html and "chart-server-running" in html
     assert f"{queue['mean']:.0f}" in html
+    # summary.md and the terminal say it in words: the server, its queue, the TTFT split
+    said = f"queue mean {fmt_ms(queue['mean'])} ms"
+    md = (out / "summary.md").read_text()
+    assert "## The server's side" in md and "stream: llmserve TTFT mean" in md and said in md
+    assert "the server's side (its /metrics" in done.stdout and said in done.stdout
 
 
 def _relay(upstream: str) -> FastAPI:
