@@ -16,6 +16,8 @@ from llmload.loadtests.workload.build import build_workload
 from tests.fixtures.drive import loadtest
 from tests.fixtures.loadtests import ROOT, CliRun
 
+TRACE = str(ROOT / "docs" / "examples" / "traces" / "mooncake-sample.jsonl")
+
 #: the engine: TTFT = 50 ms + 0.5 ms per uncached prompt token; blocks of 16 tokens
 TTFT_MS, PREFILL_MS, BLOCK = 50.0, 0.5, 16
 WORKLOAD = {
@@ -121,10 +123,20 @@ def test_hit_rate_and_ttft_split_match_the_engines_arithmetic(server, tmp_path: 
     assert "## Prefix cache" in (out / "summary.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("workload", [("agent",), ("trace", "t.jsonl")])
-def test_capacity_search_refuses_traces_and_agent_sessions(workload: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        (("--rate", "2", "--dataset", "trace", TRACE), "the search is over its pace"),
+        (("--users", "2", "--dataset", "trace", TRACE), "the search is over its pace"),
+        (("--speedup", "2"), "it needs --dataset trace FILE"),
+    ],
+)
+def test_capacity_search_names_a_load_that_does_not_fit_the_workload(
+    given: tuple[str, ...], says: str
+) -> None:
+    """A trace keeps its timing (the search scales its pace); --speedup is a trace's only."""
     cmd = [sys.executable, "-m", "llmload", "capacity", "--target", "http://127.0.0.1:9"]
-    cmd += ["--slo", "ttft_p95=600ms", "--rate", "2", "--dataset", *workload]
+    cmd += ["--slo", "ttft_p95=600ms", *given]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "a trace keeps its own times" in proc.stderr
+    assert says in proc.stderr, proc.stderr

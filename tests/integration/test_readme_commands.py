@@ -95,6 +95,8 @@ def help_text(*sub: str) -> str:
 def check_llmload(words: list[str]) -> None:
     sub = subcommand(words)
     text = help_text(*sub)
+    if sub == ("capacity",):  # its help says every `llmload run` option applies, and means it
+        text += help_text("run")
     missing = sorted(f for f in flags(words) if f not in text)
     assert not missing, f"`{shlex.join(words)}`: llmload {' '.join(sub)} has no {missing}"
 
