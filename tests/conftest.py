@@ -25,6 +25,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.nginx",
     "tests.fixtures.grafana",
     "tests.fixtures.model",
+    "tests.fixtures.gate",
 ]
 
 
