@@ -60,8 +60,10 @@ capacity: install ## highest load within SLO= (ttft_p95=600ms) in BUDGET= (10m);
 	$(LLMLOAD) capacity --target "$(TARGET)" --model "$(MODEL)" --engine "$(ENGINE)" --$(SEARCH) \
 	  --slo "$(SLO)" --budget $(BUDGET) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
 
-test: install system-deps lint ## lint, then the full test suite (unit + integration)
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration $(ARGS)
+# pytest-xdist workers for `make test` (0: one process); see docs/development.md
+TEST_WORKERS ?= 2
+test: install system-deps lint ## lint, then the full test suite (unit + integration) on TEST_WORKERS= (2) workers
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests/unit tests/integration $(ARGS)
 
 test-unit: install ## unit tests only (no sockets)
 	$(PY) -m pytest -q tests/unit $(ARGS)

@@ -15,35 +15,21 @@ from typing import Any
 
 import pytest
 
-from llmload.ci import SERVER_ARGS, load_command
+from llmload.ci import SERVER_ARGS
+from tests.fixtures.gate import run
 from tests.fixtures.loadtests import llmload
 from tests.fixtures.server_proc import start_server_process
 
-#: shorter than `make ci-gate` to keep the suite quick: ~140 streamed requests and 6 whole
-#: seconds (a rate is compared over at least 5)
-SHORT = ("--duration", "6s", "--warmup", "1s", "--status-interval", "60")
 METRICS = "ttft,itl,throughput"
 
 
-def run(out: Path, url: str, *extra: str) -> Path:
-    """``llmload run`` with ``make ci-gate``'s settings (shorter), into ``out``."""
-    cmd = load_command(out, url, report=False, extra=[*SHORT, *extra])
-    args = cmd[cmd.index("run") :]
-    proc = llmload(*args)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return out
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(gate_runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The session's gate runs (``tests.fixtures.gate``), one asking for twice the tokens."""
     tmp = tmp_path_factory.mktemp("slo")
-    out: dict[str, Path] = {}
+    out = dict(gate_runs)
     with start_server_process("--ttft-ms", "200", *SERVER_ARGS) as fast:
-        out["base"] = run(tmp / "base", fast.url)
-        out["same"] = run(tmp / "same", fast.url)
         out["longer"] = run(tmp / "longer", fast.url, "--max-tokens", "32")
-    with start_server_process("--ttft-ms", "240", *SERVER_ARGS) as slow:
-        out["slow"] = run(tmp / "slow", slow.url)
     base = tmp / "baseline.json"
     proc = llmload("report", "baseline", str(out["base"]), "--out", str(base))
     assert proc.returncode == 0, proc.stderr

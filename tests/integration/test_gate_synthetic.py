@@ -8,42 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from llmload.ci import SERVER_ARGS, run_load, synthetic_server
 from llmload.reports.cli import main
-from tests.fixtures.server_proc import ServerProcess
-
-#: shorter than `make ci-gate` (10 s) to keep the suite quick; still ~100 streamed requests,
-#: beyond the 60 the gate needs for p95
-SHORT = ("--duration", "4s", "--warmup", "1s")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Baseline and A/A run on one 200 ms server, one run on a 240 ms server, one tiny run."""
-    from tests.fixtures.server_proc import start_server_process
-
-    tmp = tmp_path_factory.mktemp("gate")
-    out: dict[str, Path] = {}
-    server: ServerProcess
-    with start_server_process("--ttft-ms", "200", *SERVER_ARGS) as server:
-        out["base"] = run_load(tmp / "base", server.url, extra=SHORT)
-        out["same"] = run_load(tmp / "same", server.url, report=False, extra=SHORT)
+def runs(gate_runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The session's gate runs (``tests.fixtures.gate``: a baseline and an A/A run on one
+    200 ms server, one run on a 240 ms server) and a tiny run made from the A/A run."""
+    out = dict(gate_runs)
     # a tiny run: the A/A run's first few measured requests (a third load run costs seconds)
-    out["tiny"] = tmp / "tiny"
+    out["tiny"] = tmp_path_factory.mktemp("gate") / "tiny"
     out["tiny"].mkdir()
     shutil.copy(out["same"] / "run.json", out["tiny"] / "run.json")
     lines = (out["same"] / "requests.jsonl").read_text().splitlines()
     measured = [line for line in lines if not json.loads(line)["warmup"]]
     (out["tiny"] / "requests.jsonl").write_text("\n".join(measured[:5]) + "\n")
-    # the slower server through llmload.ci's own launcher (what make ci-gate uses)
-    with synthetic_server(240) as url:
-        out["slow"] = run_load(tmp / "slow", url, report=False, extra=SHORT)
     return out
 
 
 @pytest.fixture(scope="module")
-def baseline(runs: dict[str, Path]) -> Path:
-    path = runs["base"].parent / "baseline.json"
+def baseline(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("gate-baseline") / "baseline.json"
     assert main(["baseline", str(runs["base"]), "--out", str(path)]) == 0
     return path
 
