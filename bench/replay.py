@@ -99,13 +99,30 @@ def ms(values: list[float], q: float) -> float:
     return (percentile_of(values, q) or 0.0) * 1000.0
 
 
+#: the issue's goal: every request within 2 ms of its trace time at p99, at --speedup 1
+GOAL_P99_MS = 2.0
+
+
+def verdict(p99s: list[float]) -> str:
+    """Whether every replay met the 2 ms p99 goal, in one sentence with the figures."""
+    met = sum(p <= GOAL_P99_MS for p in p99s)
+    span = f"{min(p99s):.2f}–{max(p99s):.2f} ms" if p99s else "no runs"
+    if p99s and met == len(p99s):
+        return f"**Goal met:** lateness p99 ≤ {GOAL_P99_MS:g} ms in every replay ({span})."
+    return (
+        f"**Goal not met in every replay:** lateness p99 ≤ {GOAL_P99_MS:g} ms in {met} of "
+        f"{len(p99s)} ({span}); see the event-loop lag and the load average for why."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench replay", description=__doc__)
     p.add_argument("--runs", type=int, default=3, help="replays of the trace (3)")
     p.add_argument("--no-write", action="store_true", help="print, do not touch BENCHMARKS.md")
     args = p.parse_args(argv)
     load_start = load_average()
-    rows = []
+    rows: list[str] = []
+    p99s: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         trace = dense_trace(Path(tmp) / "dense.jsonl")
         times = trace_times(trace)
@@ -119,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 delay = [r["schedule_delay_s"] for r in records]
                 ref = sleep_lateness()
                 ok = sum(r["status"] == "ok" for r in records)
+                p99s.append(ms(late, 99))
                 rows.append(
                     f"| {i + 1} | {len(records)} ({ok} ok) | {ms(late, 50):.2f} | "
                     f"{ms(late, 99):.2f} | {max(late) * 1000:.2f} | {ms(delay, 99):.2f} | "
@@ -144,13 +162,17 @@ def main(argv: list[str] | None = None) -> int:
             "|---|---|---|---|---|---|---|---|",
             *rows,
             "",
+            verdict(p99s),
+            "",
             "How to read it: a send's last 1.5 ms is spent yielding rather than on epoll's "
-            "millisecond-coarse timer (which woke sends ~0.7 ms late at the median); requests "
-            "due within the same millisecond go out one after another from one event loop; "
-            "and while the process is held off a busy CPU (the event-loop lag column) every "
-            "request due meanwhile goes late. The issue's 2 ms p99 is not shown by these rows: "
-            "the tail here is the machine's (both cores shared with other jobs); the test "
-            "bounds p99 by 2 ms plus the phase's own worst event-loop lag.",
+            "millisecond-coarse timer (which wakes up to a millisecond late); a "
+            "request's body is built before that wait; requests due within the same "
+            "millisecond go out one after another from one event loop; and while the "
+            "process is held off a busy CPU (the event-loop lag column) every request due "
+            "meanwhile goes late — on a shared machine that, not the replay, is the tail. "
+            "The server-metrics scraper's light scrape once held the loop milliseconds a "
+            "second (its line-by-line choice over ~1,000 bucket lines, seen by tracing "
+            "greenlet switches); it now drops bucket lines in one regular-expression pass.",
             "",
             f"Load average at start {load_start}, at end {load_average()}. {machine()}.",
         ]
