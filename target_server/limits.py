@@ -13,6 +13,7 @@ the load generator checks its own side (``loadtests.run.limits``).
 from __future__ import annotations
 
 import resource
+from contextlib import suppress
 from pathlib import Path
 
 SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
@@ -27,11 +28,10 @@ def raise_nofile(need: int | None = None) -> tuple[int, int]:
     infinite = resource.RLIM_INFINITY
     want = hard if need is None else (need if hard == infinite else min(need, hard))
     if soft != infinite and want != infinite and soft < want:
-        try:
+        # refused: the soft limit stays as it is, and what follows says it binds
+        with suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
             soft = want
-        except (ValueError, OSError):
-            pass
     return soft, hard
 
 
