@@ -1,6 +1,6 @@
 """``python -m bench gate``: the gate's false-alarm and detection rates on real short runs.
 
-Every run is the exact ``make ci-gate`` load (``llmload.ci.LOAD_ARGS``: 8 users,
+Every run is the exact ``make ci-gate`` load (``llmload.ci.LOAD_ARGS``: 32 users,
 2 s warm-up, 10 s streaming) against a bundled synthetic server, and every pair is
 gated as ``llmload report gate --metric ttft,itl,throughput`` gates it (one Holm
 family of three checks).  The servers:
