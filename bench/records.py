@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MIX = (("short_qa", 64, 5), ("code_gen", 256, 3), ("long_summary", 128, 2))
 RATE = 280.0
 GOAL_S, GOAL_RSS, GOAL_HTML = 60.0, 2 * 2**30, 5_000_000
-#: the gate's metrics: the default (TTFT, a bootstrap of every request) and the rates and
-#: share (per-second series from every content event's arrival, each request's outcome)
-GATE_METRICS = "ttft,throughput,goodput,error-rate"
+#: the gate's metrics: TTFT and ITL (a percentile of every request, of every gap), the rates
+#: and the share (per-second series from every content event's arrival, each request's outcome)
+GATE_METRICS = "ttft,itl,throughput,goodput,error-rate"
 
 
 def synthetic_records(n: int, seed: int = 0) -> Any:

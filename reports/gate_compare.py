@@ -4,9 +4,12 @@ The change is a ratio ``run / baseline`` of the statistic (a latency's percentil
 a rate's mean per second) or, for a share (the error rate), a difference in
 points.  Its uncertainty comes from a seeded bootstrap that resamples *both*
 sides (``resamples`` times): requests for a latency, seconds for a rate, and for
-a share a binomial draw at each side's observed rate.  The p-value of "no worse
-than allowed" is the share of bootstrap changes on the allowed side of the limit
-(``(k + 1) / (B + 1)``): what the family-wise procedure (``reports.holm``) ranks.
+a share a binomial draw at each side's observed rate.  A percentile's resamples
+are not drawn value by value: its bootstrap distribution comes exactly from two
+order statistics per resample (``resampled_percentile``), so a side costs a sort.
+The p-value of "no worse than allowed" is the share of bootstrap changes on the
+allowed side of the limit (``(k + 1) / (B + 1)``): what the family-wise procedure
+(``reports.holm``) ranks.
 """
 
 from __future__ import annotations
@@ -25,16 +28,60 @@ CHUNK_VALUES = 4_000_000
 
 
 def bootstrap_ratio(
-    base: np.ndarray, base_n: int, run: np.ndarray, run_n: int, q: float, resamples: int, seed: int
+    base: np.ndarray,
+    base_n: int,
+    run: np.ndarray,
+    run_n: int,
+    q: float,
+    resamples: int,
+    seed: int,
+    presorted: bool = False,
 ) -> np.ndarray:
     """Bootstrap distribution of ``P_q(run*) / P_q(base*)``; ``*_n`` is each resample's size."""
-
-    def pct(x: np.ndarray) -> np.ndarray:
-        return np.asarray(np.percentile(x, q, axis=1))
-
-    b, r = _resampled(base, base_n, run, run_n, pct, resamples, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    b = resampled_percentile(base, base_n, q, resamples, rng, presorted)
+    r = resampled_percentile(run, run_n, q, resamples, rng, presorted)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(b > 0, r / np.where(b > 0, b, 1.0), math.inf)
+
+
+def resampled_percentile(
+    values: np.ndarray,
+    n: int,
+    q: float,
+    resamples: int,
+    rng: np.random.Generator,
+    presorted: bool = False,
+) -> np.ndarray:
+    """The ``q``-th percentile (numpy's linear one) of ``resamples`` bootstrap resamples of
+    ``n`` values drawn from ``values`` — drawn exactly, without drawing the resamples.
+
+    A resample is ``n`` uniform draws ``U`` mapped through the sample's quantile function
+    (``sorted[floor(U * size)]``, one value of ``values`` each, all alike likely), and that
+    map keeps order: the resample's ``k``-th smallest value is the sorted sample at the
+    ``k``-th smallest of the ``U``, which is Beta(k, n + 1 - k); the next one up is the
+    least of the ``n - k`` draws above it, ``U_k + (1 - U_k) Beta(1, n - k)``.  The
+    percentile sits between those two at ``h = (n - 1) q / 100``.  So a resample costs
+    two Beta draws instead of ``n`` values: a million-request run's ITL (15 M gaps) gates
+    in the time of a sort, where drawing 2,000 resamples of it took hours.  ``presorted``:
+    ``values`` is sorted already (no copy)."""
+    xs = np.asarray(values, dtype=float)
+    if not presorted:
+        xs = np.sort(xs)
+    size = xs.size
+    h = (n - 1) * q / 100.0
+    k = min(int(math.floor(h)), n - 1)  # 0-based: the (k + 1)-th smallest
+    frac = h - k
+    u = rng.beta(k + 1, n - k, size=resamples)
+
+    def at(p: np.ndarray) -> np.ndarray:
+        return xs[np.minimum((p * size).astype(np.int64), size - 1)]
+
+    low = at(u)
+    if frac <= 0.0 or k + 1 >= n:
+        return low
+    u_next = u + (1.0 - u) * rng.beta(1, n - k - 1, size=resamples)
+    return low + frac * (at(u_next) - low)
 
 
 def _resampled(
@@ -65,7 +112,8 @@ def ratio_bounds(ratios: Any, confidence: float) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Side:
-    """One side's sample: values (ms, per-second rates; for a share ``[failed]``) and its size."""
+    """One side's sample: values (ms, per-second rates; for a share ``[failed]``) and its size.
+    The values are the side's own: ``compare`` sorts a latency's in place."""
 
     values: np.ndarray
     n: int
@@ -150,9 +198,11 @@ def compare(
         return Comparison(spec, mode, scope, pb, pr, pr - pb, boots, bn, rn)
     if kind == LATENCY:
         q = float(spec.percentile or 95.0)
+        base.values.sort()  # in place: a side's values are its own (a run's ITL: 0.5 GB)
+        run.values.sort()
         b_v = float(np.percentile(base.values, q))
         r_v = float(np.percentile(run.values, q))
-        boots = bootstrap_ratio(base.values, base.n, run.values, run.n, q, resamples, seed)
+        boots = bootstrap_ratio(base.values, base.n, run.values, run.n, q, resamples, seed, True)
     else:
         b_v, r_v = float(base.values.mean()), float(run.values.mean())
         b, r = _resampled(
