@@ -31,6 +31,7 @@ from tests.fixtures.server_proc import ServerProcess, start_server_process
 ONE_AT_A_TIME = {
     "test_capacity.py",
     "test_capacity_workloads.py",
+    "test_capacity_prompts.py",
     "test_server_metrics_run.py",
     "test_master_behind.py",
     "test_steady_run.py",

@@ -21,6 +21,11 @@ requests a session gave in the steps so far (before any, half of ``--agent-steps
 and a half), and at least ``SESSION_WAVES`` times a session's time to its final
 answer; closed loop, users running sessions back to back.  Either way the SLOs are
 judged on the requests.
+
+Every workload's steps take laps of their own, the warm-up's first, so no step sends
+the prompts of one before it (a server's prefix cache would flatter it): open loop each
+step's arrivals are seeded with its lap; closed loop the users carry their prompt
+sequences on from step to step, as in one long run (``LoadContext.user_prompts``).
 """
 
 from __future__ import annotations
@@ -190,7 +195,8 @@ class CapacitySearch(NullSink):
         #: the step under way: judged when its phase ends (its records are all in by then),
         #: so run.json's capacity block, rewritten right after, already holds it
         self._pending: tuple[Phase, float, str] | None = None
-        #: a trace replay: the next step's first lap (each step replays laps of its own)
+        #: the next phase's lap (``Phase.lap``): each step draws prompts of its own (a trace
+        #: replay: its first lap; a step replays laps of its own)
         self._next_lap = 0
 
     # -- sink -----------------------------------------------------------------
@@ -258,9 +264,16 @@ class CapacitySearch(NullSink):
             duration = c.step_s(load, self.probing(), self.per_arrival(), self.session_floor_s())
             unit = "sps" if c.session_steps else "rps"
             name = f"step{index:02d}-{load:g}{unit}"
-            return Phase(name, mode, duration, users=c.concurrency_cap, rate=load)
+            return Phase(name, mode, duration, users=c.concurrency_cap, rate=load, lap=self._lap())
         name = f"step{index:02d}-{load:g}users"
-        return Phase(name, mode, c.max_step_s, requests=n, users=int(load))
+        return Phase(name, mode, c.max_step_s, requests=n, users=int(load), lap=self._lap())
+
+    def _lap(self) -> int:
+        """The next phase's lap, taken: its prompts are none an earlier phase sent (open loop:
+        arrivals seeded with it; closed loop: the users' sequences carried on)."""
+        lap = self._next_lap
+        self._next_lap += 1
+        return lap
 
     def _replay_phase(self, name: str, replay_s: float, load: float, warmup: bool = False) -> Phase:
         """A phase replaying the trace at speedup ``load`` for ``replay_s`` seconds."""
@@ -307,9 +320,24 @@ class CapacitySearch(NullSink):
             if c.replay is not None:
                 yield self._replay_phase("warmup", c.warmup_s, load, warmup=True)
             elif c.open_loop:
-                yield Phase("warmup", c.mode, c.warmup_s, True, users=c.concurrency_cap, rate=load)  # type: ignore[arg-type]
+                yield Phase(
+                    "warmup",
+                    c.mode,  # type: ignore[arg-type]
+                    c.warmup_s,
+                    True,
+                    users=c.concurrency_cap,
+                    rate=load,
+                    lap=self._lap(),
+                )
             else:
-                yield Phase("warmup", c.mode, c.warmup_s, True, users=int(load))  # type: ignore[arg-type]
+                yield Phase(
+                    "warmup",
+                    c.mode,  # type: ignore[arg-type]
+                    c.warmup_s,
+                    True,
+                    users=int(load),
+                    lap=self._lap(),
+                )
         if c.sweep:
             yield from self._sweep()
             return

@@ -27,7 +27,8 @@ from llmload.loadtests.workload.build import build_workload
 from llmload.loadtests.workload.fit import ContextFit
 from llmload.loadtests.workload.replay import TraceReplay, TraceSchedule
 
-#: warm-up users draw prompts from a separate range, so measured phases do not repeat them
+#: warm-up users (closed loop) and arrivals (open loop) draw prompts from a separate range,
+#: so measured phases do not repeat them
 WARMUP_USER_OFFSET = 1_000_000
 #: prompts drawn per request at most, looking for one that fits the target's context
 MAX_DRAWS = 20
@@ -77,6 +78,9 @@ class LoadContext:
     #: ``--baseline-target``: each phase's target and model by ``Phase.target``
     targets: dict[str, tuple[Target, str]] = field(default_factory=dict)
     _next_user: int = 0
+    #: closed loop: each user's prompt source by its index, carried on from phase to phase
+    #: while ``Phase.lap`` > 0 (a capacity search's steps); a phase at lap 0 starts afresh
+    _sources: dict[int, Any] = field(default_factory=dict)
 
     def watch(self, environment: Any) -> None:
         """Stop accepting new requests as soon as locust starts stopping the users."""
@@ -113,8 +117,12 @@ class LoadContext:
         return None
 
     def begin_phase(self, phase: Phase) -> None:
-        """Start a phase in this process: user numbering restarts, so prompts repeat exactly."""
+        """Start a phase in this process: user numbering restarts.  At lap 0 (every phase of
+        ``llmload run``) so do the users' prompts: each phase sends the same ones; a later lap
+        (a capacity step) carries them on (``user_prompts``, ``arrival_prompts``)."""
         self.phase = phase
+        if phase.lap == 0:
+            self._sources.clear()
         if phase.target in self.targets:  # users start afresh each phase, on this target
             self.target, self.model = self.targets[phase.target]
         self.phase_t0 = clock()
@@ -145,6 +153,37 @@ class LoadContext:
             )
         else:
             self.schedule = None
+
+    def user_prompts(self, index: int) -> Any:
+        """Closed loop: user ``index``'s prompt source in this phase.
+
+        At lap 0 a fresh one (``workload.for_user(index)``: the same sequence in every phase);
+        at a later lap (a capacity step) the one the user had in the steps before, carried on
+        as in one long run — a deck dealt on, not restarted; a generator's next texts — and
+        for a user new to the search (the load grew), one seeded with the lap.
+        """
+        if isinstance(self.workload, TraceReplay):  # a replay is open loop: this sends none
+            return self.workload.for_user(index)
+        lap = self.phase.lap if self.phase is not None else 0
+        source = self._sources.get(index)
+        if source is None or lap == 0:
+            source = self._sources[index] = self.workload.for_user(index, lap)
+        return source
+
+    def arrival_prompts(self, index: int) -> Any:
+        """Open loop: arrival ``index``'s prompt source (one prompt; an agent session).
+
+        A trace replay's index is its request's (and lap's, ``TraceSchedule.first``).  Else
+        ``workload.for_user`` of the arrival, seeded with the phase's lap (a capacity step's
+        arrivals are not an earlier step's), a warm-up's in the warm-up range (the measured
+        phases' arrivals are not its own).
+        """
+        if isinstance(self.workload, TraceReplay):
+            return self.workload.for_user(index)
+        phase = self.phase
+        if phase is not None and phase.warmup:
+            index += WARMUP_USER_OFFSET
+        return self.workload.for_user(index, phase.lap if phase is not None else 0)
 
     def take(self) -> bool:
         """Closed loop: may a user start another request in this phase (budget left)?"""

@@ -62,7 +62,10 @@ def plan_phases(opts: LoadOptions, timed: int | None = None, baseline: bool = Fa
     """Warm-up (optional, in the first mode), then one phase per mode, ``--repeat`` times.
 
     ``timed``: the requests of a trace replay (``--dataset trace``); each measured
-    phase then sends them at the trace's times and ends when their records are in.
+    phase then sends them at the trace's times and ends when their records are in (the
+    warm-up sends lap 1's texts, ``Phase.lap``: the measured phases' are not its own).
+    Every measured phase is at lap 0: each sends the same prompts (sync and stream,
+    repeats, the baseline's twins compare like with like).
     Repeats are named ``stream-1``, ``stream-2``, ...  With a baseline target
     (``baseline``) every phase is followed by its twin on that target
     (``baseline-stream-1``): A/B/A/B, so the machine's drift touches both alike.
@@ -77,7 +80,14 @@ def plan_phases(opts: LoadOptions, timed: int | None = None, baseline: bool = Fa
             phases.append(replace(phase, name=BASELINE_PREFIX + phase.name, target=BASELINE))
 
     if warmup_seconds(opts) > 0:
-        warm = Phase("warmup", opts.modes[0], warmup_seconds(opts), warmup=True, timed=is_timed)  # type: ignore[arg-type]
+        warm = Phase(
+            "warmup",
+            opts.modes[0],  # type: ignore[arg-type]
+            warmup_seconds(opts),
+            warmup=True,
+            timed=is_timed,
+            lap=1 if is_timed else 0,
+        )
         add(warm)
     for r in range(1, opts.repeat + 1):
         for m in opts.modes:

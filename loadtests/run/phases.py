@@ -31,8 +31,12 @@ class Phase:
     #: a replay's pace of the phase's own (the steps of a capacity search over a trace):
     #: the window in laps at this speedup for the phase's length; None: once, at --speedup
     speedup: float | None = None
-    #: with ``speedup``: the lap the replay starts at (its texts; each step its own, so no
-    #: step finds the prompts of the one before in a prefix cache)
+    #: the round of prompts the phase draws, so that no phase finds another's in a prefix
+    #: cache: 0 the run's own (every measured phase of ``llmload run`` sends the same
+    #: prompts); a capacity search numbers its warm-up's and steps' laps on.  A trace
+    #: replay: the lap it starts at (its texts; a step may take several laps).  Otherwise
+    #: open-loop arrivals are seeded with the lap, and closed-loop users carry their
+    #: sequences on from phase to phase (``LoadContext.user_prompts``, ``arrival_prompts``)
     lap: int = 0
     #: ``RUN`` (``--target``) or ``BASELINE`` (``--baseline-target``)
     target: str = RUN

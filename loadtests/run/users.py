@@ -73,7 +73,7 @@ class LLMUser(User):
             self.adapter = self.tap = ToolCallTap(self.adapter)
         self.follow_up = follow_up_of(self.adapter)
         self.http = ctx.target.user_client()
-        self.prompts = ctx.workload.for_user(self.index)
+        self.prompts = ctx.user_prompts(self.index)
         self.last_start: float | None = None
         self.slot: tuple[int, float] | None = None
         #: open loop: the claimed arrival's prompt, made before the wait for its send time,
@@ -97,7 +97,7 @@ class LLMUser(User):
             self.slot = ctx.schedule.claim()
             if self.slot is None:
                 return 0.5  # the phase's arrivals are all handed out: idle until stopped
-            self.source = ctx.workload.for_user(self.slot[0])
+            self.source = ctx.arrival_prompts(self.slot[0])
             self.pending = ctx.draw(self.source)
             spin = SPIN_S if ctx.phase is not None and ctx.phase.timed else 0.0
             return max(0.0, ctx.phase_t0 + self.slot[1] - spin - clock())
@@ -137,7 +137,7 @@ class LLMUser(User):
             slot = ctx.schedule.claim()
             if slot is None:
                 return
-            source = ctx.workload.for_user(slot[0])
+            source = ctx.arrival_prompts(slot[0])
             prompt = ctx.draw(source)
         # the prompt and its request body are made before the wait: their making does not
         # make the send late

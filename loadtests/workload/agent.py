@@ -28,7 +28,7 @@ from typing import Any
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.measure.adapters.toolcalls import ToolCall
 from llmload.loadtests.workload.random_dataset import RandomPrompts
-from llmload.loadtests.workload.sampler import Workload
+from llmload.loadtests.workload.sampler import Workload, lap_salt
 
 SCENARIO = "agent"
 STEPS, RESULT_TOKENS = 4, 256
@@ -76,9 +76,10 @@ class AgentWorkload:
     def names(self) -> list[str]:
         return [SCENARIO]
 
-    def for_user(self, index: int) -> AgentSessions:
-        """User ``index``'s sessions (open loop: the arrival's, one session)."""
-        return AgentSessions(self, index)
+    def for_user(self, index: int, lap: int = 0) -> AgentSessions:
+        """User ``index``'s sessions (open loop: the arrival's, one session); ``lap``: a
+        capacity step's own (other tasks drawn, other tool results, other session ids)."""
+        return AgentSessions(self, index, lap)
 
     def describe(self) -> dict[str, Any]:
         """What ``run.json`` records about the workload."""
@@ -101,12 +102,14 @@ class AgentWorkload:
 class AgentSessions:
     """One user's sessions: ``next()`` starts one, ``follow(calls)`` gives its next step."""
 
-    def __init__(self, workload: AgentWorkload, user_index: int) -> None:
+    def __init__(self, workload: AgentWorkload, user_index: int, lap: int = 0) -> None:
         self._w = workload
         self.user_index = user_index
         self.think_s = workload.think_s
-        self._tasks = workload.tasks.for_user(user_index)
-        self._rng = random.Random(f"llmload-agent:{workload.seed}:{user_index}")
+        self._tasks = workload.tasks.for_user(user_index, lap)
+        self._rng = random.Random(f"llmload-agent:{workload.seed}:{user_index}{lap_salt(lap)}")
+        #: session ids ``USER-N``; a lap's ``USER-N.LAP``, so steps pooled never share one
+        self._lap = f".{lap}" if lap else ""
         self._sessions = 0
         self._session = ""
         self._history: list[dict[str, Any]] = []
@@ -116,7 +119,7 @@ class AgentSessions:
     def next(self) -> Prompt:
         """Step 0 of a new session."""
         task = self._tasks.next()
-        self._session = f"{self.user_index}-{self._sessions}"
+        self._session = f"{self.user_index}-{self._sessions}{self._lap}"
         self._sessions += 1
         self._history = list(task.messages or [{"role": "user", "content": task.prompt or ""}])
         self._step = 0

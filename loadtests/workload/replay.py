@@ -24,7 +24,8 @@ the window at each step's own speedup (``arrivals(..., speedup=X)``): from its
 start, and again from its start as long as the step lasts (``Pace``: each lap one
 mean gap after the last request of the lap before; a lap after the first has texts
 of its own, seeded by the lap, so a prefix cache sees each lap's reuse as the trace
-recorded it and not the earlier lap's prompts again).
+recorded it and not the earlier lap's prompts again).  ``llmload run``'s warm-up replays
+lap 1 (texts of its own), so its measured phases, lap 0, do not find theirs cached.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from llmload.loadtests.durations import parse_span
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.workload.dataset import file_sha256
 from llmload.loadtests.workload.random_dataset import RandomPrompts
+from llmload.loadtests.workload.sampler import lap_salt
 from llmload.loadtests.workload.traces import MOONCAKE_BLOCK, Trace, TraceRequest
 
 SCENARIO = "trace"
@@ -230,10 +232,12 @@ class TraceReplay:
 
         ``speedup``: a pace of the phase's own (a capacity step): the window in laps at
         that speedup for as long as the phase lasts, the first of them lap ``lap`` (its
-        texts); None: once, at ``--speedup``.
+        texts); None: once, at ``--speedup``, with lap ``lap``'s texts (a warm-up's: 1).
         """
         if speedup is None:
-            return TraceSchedule(self.offsets, duration, shard, shards, limit)
+            return TraceSchedule(
+                self.offsets, duration, shard, shards, limit, first=lap * self.count
+            )
         period = self.pace.period
         offsets = [o / speedup for o in self.pace.offsets]
         every = None if period is None else period / speedup
@@ -257,7 +261,7 @@ class TraceReplay:
     def text(self, req: TraceRequest, lap: int = 0) -> str:
         """``req.input_len`` tokens: its ``hash_ids`` blocks in order, else its own words
         (a lap after the first: texts of its own, shared within the lap as in the trace)."""
-        salt = f":{lap}" if lap else ""
+        salt = lap_salt(lap)
         rng = random.Random(f"llmload-trace:{self.seed}:{req.line}{salt}")
         if not req.hash_ids:
             return self.make.text(req.input_len, rng)
@@ -273,7 +277,7 @@ class TraceReplay:
 
     def _block_words(self, hash_id: int, lap: int = 0) -> list[str]:
         words, leads = self.make.words
-        salt = f":{lap}" if lap else ""
+        salt = lap_salt(lap)
         rng = random.Random(f"llmload-trace-block:{self.seed}:{hash_id}{salt}")
         return [rng.choice(leads), *rng.choices(words, k=MOONCAKE_BLOCK - 1)]
 

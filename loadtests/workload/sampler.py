@@ -76,7 +76,8 @@ def prompts_sha256(pools: list[Pool]) -> str:
 
 
 class Workload:
-    """The prompts of a run; ``for_user(i)`` gives user ``i`` its own seeded sequence."""
+    """The prompts of a run; ``for_user(i)`` gives user ``i`` its own seeded sequence
+    (``for_user(i, lap)``: another, for a capacity step's own prompts)."""
 
     def __init__(
         self,
@@ -107,9 +108,12 @@ class Workload:
         made = {pool.name for pool in self.pools if pool.make is not None}
         return sorted(made | {item.scenario for pool in self.pools for item in pool.items})
 
-    def for_user(self, user_index: int) -> UserPrompts:
-        """User ``user_index``'s prompt sequence; the same for the same (seed, index)."""
-        return UserPrompts(self, user_index)
+    def for_user(self, user_index: int, lap: int = 0) -> UserPrompts:
+        """User ``user_index``'s prompt sequence; the same for the same (seed, index, lap).
+
+        ``lap`` (``Phase.lap``, a capacity step's): a sequence of that lap's own — generated
+        prompts (``random``, ``prefix``'s suffixes) other texts, a deck another order."""
+        return UserPrompts(self, user_index, lap)
 
     def describe(self) -> dict[str, Any]:
         """What ``run.json`` records about the workload."""
@@ -139,6 +143,12 @@ class Workload:
         }
 
 
+def lap_salt(lap: int) -> str:
+    """What a lap adds to a generator's seed: nothing for lap 0 (a run's own prompts, as
+    before laps existed), ``:k`` for lap ``k`` (``replay`` salts a trace's texts alike)."""
+    return f":{lap}" if lap else ""
+
+
 class UserPrompts:
     """One simulated user's prompts: ``next()``, then ``record_reply(text)`` after each answer.
 
@@ -148,10 +158,10 @@ class UserPrompts:
     ends its conversation; the next prompt starts a new one at turn 0.
     """
 
-    def __init__(self, workload: Workload, user_index: int) -> None:
+    def __init__(self, workload: Workload, user_index: int, lap: int = 0) -> None:
         self._w = workload
         self.user_index = user_index
-        self._rng = random.Random(f"llmload:{workload.seed}:{user_index}")
+        self._rng = random.Random(f"llmload:{workload.seed}:{user_index}{lap_salt(lap)}")
         self._decks: dict[str, list[Item]] = {}
         self._pool_names = [p.name for p in workload.pools]
         self._pool_weights = [p.weight for p in workload.pools]
