@@ -5,6 +5,7 @@ same prompts.  No sockets: the context is driven as the users drive it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,8 @@ from llmload.loadtests.workload.random_dataset import RandomPrompts, default_cod
 from llmload.loadtests.workload.replay import TraceReplay
 from llmload.loadtests.workload.sampler import Workload, load_workload
 from llmload.loadtests.workload.traces import read_trace
-from llmload.reports.capacity.judge import Criterion
 from tests.fixtures.reports import make_records
+from tests.unit.test_capacity_plan import CLOSED_LOOP
 
 TARGET = {"target": "http://127.0.0.1:9"}
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -161,19 +162,7 @@ def plan_laps(copts: CapacityOptions) -> list[Phase]:
 
 @pytest.mark.parametrize("open_loop", [False, True])
 def test_every_phase_of_a_search_draws_a_lap_of_its_own(open_loop: bool) -> None:
-    copts = CapacityOptions(
-        criteria=(Criterion(0.5, {"ttft": 300.0}),),
-        open_loop=open_loop,
-        start=1.0,
-        minimum=1.0,
-        maximum=None,
-        tolerance=0.1,
-        budget_s=3600,
-        confidence=0.9,
-        step_requests=20,
-        min_step_s=1.0,
-        warmup_s=5.0,
-    )
+    copts = replace(CLOSED_LOOP, open_loop=open_loop, min_step_s=1.0)
     phases = plan_laps(copts)
     assert phases[0].warmup and len(phases) > 3
     assert [p.lap for p in phases] == list(range(len(phases)))
