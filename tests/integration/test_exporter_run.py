@@ -148,6 +148,20 @@ def test_runs_seen_by_prometheus_match_the_records(
         scrape_interval="1s",
     )
     prom.wait_scraped("target")
+    # the server's histogram children appear with their first observation, and increase()
+    # leaves out what a series held at its first scrape: one streamed request, scraped,
+    # before the run, so every request of the run counts in the server's mean below
+    body = {
+        "model": server.engine.model_name,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+    }
+    httpx.post(server.url + "/v1/chat/completions", json=body, timeout=10).raise_for_status()
+    prom.wait_for(
+        lambda: prom.scalar('sum(llmserve_time_to_first_token_seconds_count{stream="true"})'),
+        lambda got: got is not None and got >= 1,
+        what="the server's TTFT series scraped",
+    )
 
     # -- one process, 20 users; the warm-up creates the series before measuring --
     run = Run(server.url, tmp_path / "local", local_port, "--warmup", "2s", "--duration", "5s")
