@@ -1,7 +1,8 @@
 """Distributed runs on locust's own master/worker mode.
 
-The master (this process, ``--workers N`` or ``--master``) runs no users: it
-sends each worker the run's options once (``llmload_setup``; the API key is
+The master (this process, ``--workers N`` or ``--master``) runs no users: once a
+worker says its handlers are registered (``llmload_hello``), it sends the worker
+the run's options once (``llmload_setup``; the API key is
 not sent — every worker reads ``--api-key-env`` from its own environment),
 announces each phase (``llmload_phase``) before starting the users, and owns
 the one hub every record goes through.  A worker batches its records
@@ -133,6 +134,8 @@ class MasterDriver:
         port = dist.master_port if dist.master else 0
         self.runner = environment.create_master_runner(bind_host, port)
         self.port = self.runner.server.port
+        #: workers whose handlers are registered (``llmload_hello``): only these get a setup
+        self.hello: set[str] = set()
         self.ready: set[str] = set()
         self.failed: list[str] = []
         self.acks: dict[str, dict[str, int]] = {}
@@ -152,6 +155,7 @@ class MasterDriver:
         for name, handler in (
             ("llmload_batch", self._queue_batch),
             ("llmload_health", self._on_health),
+            ("llmload_hello", self._on_hello),
             ("llmload_ready", self._on_ready),
             ("llmload_failed", self._on_failed),
             ("llmload_flushed", self._queue_flushed),
@@ -171,11 +175,14 @@ class MasterDriver:
         if dist.master:
             print(f"master: waiting for {self.expect} worker(s) on port {self.port}", flush=True)
         try:
-            self._wait(lambda: len(self.runner.clients.ready) >= self.expect, "workers to connect")
+            # a worker is connected (locust's ``client_ready``) before its own handlers are
+            # registered: a setup sent then was dropped as an unknown message, and the run
+            # timed out waiting for it.  Its ``llmload_hello`` says the handlers are there.
+            self._wait(lambda: len(self.hello) >= self.expect, "workers to connect")
             setup = {"options": opts.flat(), "model": model, "shards": self.expect}
-            for shard, client in enumerate(sorted(self.runner.clients.ready, key=lambda c: c.id)):
-                self.names[client.id] = f"worker-{shard}"
-                self.runner.send_message("llmload_setup", {**setup, "shard": shard}, client.id)
+            for shard, client_id in enumerate(sorted(self.hello)[: self.expect]):
+                self.names[client_id] = f"worker-{shard}"
+                self.runner.send_message("llmload_setup", {**setup, "shard": shard}, client_id)
             self._wait(lambda: len(self.ready) >= self.expect or bool(self.failed), "worker setup")
             if self.failed:
                 raise UsageError(f"worker failed: {self.failed[0]}")
@@ -278,6 +285,9 @@ class MasterDriver:
         if fit is not None:
             self.fit_counts[worker] = fit
         self.hub.on_health(worker, HarnessHealth(**d))
+
+    def _on_hello(self, environment: Any, msg: Any) -> None:
+        self.hello.add(str(msg.data["client"]))
 
     def _on_ready(self, environment: Any, msg: Any) -> None:
         self.ready.add(msg.data["worker"])
@@ -485,6 +495,7 @@ def worker_main(master_host: str, master_port: int) -> int:
     env = Environment(user_classes=[LLMUser])
     runner = env.create_worker_runner(master_host, master_port)
     state = WorkerState(env, runner)
+    runner.send_message("llmload_hello", {"client": runner.client_id})  # handlers registered
     gcpolicy.settle()  # start-up is done: keep the collector out of the records' timings
     runner.greenlet.join()
     if state.sampler is not None:
