@@ -38,7 +38,7 @@ from llmload.loadtests.run.context import context_of
 from llmload.loadtests.run.phases import Phase
 from llmload.loadtests.run.sessions import run_session
 from llmload.loadtests.run.shapes import first_start_offset, spawn_batch, spawn_window
-from llmload.loadtests.transport.target import clock, perform
+from llmload.loadtests.transport.target import clock, perform, wall
 from llmload.loadtests.workload.agent import AgentSessions, AgentWorkload
 
 CANCELLED = "cancelled by the client: run stopped"
@@ -204,8 +204,8 @@ class LLMUser(User):
         ctx.sink.on_request_start(mode, prompt.scenario, self.adapter.endpoint)
         ctx.inflight += 1
         ctx.issued[phase.name] = ctx.issued.get(phase.name, 0) + 1
-        started_at = time.time()
         t0 = clock()
+        started_at = wall(t0)
         self.last_start = t0
         meta = RecordMeta(
             request_id=request_id,

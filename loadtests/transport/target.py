@@ -46,6 +46,17 @@ from llmload.loadtests.transport.framing import ProtocolError, Unsupported
 from llmload.loadtests.transport.http1 import Failed, Http1Client, Origin
 
 clock = time.perf_counter
+#: the wall-clock time at ``clock()``'s zero, read once per process
+_EPOCH = time.time() - clock()
+
+
+def wall(t: float) -> float:
+    """The wall-clock time of ``clock()`` reading ``t``: a record's ``started_at`` is its ``t0``
+    on this one time base, so ``started_at - schedule_delay_s`` is the intended send time
+    exactly (two clock reads in a row may be a preemption apart on a busy machine)."""
+    return _EPOCH + t
+
+
 #: seconds allowed for the TCP (and TLS) connect before ``connect``
 CONNECT_TIMEOUT_S = 10.0
 
