@@ -11,6 +11,7 @@ import time
 BENCHES: dict[str, str] = {
     "timing-core": "bench.timing_core",
     "gate": "bench.gate_accuracy",
+    "gate-grouped": "bench.gate_grouped",
     "replay": "bench.replay",
     "steady": "bench.steady",
     "harness": "bench.harness",

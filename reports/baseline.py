@@ -2,12 +2,14 @@
 
 Per mode (``metrics``) and, when a mode has several scenarios, per scenario
 (``by_scenario``): every latency metric's values (ms; a quantile sketch of
-``MAX_VALUES`` points when there are more).  ``rates``: throughput and goodput,
-per second of the measured phases.  ``outcomes``: requests and failures per
-scope (the error rate).  ``goodput_slo``: the SLO goodput was counted with (the
-gate counts the run's with the same).  ``fingerprint``: what shapes the numbers
-(``reports.fingerprint``), compared with the run's before anything else.  A
-schema-1 file (pooled values only) still gates what it holds.
+``MAX_VALUES`` points when there are more) and, for ITL (a request's gaps, grouped),
+``design_effect`` at ``gate_compare.EFFECT_PERCENTILES``: what the gate counts them
+as.  ``rates``: throughput and goodput, per second of the measured phases.
+``outcomes``: requests and failures per scope (the error rate).  ``goodput_slo``:
+the SLO goodput was counted with (the gate counts the run's with the same).
+``fingerprint``: what shapes the numbers (``reports.fingerprint``), compared with
+the run's before anything else.  A schema-1 file (pooled values only) still gates
+what it holds.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from llmload.loadtests.slo import format_slo
 from llmload.reports.arraystats import percentile_sorted
 from llmload.reports.capacity.curve import capacity_doc
 from llmload.reports.fingerprint import fingerprint
+from llmload.reports.gate_compare import design_effects
 from llmload.reports.gate_metrics import LATENCY_METRICS, RATE_METRICS
 from llmload.reports.gate_sides import ALL, RecordsSide
 from llmload.reports.loader import Run
@@ -73,12 +76,16 @@ def _groups(side: RecordsSide) -> dict[str, Any]:
                 got = side.latency(metric, mode, scope)
                 if got is None:
                     continue
+                # grouped values (ITL): how much their grouping widens a percentile, read
+                # before ``compact`` sorts them in place
+                effects = design_effects(got.values, got.groups) if got.groups is not None else {}
+                entry = compact(got.values, inplace=True)
+                if effects:
+                    entry["design_effect"] = {k: round(v, 3) for k, v in effects.items()}
                 if scope == ALL:
-                    metrics.setdefault(metric, {})[mode] = compact(got[0], inplace=True)
+                    metrics.setdefault(metric, {})[mode] = entry
                 else:
-                    by_scenario.setdefault(metric, {}).setdefault(mode, {})[scope] = compact(
-                        got[0], inplace=True
-                    )
+                    by_scenario.setdefault(metric, {}).setdefault(mode, {})[scope] = entry
             for metric in RATE_METRICS:
                 series = side.rates(metric, mode, scope)
                 if series:

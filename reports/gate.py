@@ -35,7 +35,15 @@ import numpy as np
 
 from llmload.loadtests.run.phases import BASELINE_PREFIX
 from llmload.reports.fingerprint import comparability, fingerprint
-from llmload.reports.gate_compare import Comparison, Side, bootstrap_ratio, compare, ratio_bounds
+from llmload.reports.gate_compare import (
+    GROUPED_EFFECT,
+    Comparison,
+    Side,
+    bootstrap_ratio,
+    compare,
+    effective_n,
+    ratio_bounds,
+)
 from llmload.reports.gate_doubt import harness_doubt, unless_starved
 from llmload.reports.gate_metrics import LATENCY, RATE, SHARE, MetricSpec
 from llmload.reports.gate_result import (
@@ -123,8 +131,7 @@ def check_name(spec: MetricSpec, mode: str, scope: str) -> str:
 def _sample(side: Sided, spec: MetricSpec, mode: str, scope: str) -> Side | None:
     kind, name = spec.metric.kind, spec.metric.name
     if kind == LATENCY:
-        got = side.latency(name, mode, scope)
-        return None if got is None else Side.of(got[0], got[1])
+        return side.latency(name, mode, scope)
     if kind == RATE:
         series = side.rates(name, mode, scope)
         return None if series is None else Side.of(series)
@@ -182,6 +189,8 @@ def _one(
             + f": baseline {b.n}, run {r.n} (need at least {need} each; run longer)",
             nums,
         )
+    if not cfg.grouped:
+        b, r = Side(b.values, b.n), Side(r.values, r.n)
     return compare(spec, mode, scope, b, r, cfg.resamples, cfg.seed)
 
 
@@ -219,6 +228,13 @@ def _decide(c: Comparison, p_holm: float, m: int, cfg: GateConfig) -> Check:
         f"{stat} {where}: {_value(c, c.base_value)} → {_value(c, c.run_value)} "
         f"({_change(c, c.change)}; {bounds} {_change(c, lo)} … {_change(c, hi)})"
     )
+    grouped = max(c.base_effect, c.run_effect) > GROUPED_EFFECT
+    if grouped:
+        what += (
+            f"; a request's gaps move together, so its {c.base_n:,} / {c.run_n:,} gaps count as "
+            f"{effective_n(c.base_n, c.base_effect):,} / {effective_n(c.run_n, c.run_effect):,} "
+            f"independent ones (design effect {c.base_effect:.1f} / {c.run_effect:.1f})"
+        )
     allowed = f"allowed {spec.allowed_text}"
     nums: dict[str, Any] = {
         "metric": spec.metric.name,
@@ -232,6 +248,10 @@ def _decide(c: Comparison, p_holm: float, m: int, cfg: GateConfig) -> Check:
         "run": c.run_value,
         "baseline_n": c.base_n,
         "run_n": c.run_n,
+        "baseline_design_effect": c.base_effect,
+        "run_design_effect": c.run_effect,
+        "baseline_n_effective": effective_n(c.base_n, c.base_effect),
+        "run_n_effective": effective_n(c.run_n, c.run_effect),
         "allowed": spec.allowed,
         "max_regression_pct": spec.allowed * 100,
         "change_pct": c.pct(c.change),
@@ -347,7 +367,7 @@ def evaluate_sides(
         what = "ttft from intended send" if cfg.from_intended else "ttft"
         for mode in gated_modes(side, base, cfg):
             got = side.latency(key, mode, ALL)
-            check = absolute_check(mode, got[0] if got else [], cfg.max_ttft_p95_ms, what)
+            check = absolute_check(mode, got.values if got else [], cfg.max_ttft_p95_ms, what)
             records = side.group(mode)
             checks.append(unless_starved(check, run, records, mode, specs[0], cfg.starved_share))
     blocking = [d for d in differences if d.get("blocking")]

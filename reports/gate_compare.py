@@ -10,12 +10,23 @@ order statistics per resample (``resampled_percentile``), so a side costs a sort
 The p-value of "no worse than allowed" is the share of bootstrap changes on the
 allowed side of the limit (``(k + 1) / (B + 1)``): what the family-wise procedure
 (``reports.holm``) ranks.
+
+Values that come in groups — a request's inter-token gaps — are not independent: a
+request co-batched with a long prefill has several slow gaps together.  Resampling
+the pooled gaps as if each were drawn on its own then gives an interval too narrow
+(false alarms).  A side that knows its groups says how much wider the percentile's
+sampling distribution is for them: the design effect (Kish) of the share of values
+beyond the percentile, from the groups' totals (``design_effect``), and its
+bootstrap draws as many values as that many independent ones would be worth
+(``effective_n``; Woodruff's interval for a quantile of a cluster sample).  It is
+never taken below 1: gaps that alternate around a schedule (jitter on token
+times) do not narrow the interval.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,18 +121,92 @@ def ratio_bounds(ratios: Any, confidence: float) -> tuple[float, float]:
     return lo, hi
 
 
+#: the percentiles a baseline keeps a latency's design effect at (``design_effects``)
+EFFECT_PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
+
+
+def design_effect(values: np.ndarray, groups: np.ndarray, q: float) -> float | None:
+    """How many times wider the ``q``-th percentile's sampling variance is because ``values``
+    come in groups (``groups``: each group's size, the values group by group, in order) than
+    if they were independent: ``Var_cluster(p̂) / Var_iid(p̂)`` of ``p̂``, the share beyond the
+    percentile, by the ratio estimator's linearized variance.  At least 1; None when the
+    groups do not add up to the values or fewer than two groups hold any."""
+    return design_effects(values, groups, (q,)).get(_key(q))
+
+
+def design_effects(
+    values: np.ndarray, groups: np.ndarray, qs: Sequence[float] = EFFECT_PERCENTILES
+) -> dict[str, float]:
+    """``design_effect`` at each of ``qs``, keyed ``"95"``, ``"99.9"`` (empty when unknown)."""
+    sizes = np.asarray(groups, dtype=np.int64)
+    total = int(sizes.sum())
+    if total != values.size or total == 0 or np.count_nonzero(sizes) < 2:
+        return {}
+    sizes = sizes[sizes > 0]
+    starts = np.cumsum(sizes) - sizes
+    c = sizes.size
+    out: dict[str, float] = {}
+    for q, t in zip(qs, np.percentile(values, list(qs)), strict=True):
+        above = values > t
+        p = float(np.count_nonzero(above)) / total
+        if p <= 0.0 or p >= 1.0:
+            out[_key(q)] = 1.0
+            continue
+        resid = np.add.reduceat(above, starts, dtype=np.int64) - p * sizes
+        v_cluster = c / (c - 1) * float(np.dot(resid, resid)) / total**2
+        out[_key(q)] = max(1.0, v_cluster / (p * (1.0 - p) / total))
+    return out
+
+
+def _key(q: float) -> str:
+    return f"{q:g}"
+
+
+def effect_at(effects: dict[str, float], q: float) -> float | None:
+    """A stored design effect at ``q``: its own, else the larger of its stored neighbours."""
+    if not effects:
+        return None
+    if _key(q) in effects:
+        return float(effects[_key(q)])
+    at = sorted((float(k), float(v)) for k, v in effects.items())
+    below = [v for k, v in at if k < q][-1:]
+    above = [v for k, v in at if k > q][:1]
+    return max(below + above)
+
+
+#: a check says how its grouped values were counted when a side's design effect passes this
+GROUPED_EFFECT = 1.05
+
+
+def effective_n(n: int, effect: float) -> int:
+    """How many independent values ``n`` grouped ones are worth at design effect ``effect``."""
+    return max(1, round(n / max(effect, 1.0)))
+
+
 @dataclass(frozen=True)
 class Side:
     """One side's sample: values (ms, per-second rates; for a share ``[failed]``) and its size.
-    The values are the side's own: ``compare`` sorts a latency's in place."""
+    The values are the side's own: ``compare`` sorts a latency's in place.
+
+    Grouped values (ITL: a request's gaps) say so by ``groups`` (each group's size, values
+    in group order: a run's records) or ``effects`` (design effects a baseline stored)."""
 
     values: np.ndarray
     n: int
+    groups: np.ndarray | None = None
+    effects: dict[str, float] | None = None
 
     @classmethod
-    def of(cls, values: Any, n: int | None = None) -> Side:
+    def of(cls, values: Any, n: int | None = None, **grouping: Any) -> Side:
         arr = np.asarray(values, dtype=float)
-        return cls(arr, int(arr.size if n is None else n))
+        return cls(arr, int(arr.size if n is None else n), **grouping)
+
+    def design_effect(self, q: float) -> float | None:
+        """This side's design effect at percentile ``q``; None when its values are not grouped
+        (or it cannot tell).  Read before ``compare`` sorts the values."""
+        if self.groups is not None:
+            return design_effect(self.values, self.groups, q)
+        return effect_at(self.effects or {}, q)
 
 
 @dataclass(frozen=True)
@@ -138,6 +223,9 @@ class Comparison:
     boots: np.ndarray
     base_n: int
     run_n: int
+    #: grouped values (ITL): each side's design effect (1: independent values)
+    base_effect: float = 1.0
+    run_effect: float = 1.0
 
     @property
     def is_share(self) -> bool:
@@ -198,23 +286,29 @@ def compare(
         return Comparison(spec, mode, scope, pb, pr, pr - pb, boots, bn, rn)
     if kind == LATENCY:
         q = float(spec.percentile or 95.0)
+        de_b, de_r = base.design_effect(q), run.design_effect(q)
+        # a side that cannot tell (a baseline from an older llmload) is taken to be like the other
+        eff_b = de_b if de_b is not None else (de_r or 1.0)
+        eff_r = de_r if de_r is not None else (de_b or 1.0)
         base.values.sort()  # in place: a side's values are its own (a run's ITL: 0.5 GB)
         run.values.sort()
         b_v = float(np.percentile(base.values, q))
         r_v = float(np.percentile(run.values, q))
-        boots = bootstrap_ratio(base.values, base.n, run.values, run.n, q, resamples, seed, True)
-    else:
-        b_v, r_v = float(base.values.mean()), float(run.values.mean())
-        b, r = _resampled(
-            base.values,
-            base.n,
-            run.values,
-            run.n,
-            lambda x: np.asarray(x.mean(axis=1)),
-            resamples,
-            rng,
-        )
-        with np.errstate(divide="ignore", invalid="ignore"):
-            boots = np.where(b > 0, r / np.where(b > 0, b, 1.0), math.inf)
+        n_b, n_r = effective_n(base.n, eff_b), effective_n(run.n, eff_r)
+        boots = bootstrap_ratio(base.values, n_b, run.values, n_r, q, resamples, seed, True)
+        change = r_v / b_v if b_v > 0 else math.inf
+        return Comparison(spec, mode, scope, b_v, r_v, change, boots, base.n, run.n, eff_b, eff_r)
+    b_v, r_v = float(base.values.mean()), float(run.values.mean())
+    b, r = _resampled(
+        base.values,
+        base.n,
+        run.values,
+        run.n,
+        lambda x: np.asarray(x.mean(axis=1)),
+        resamples,
+        rng,
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        boots = np.where(b > 0, r / np.where(b > 0, b, 1.0), math.inf)
     change = r_v / b_v if b_v > 0 else math.inf
     return Comparison(spec, mode, scope, b_v, r_v, change, boots, base.n, run.n)

@@ -213,6 +213,12 @@ def latency_ms(records: Iterable[RequestRecord], metric: GateMetric) -> np.ndarr
     return values
 
 
+def gap_groups(records: Iterable[RequestRecord]) -> np.ndarray:
+    """How many gaps each successful record has, in the order ``latency_ms`` gives them."""
+    t = RecordTable.of(records)
+    return t.itl_counts()[t.ok()]
+
+
 def outcomes(records: Iterable[RequestRecord]) -> tuple[int, int]:
     """``(requests, failed)``; a request a lost worker took with it is neither."""
     t = RecordTable.of(records)

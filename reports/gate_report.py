@@ -13,6 +13,7 @@ import json
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from llmload.reports.gate_compare import GROUPED_EFFECT
 from llmload.reports.gate_metrics import REGISTRY
 from llmload.reports.gate_result import FAIL, INCONCLUSIVE, PASS, SKIPPED, Check, GateResult
 from llmload.reports.spread import spread_lines
@@ -160,10 +161,19 @@ def table_rows(result: GateResult) -> list[list[str]]:
                 bounds,
                 allowed,
                 f"{n['p_holm']:.3g}" if "p_holm" in n else "–",
-                f"{n.get('baseline_n', '–')} / {n.get('run_n', '–')}",
+                _samples(n),
             ]
         )
     return rows
+
+
+def _samples(n: dict[str, Any]) -> str:
+    """``8300 / 8100``, and what they count as when grouped: ``(≈ 2305 / 1980 independent)``."""
+    text = f"{n.get('baseline_n', '–')} / {n.get('run_n', '–')}"
+    effects = (n.get("baseline_design_effect", 1.0), n.get("run_design_effect", 1.0))
+    if max(effects) > GROUPED_EFFECT:
+        text += f" (≈ {n['baseline_n_effective']} / {n['run_n_effective']} independent)"
+    return text
 
 
 def _differences(result: GateResult) -> list[str]:

@@ -45,6 +45,9 @@ class GateConfig:
     inconclusive: str = "neutral"
     #: fingerprint keys whose difference the user accepts (``--allow-difference``)
     allow_difference: list[str] = field(default_factory=list)
+    #: count grouped values (a request's gaps) by their design effect; False: as independent,
+    #: the gate before it did (``python -m bench gate-grouped`` measures both; no CLI option)
+    grouped: bool = True
 
     def specs(self) -> list[MetricSpec]:
         """The gated metrics, each with its percentile and allowance (``ValueError`` if bad)."""

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from llmload.loadtests.slo import parse_slo
 from llmload.reports.columns import RecordTable
+from llmload.reports.gate_compare import Side
 from llmload.reports.gate_metrics import (
     REGISTRY,
+    gap_groups,
     latency_ms,
     outcomes,
     per_second,
@@ -62,9 +62,14 @@ class RecordsSide:
         """The mode's phases, in order of first appearance."""
         return list(self.group(mode).distinct("phase"))
 
-    def latency(self, metric: str, mode: str, scope: str) -> tuple[np.ndarray, int] | None:
-        vals = latency_ms(self.group(mode, scope), REGISTRY[metric])
-        return (vals, len(vals)) if len(vals) else None
+    def latency(self, metric: str, mode: str, scope: str) -> Side | None:
+        """A latency metric's values (ms, the caller's own); ITL's grouped by request."""
+        group = self.group(mode, scope)
+        vals = latency_ms(group, REGISTRY[metric])
+        if not len(vals):
+            return None
+        grouped = REGISTRY[metric].column == "itl_s"
+        return Side.of(vals, groups=gap_groups(group) if grouped else None)
 
     def rates(self, metric: str, mode: str, scope: str) -> list[float] | None:
         phases = sorted(self.phases(mode))
@@ -102,14 +107,20 @@ class BaselineSide:
         """Whether the file keeps per-scenario values (a baseline from this llmload)."""
         return "outcomes" in self.doc
 
-    def latency(self, metric: str, mode: str, scope: str) -> tuple[list[float], int] | None:
+    def latency(self, metric: str, mode: str, scope: str) -> Side | None:
+        """The stored values (or their sketch) and count; the design effects stored with them."""
         if scope == ALL:
             entry = self.doc.get("metrics", {}).get(metric, {}).get(mode)
         else:
             entry = self.doc.get("by_scenario", {}).get(metric, {}).get(mode, {}).get(scope)
         if not isinstance(entry, dict) or not entry.get("values_ms"):
             return None
-        return list(entry["values_ms"]), int(entry["n"])
+        effects = entry.get("design_effect")
+        return Side.of(
+            entry["values_ms"],
+            int(entry["n"]),
+            effects=dict(effects) if isinstance(effects, dict) else None,
+        )
 
     def rates(self, metric: str, mode: str, scope: str) -> list[float] | None:
         series = self.doc.get("rates", {}).get(metric, {}).get(mode, {}).get(scope)

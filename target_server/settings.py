@@ -113,6 +113,11 @@ class Settings:
     itl_ms: float = _flag("synthetic: inter-token latency, ms", default=20.0)
     jitter_ms: float = _flag("synthetic: uniform +-jitter on every token time, ms", 0.0)
     itl_growth_ms: float = _flag("synthetic: extra ITL per other running request, ms", 0.0)
+    itl_spread: float = _flag(
+        "synthetic: each request decodes at a speed of its own: its ITL times a seeded "
+        "uniform factor in [1 - x, 1 + x] (0 <= x < 1)",
+        0.0,
+    )
     fail_rate: float = _flag("synthetic: fraction answered HTTP 500 before streaming", 0.0)
     disconnect_rate: float = _flag("synthetic: fraction whose connection drops mid-stream", 0.0)
     stall_rate: float = _flag("synthetic: fraction that stop sending mid-stream", 0.0)
@@ -141,6 +146,8 @@ class Settings:
         for name in (*rates, "tool_call_rate", "empty_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1]")
+        if not 0.0 <= self.itl_spread < 1.0:
+            raise ValueError("itl_spread must be within [0, 1)")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
         if self.reasoning_tokens < 0:

@@ -9,7 +9,10 @@ an absolute deadline, so sleeping late once does not delay the rest (deadlines
 wait on ``target_server.pacer``: one timer per millisecond for all streams, never
 early, so a token is at most ~1 ms late from the grid and the first never early);
 ``jitter_ms`` moves each deadline by a seeded uniform offset in
-``[-jitter, +jitter]`` around its nominal time (it never accumulates).
+``[-jitter, +jitter]`` around its nominal time (it never accumulates);
+``itl_spread`` gives each request a speed of its own (its ITL times a seeded
+factor in ``[1 - spread, 1 + spread]``): its gaps are all fast or all slow together,
+as on a real server for a request with a long context or one co-batched with prefills.
 
 Prompt tokens are counted as ``ceil(utf8_bytes / 4)`` (+4 per chat message).
 With ``--prefix-cache-blocks N`` the engine keeps a prefix cache
@@ -241,6 +244,8 @@ class SyntheticEngine:
     ) -> Timetable:
         s, rng, pieces, k = self.settings, self._rng, _PIECES, len(_PIECES)
         itl, growth, jitter = s.itl_ms / 1000.0, s.itl_growth_ms / 1000.0, s.jitter_ms / 1000.0
+        if s.itl_spread:
+            itl *= 1.0 + rng.uniform(-s.itl_spread, s.itl_spread)
         nominal, prev, tail, fault = first, 0.0, "", None
         self._running += 1
         try:
