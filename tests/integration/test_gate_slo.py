@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from llmload.ci import SERVER_ARGS
+from llmload.reports.gate_compare import effective_n
 from tests.fixtures.gate import run
 from tests.fixtures.loadtests import llmload
 from tests.fixtures.server_proc import start_server_process
@@ -93,3 +94,21 @@ def test_a_max_tokens_change_is_inconclusive_and_named(runs: dict[str, Path]) ->
     code, out, doc = gate(runs, "longer", "--allow-difference", "max_tokens")
     assert "comparable runs" not in by_name(doc)
     assert "noted: max_tokens: baseline 16, run 32 (allowed by --allow-difference)" in out
+
+
+def test_the_baseline_keeps_the_gaps_design_effects_and_the_gate_reads_them(
+    runs: dict[str, Path],
+) -> None:
+    # the CI server's jitter on token *times* alternates a request's gaps around its schedule
+    # (1 on a quiet machine); a loaded machine that slows every stream for a while groups
+    # them a little: whatever it is, the file keeps it and the gate counts by it
+    stored = json.loads(runs["baseline"].read_text())["metrics"]["itl"]["stream"]
+    effects = stored["design_effect"]
+    assert set(effects) == {"50", "75", "90", "95", "99", "99.9"}
+    assert all(v >= 1.0 for v in effects.values())
+    _, out, doc = gate(runs, "same")
+    n = by_name(doc)["itl p95 stream"]["numbers"]
+    assert n["baseline_design_effect"] == effects["95"], out
+    assert n["run_n_effective"] == effective_n(n["run_n"], n["run_design_effect"])
+    grouped = max(n["baseline_design_effect"], n["run_design_effect"]) > 1.05
+    assert ("independent ones" in by_name(doc)["itl p95 stream"]["reason"]) == grouped
