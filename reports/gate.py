@@ -264,6 +264,8 @@ def _decide(c: Comparison, p_holm: float, m: int, cfg: GateConfig) -> Check:
         "resamples": cfg.resamples,
         "seed": cfg.seed,
     }
+    resolves = c.resolves(bonferroni_level(alpha, m))
+    nums["resolves_pct"] = c.pct(resolves)
     nums["beyond"] = c.harmful(c.change)
     if spec.metric.kind == LATENCY:
         nums.update(baseline_ms=c.base_value, run_ms=c.run_value)
@@ -292,11 +294,17 @@ def _decide(c: Comparison, p_holm: float, m: int, cfg: GateConfig) -> Check:
             ),
             nums,
         )
+    # what the sample could have caught: a pass on a sample that resolves only twice the
+    # allowance says little (the number beside the verdict, not another rule)
+    resolution = f"; this sample fails a change from about {_change(c, resolves)}"
     if c.harmful(c.change):
         return Check(
-            name, PASS, f"{what}: beyond {allowed} but within noise (not significant)", nums
+            name,
+            PASS,
+            f"{what}: beyond {allowed} but within noise (not significant){resolution}",
+            nums,
         )
-    return Check(name, PASS, f"{what}: within {allowed}", nums)
+    return Check(name, PASS, f"{what}: within {allowed}{resolution}", nums)
 
 
 def decide_family(comps: Sequence[Comparison], cfg: GateConfig) -> list[Check]:

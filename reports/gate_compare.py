@@ -262,6 +262,20 @@ class Comparison:
         """The ``alpha`` and ``1 - alpha`` quantiles of the bootstrapped change."""
         return ratio_bounds(self.boots, 1.0 - alpha)
 
+    def resolves(self, alpha: float) -> float:
+        """The smallest change in the harmful direction this check would fail: where its bound
+        (at ``alpha``) reaches the limit once the bootstrap distribution moves with the change
+        — scaled for a ratio, shifted for a share's difference.  What the sample can resolve,
+        not a verdict: a true change there fails about half the time."""
+        lo, hi = self.bounds(alpha)
+        if self.spec.metric.harm == DOWN:
+            if self.is_share:
+                return self.change + (self.limit - hi)
+            return self.change * self.limit / hi if hi > 0 else 0.0
+        if self.is_share:
+            return self.change + (self.limit - lo)
+        return self.change * self.limit / lo if lo > 0 else math.inf
+
     def pct(self, x: float) -> float:
         """A change in percent (a ratio) or in points (a share)."""
         return x * 100 if self.is_share else (x - 1) * 100

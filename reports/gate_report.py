@@ -3,6 +3,7 @@
 Every form carries the same headline (where it regressed, by name:
 "code_gen TTFT p95 +31.0 %, the others flat") and the same table — one row per
 check: baseline and run value, change, its family-wise bounds, the allowance,
+the smallest change its sample would fail (``fails from``: what it can resolve),
 the Holm-adjusted p-value and the sample sizes (``table_rows``).  The HTML page
 is ``reports.gate_html``.
 """
@@ -32,6 +33,7 @@ TABLE_HEADER = [
     "change",
     "family-wise bounds",
     "allowed",
+    "fails from",
     "p (Holm)",
     "samples (base / run)",
 ]
@@ -160,6 +162,7 @@ def table_rows(result: GateResult) -> list[list[str]]:
                 f"{n['change_pct']:+.1f}{pts}" if "change_pct" in n else "–",
                 bounds,
                 allowed,
+                f"{n['resolves_pct']:+.1f}{pts}" if "resolves_pct" in n else "–",
                 f"{n['p_holm']:.3g}" if "p_holm" in n else "–",
                 _samples(n),
             ]

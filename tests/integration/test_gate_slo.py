@@ -112,3 +112,20 @@ def test_the_baseline_keeps_the_gaps_design_effects_and_the_gate_reads_them(
     assert n["run_n_effective"] == effective_n(n["run_n"], n["run_design_effect"])
     grouped = max(n["baseline_design_effect"], n["run_design_effect"]) > 1.05
     assert ("independent ones" in by_name(doc)["itl p95 stream"]["reason"]) == grouped
+
+
+def test_every_check_says_what_its_sample_resolves(runs: dict[str, Path]) -> None:
+    code, out, doc = gate(runs, "slow")
+    judged = [c for c in doc["checks"] if "change_pct" in c["numbers"]]
+    assert judged
+    for c in judged:
+        n = c["numbers"]
+        up = n["harm"] == "up"
+        beyond = n["change_pct"] > n["resolves_pct"] if up else n["change_pct"] < n["resolves_pct"]
+        # past what its sample resolves, the check's bound has cleared the limit: it fails
+        # (unless the starved-client rule holds the failure back, saying so)
+        if beyond:
+            assert c["verdict"] == "fail" or STARVED in c["reason"], c
+        elif c["verdict"] == "pass":
+            assert "this sample fails a change from about" in c["reason"], c
+    assert "<th>fails from</th>" in (runs["slow"] / "gate.html").read_text()
