@@ -287,7 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = [score(lv, pairs_of(lv, runs, baselines), cfg) for lv in (BASE, *REGRESSED)]
         near = (BASE, *(lv for lv in REGRESSED if lv.worse < 0.15))
         rows5 = [score(lv, pairs_of(lv, runs, baselines), cfg5) for lv in near]
-        starved = [score(lv, pairs_of(lv, starved_runs, baselines), cfg) for lv in STARVED_LEVELS]
+        starved = [
+            score(lv, pairs_of(lv, starved_runs, baselines), cfg)
+            for lv in STARVED_LEVELS
+            if starved_runs
+        ]
         note = client_line([r for rs in starved_runs.values() for r in rs]) if starved else ""
     load = f"{load_note(load1)}; {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores."
     text = render(rows, rows5, starved, note, runs, time.monotonic() - t0, load)
