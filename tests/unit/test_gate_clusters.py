@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llmload.reports import gate_compare
 from llmload.reports.gate_compare import (
     Side,
     compare,
@@ -138,3 +139,16 @@ def test_grouped_gaps_keep_the_false_alarm_rate_nominal() -> None:
     assert false_alarms(0.3, trials, use_groups=True) < 0.09
     # and where gaps are independent, the correction changes nothing that matters
     assert false_alarms(0.0, trials, use_groups=True) < 0.09
+
+
+def test_counting_a_run_of_groups_at_a_time_counts_every_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # chunks far smaller than the data, groups longer than a chunk, empty groups skipped
+    monkeypatch.setattr(gate_compare, "CHUNK_VALUES", 50)
+    rng = np.random.default_rng(8)
+    sizes = rng.integers(1, 120, size=400)
+    values = rng.random(int(sizes.sum()))
+    starts = np.cumsum(sizes) - sizes
+    want = np.add.reduceat(values > 0.9, starts, dtype=np.int64)
+    assert (gate_compare._beyond_per_group(values, starts, sizes, 0.9) == want).all()
