@@ -23,16 +23,19 @@ from tests.fixtures.server_proc import start_server_process
 
 
 def test_a_requests_own_speed_is_counted_in_the_itl_check(tmp_path: Path) -> None:
-    with start_server_process("--ttft-ms", "50", "--itl-ms", "10", "--itl-spread", "0.6") as srv:
+    with start_server_process("--ttft-ms", "50", "--itl-ms", "20", "--itl-spread", "0.6") as srv:
         base = run(tmp_path / "base", srv.url)
     again = base  # gated against its own baseline: the file's effects against the records'
     baseline = tmp_path / "baseline.json"
     proc = llmload("report", "baseline", str(base), "--out", str(baseline))
     assert proc.returncode == 0, proc.stderr
     stored = json.loads(baseline.read_text())["metrics"]["itl"]["stream"]
-    # all of a request's gaps on one side of the p95: a request counts about once, not per gap
+    # a request's gaps fall on one side of the median together: it counts about once, not per
+    # gap; near the p95 fewer do (a request's speed close to it straddles it, and a busy
+    # machine's timing noise spreads its gaps), but still clearly more than one
     gaps_per_request = stored["n"] / len(load_run(base).measured)
-    assert stored["design_effect"]["95"] > gaps_per_request / 3 > 1, stored["design_effect"]
+    effects = stored["design_effect"]
+    assert effects["50"] > gaps_per_request / 3 > 1 and effects["95"] > 1.5, effects
 
     summary = tmp_path / "gate.md"
     proc = llmload(
