@@ -5,7 +5,7 @@ its steps with a long prefill has several slow gaps together.  The gate counts a
 gaps by their design effect (``reports.gate_compare``); before, it resampled them as
 independent.  This bench measures what that means on the bundled real model (the
 embedded transformers engine with continuous batching, ``make loadtest``'s default
-target): ``--runs`` short interleaved-free runs back to back against one server, each
+target): ``--runs`` short runs back to back against one server, each
 ``--users`` paced users streaming, and every pair of distinct runs gated as A/A (the
 earlier run as the baseline) on ITL p95 and ITL p50, once with the gaps grouped and
 once pooled.  Per run: the design effect at each percentile; per pair and way: whether
@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -76,13 +76,13 @@ class Way:
     pairs: int = 0
     excludes: int = 0
     fails: int = 0
-    half_widths: list[float] | None = None
-    changes: list[float] | None = None
+    half_widths: list[float] = field(default_factory=list)
+    changes: list[float] = field(default_factory=list)
 
 
 def score(runs: list[Run], q: float, grouped: bool) -> Way:
     """Gate every A/A pair on ITL p``q``; count intervals without "no change" and failures."""
-    way = Way(f"ITL p{q:g}, gaps {'grouped' if grouped else 'pooled'}", half_widths=[], changes=[])
+    way = Way(f"ITL p{q:g}, gaps {'grouped' if grouped else 'pooled'}")
     baselines = [make_baseline(r) for r in runs]
     cfg = GateConfig(metric=f"itl:p{q:g}", grouped=grouped)
     for i, j in itertools.combinations(range(len(runs)), 2):
@@ -93,7 +93,6 @@ def score(runs: list[Run], q: float, grouped: bool) -> Way:
         way.pairs += 1
         way.excludes += n["ratio_low"] > 1.0 or n["ratio_high"] < 1.0
         way.fails += check.verdict == FAIL
-        assert way.half_widths is not None and way.changes is not None
         way.half_widths.append((n["ci_high_pct"] - n["ci_low_pct"]) / 2)
         way.changes.append(n["change_pct"])
     return way
@@ -117,7 +116,7 @@ def render(
     gaps = [len(r.measured.itl()) for r in runs]
     reqs = [len(r.measured) for r in runs]
     rows = [
-        f"| {w.label} | {w.excludes}/{w.pairs} | {statistics.median(w.half_widths or [0]):.1f}% "
+        f"| {w.label} | {w.excludes}/{w.pairs} | {statistics.median(w.half_widths or [0.0]):.1f}% "
         f"| {min(w.changes or [0]):+.1f} … {max(w.changes or [0]):+.1f}% | {w.fails}/{w.pairs} |"
         for w in ways
     ]
