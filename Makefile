@@ -77,7 +77,7 @@ test-gpu: install ## opt-in GPU tests (needs CUDA)
 lint: install ## ruff (lint + format check) + mypy
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy
+	$(PY) scripts/typecheck.py
 
 bench: install system-deps ## run the benchmarks and rewrite BENCHMARKS.md sections
 	$(PY) -m bench $(ARGS)

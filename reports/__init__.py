@@ -1,7 +1,7 @@
 """llmload reports: statistics, comparison tables, HTML/Markdown/JSON/JUnit output, the CI gate.
 
 The runner calls ``build_run(run_dir, slo)`` at the end of a run and prints
-``render_terminal(summary)``.  Imports are lazy so ``import reports`` stays cheap.
+``render_terminal(summary)``.  Imports are lazy so ``import llmload.reports`` stays cheap.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from llmload.reports.schema import Summary
+
+if __name__ != "llmload.reports":  # one module object per module: never a second spelling
+    raise ImportError(f"{__name__} installs as llmload.reports: import that, not {__name__}")
 
 __all__ = ["build_run", "render_terminal"]
 

@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -160,8 +161,13 @@ def test_dockerfile_bakes_the_embedded_model() -> None:
     from llmload.target_server.model.embedded import embedded_model_dir  # the builder it calls
 
     assert callable(embedded_model_dir)
-    for src in re.findall(r"^COPY (\S+) ", text, re.M):
+    copied = [w for line in re.findall(r"^COPY (.+) \S+$", text, re.M) for w in line.split()]
+    for src in copied:
         assert (ROOT / src).exists(), src
+    # the wheel's build inputs: every folder pyproject's package-dir maps, and setup.py
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        folders = tomllib.load(f)["tool"]["setuptools"]["package-dir"].values()
+    assert {"pyproject.toml", "setup.py", *folders} <= set(copied)
 
 
 # --- nginx ---------------------------------------------------------------------------

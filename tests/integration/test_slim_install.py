@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -23,10 +24,14 @@ import pytest
 from llmload.target_server.launch import LISTENING, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the repository's folders that install as llmload's subpackages (links in llmload/)
-SUBPACKAGES = ("target_server", "loadtests", "exporter", "reports", "dashboards")
-#: what the wheel is built from (pyproject's packages plus its readme)
-SOURCES = ("pyproject.toml", "README.md", *SUBPACKAGES, "llmload")
+with open(ROOT / "pyproject.toml", "rb") as _f:
+    #: installed package -> folder (pyproject's package-dir)
+    MAPPING: dict[str, str] = tomllib.load(_f)["tool"]["setuptools"]["package-dir"]
+#: the repository's folders that install as llmload's subpackages
+SUBPACKAGES = tuple(f for p, f in MAPPING.items() if p != "llmload")
+#: what the wheel is built from: pyproject, setup.py (the packages of each mapped folder),
+#: the readme, the folders
+SOURCES = ("pyproject.toml", "setup.py", "README.md", *MAPPING.values())
 
 
 def sh(*cmd: str | Path, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -53,8 +58,7 @@ def slim(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in SOURCES:
         path = ROOT / name
         if path.is_dir():
-            # as a clone has them: llmload/loadtests is a link to ../loadtests
-            shutil.copytree(path, src / name, ignore=ignore, symlinks=True)
+            shutil.copytree(path, src / name, ignore=ignore)
         else:
             shutil.copy2(path, src / name)
     # the dev venv's setuptools builds it (no isolated build env to download)

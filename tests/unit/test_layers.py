@@ -26,12 +26,16 @@ delegate upward; nothing imports ``tests``.  Run it alone:
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+with open(ROOT / "pyproject.toml", "rb") as _f:
+    #: installed package -> folder: pyproject's package-dir, the one declaration of the layout
+    MAPPING: dict[str, str] = tomllib.load(_f)["tool"]["setuptools"]["package-dir"]
 #: the repository's folders that install as ``llmload.<folder>``
-SUBPACKAGES = ("target_server", "loadtests", "exporter", "reports", "dashboards")
+SUBPACKAGES = tuple(folder for package, folder in MAPPING.items() if package == f"llmload.{folder}")
 #: unit -> layer; a module may import units of a strictly lower layer, or its own
 LAYER = {
     "target_server": 0,
@@ -52,9 +56,11 @@ SIDEWAYS: set[tuple[str, str]] = set()
 
 
 def module_name(path: Path) -> str:
+    """The name a file installs as (``reports/gate.py`` -> ``llmload.reports.gate``)."""
     parts = path.relative_to(ROOT).with_suffix("").parts
-    if parts[0] in SUBPACKAGES:
-        parts = ("llmload", *parts)
+    folders = {folder: package for package, folder in MAPPING.items()}
+    if parts[0] in folders:
+        parts = (*folders[parts[0]].split("."), *parts[1:])
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -70,10 +76,8 @@ def unit(mod: str) -> str:
 
 def modules() -> dict[str, ast.Module]:
     found = {}
-    for package in ("llmload", "bench", "tests", *SUBPACKAGES):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            if path.relative_to(ROOT).parts[:2] in {("llmload", p) for p in SUBPACKAGES}:
-                continue  # the links to the folders: the same files, read once
+    for folder in ("bench", "tests", *MAPPING.values()):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             found[module_name(path)] = ast.parse(path.read_text(encoding="utf-8"), str(path))
     return found
 
