@@ -12,12 +12,15 @@ The shape (read this before adding an option):
   sampling), ``output`` (run files, report, live sinks) and ``distributed``
   (master/worker).  A layer takes the group it needs (``Target`` takes
   ``ConnectionOptions``, the workload builder ``WorkloadOptions``, ...).
-* A field is declared once, with ``option(default, help, ...)``: its flag
-  (``--`` + the name with dashes, plus ``aliases``), type (the annotation),
-  ``choices``, ``parse`` (normalise a plan or flag value: durations, lists,
-  fractions) and ``check`` (a predicate and the message when it fails).  The
-  parser (``loadtests.run.cli``), ``--help``, the TOML plan keys, the table
-  in docs/loadgen.md (``options_table``) and ``run.json`` all read it.
+* A field is declared once, with ``option(default, help, compare=..., ...)``:
+  its flag (``--`` + the name with dashes, plus ``aliases``), type (the
+  annotation), ``choices``, ``parse`` (normalise a plan or flag value:
+  durations, lists, fractions), ``check`` (a predicate and the message when it
+  fails) and ``compare`` — whether a difference between two runs blocks a
+  comparison, is noted, or does not matter (required: the gate's fingerprint
+  is read from it).  The parser (``loadtests.run.cli``), ``--help``, the TOML
+  plan keys, the table in docs/loadgen.md (``options_table``), ``run.json`` and
+  the fingerprint all read it.
 * Adding an option: one ``option(...)`` line in its group, and its test.
   Checks that relate several options live in ``RunOptions._relations``.
 * ``validate()`` returns a new, normalised value; change one with
@@ -82,11 +85,21 @@ ALIASES = (
 )
 
 
+#: what a difference in an option between two runs does to their comparison (the gate's
+#: fingerprint, ``reports.fingerprint``, is read from these and nothing else)
+BLOCKS = "blocks"  # can move the metrics alone: the gate refuses unless --allow-difference
+NOTED = "noted"  # named beside the verdict, never blocking (how many samples, not what)
+IGNORED = "ignored"  # where the files go, how the run is watched: not part of a comparison
+COMPARE = (BLOCKS, NOTED, IGNORED)
+
+
 @dataclass(frozen=True)
 class Spec:
     """What ``option()`` declares besides the default (kept in the field's metadata)."""
 
     help: str
+    #: ``BLOCKS``, ``NOTED`` or ``IGNORED``: what a difference does to a comparison
+    compare: str = ""
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
     #: further flags for the same option (``--request-rate`` for ``--rate``)
@@ -105,8 +118,12 @@ class Spec:
     nargs: str | None = None
 
 
-def option(default: Any, help: str, **spec: Any) -> Any:
-    """A field of an options group, declared once: default, help, flag details, check."""
+def option(default: Any, help: str, *, compare: str, **spec: Any) -> Any:
+    """A field of an options group, declared once: default, help, flag details, check, and
+    what a difference in it does to a comparison of two runs (``compare``)."""
+    if compare not in COMPARE:
+        raise TypeError(f"option {help!r}: compare must be one of {COMPARE}, got {compare!r}")
+    spec["compare"] = compare
     if spec.get("parse") is _duration:
         spec.setdefault("metavar", "D")
     meta = {"spec": Spec(help, **spec)}
@@ -241,16 +258,28 @@ def _check_modes(modes: list[str]) -> bool:
 class ConnectionOptions:
     """Which target, and how to talk to it."""
 
+    # which target is the model id and server version (facts of the run); the URL's port
+    # changes with every bundled server
     target: str = option(
-        "", "base URL, path prefix kept (e.g. https://host/llm)", shown="required for run"
+        "",
+        "base URL, path prefix kept (e.g. https://host/llm)",
+        shown="required for run",
+        compare=IGNORED,
     )
-    model: str = option("", "model name", shown="first of the target's /v1/models")
+    model: str = option("", "model name", shown="first of the target's /v1/models", compare=BLOCKS)
     protocol: str = option(
-        "openai-chat", "protocol adapter: openai-chat, openai-completions, gradio, tgi"
+        "openai-chat",
+        "protocol adapter: openai-chat, openai-completions, gradio, tgi",
+        compare=BLOCKS,
     )
-    api_name: str | None = option(None, "--protocol gradio: the fn's endpoint (default: the app's)")
+    api_name: str | None = option(
+        None, "--protocol gradio: the fn's endpoint (default: the app's)", compare=BLOCKS
+    )
     api_key_env: str | None = option(
-        None, "send $VAR as 'Authorization: Bearer' (never written anywhere)", metavar="VAR"
+        None,
+        "send $VAR as 'Authorization: Bearer' (never written anywhere)",
+        metavar="VAR",
+        compare=IGNORED,
     )
     header: list[str] = option(
         [],
@@ -259,15 +288,19 @@ class ConnectionOptions:
         repeat=True,
         parse=_as_list,
         check=(_check_headers, ""),
+        compare=NOTED,
     )
-    ca_bundle: str | None = option(None, "CA bundle for TLS verification", metavar="PEM")
-    insecure: bool = option(False, "skip TLS verification")
+    ca_bundle: str | None = option(
+        None, "CA bundle for TLS verification", metavar="PEM", compare=IGNORED
+    )
+    insecure: bool = option(False, "skip TLS verification", compare=IGNORED)
     request_timeout: float = option(
         300.0,
         "whole-request limit -> 'timeout'",
         parse=_duration,
         check=(_positive, "must be positive"),
         shown="300s",
+        compare=NOTED,
     )
     stall_timeout: float = option(
         60.0,
@@ -275,17 +308,21 @@ class ConnectionOptions:
         parse=_duration,
         check=(_positive, "must be positive"),
         shown="60s",
+        compare=NOTED,
     )
+    # the client's own cost is a part of each figure, but ~1 ms: named, not blocking
     http_client: str = option(
         "lean",
         "lean: one socket per user, read directly; httpx: the general client",
         choices=HTTP_CLIENTS,
+        compare=NOTED,
     )
     baseline_target: str | None = option(
         None,
         "a second target, run in turn with --target phase by phase (A/B/A/B with --repeat), "
         "so machine drift hits both alike; `report gate RUN` then compares the two",
         metavar="URL",
+        compare=NOTED,
     )
     max_event_bytes: int = option(
         MAX_EVENT_BYTES,
@@ -294,6 +331,7 @@ class ConnectionOptions:
         metavar="SIZE",
         shown="1MiB",
         check=(_positive, "must be positive"),
+        compare=NOTED,
     )
     max_body_bytes: int = option(
         MAX_BODY_BYTES,
@@ -302,6 +340,7 @@ class ConnectionOptions:
         metavar="SIZE",
         shown="64MiB",
         check=(_positive, "must be positive"),
+        compare=NOTED,
     )
 
     def headers_dict(self) -> dict[str, str]:
@@ -321,14 +360,18 @@ class LoadOptions:
         20,
         "closed loop: users; open loop: the concurrency cap",
         check=(_at_least_1, "must be >= 1"),
+        compare=BLOCKS,
     )
-    spawn_rate: float = option(20.0, "users started per second", check=(_positive, "must be > 0"))
+    spawn_rate: float = option(
+        20.0, "users started per second", check=(_positive, "must be > 0"), compare=BLOCKS
+    )
     pacing: float = option(
         3.0,
         "start-to-start interval per user, 0s = back-to-back",
         parse=_duration,
         shown="3s",
         check=(lambda v: v >= 0, "must be >= 0"),
+        compare=BLOCKS,
     )
     duration: float = option(
         60.0,
@@ -336,6 +379,7 @@ class LoadOptions:
         parse=_duration,
         shown="60s",
         check=(_positive, "must be positive"),
+        compare=NOTED,
     )
     num_prompts: int | None = option(
         None,
@@ -343,6 +387,7 @@ class LoadOptions:
         metavar="N",
         check=(_at_least_1, "must be >= 1"),
         shown="by duration",
+        compare=NOTED,
     )
     rate: float | None = option(
         None,
@@ -350,20 +395,29 @@ class LoadOptions:
         aliases=("--request-rate",),
         check=(lambda v: v is None or v > 0, "must be positive"),
         shown="closed loop",
+        compare=BLOCKS,
     )
-    arrival: str = option("poisson", "open-loop arrivals", choices=ARRIVALS)
+    arrival: str = option("poisson", "open-loop arrivals", choices=ARRIVALS, compare=BLOCKS)
     first_start: str = option(
         "spread",
         "closed loop: each user's first request at a seeded point of one --pacing interval, "
         "a spawn batch's users in equal slots of it (back to back: of the second the batch "
         "fills), or all together as spawned (lock-step bursts)",
         choices=FIRST_STARTS,
+        compare=BLOCKS,
     )
     shape: str | dict[str, Any] | None = option(
-        None, "steps:start=5,step=5,every=30s | spike:base=10,peak=100,...", shown="constant"
+        None,
+        "steps:start=5,step=5,every=30s | spike:base=10,peak=100,...",
+        shown="constant",
+        compare=BLOCKS,
     )
     modes: list[str] = option(
-        list(MODES), "phases to run, in order", parse=_as_list, check=(_check_modes, "")
+        list(MODES),
+        "phases to run, in order",
+        parse=_as_list,
+        check=(_check_modes, ""),
+        compare=BLOCKS,
     )
     warmup: float | str = option(
         0.0,
@@ -372,14 +426,18 @@ class LoadOptions:
         parse=_warmup,
         metavar="D|auto",
         shown="0s",
+        compare=NOTED,
     )
-    cooldown: float = option(0.0, "pause between measured phases", parse=_duration, shown="0s")
+    cooldown: float = option(
+        0.0, "pause between measured phases", parse=_duration, shown="0s", compare=NOTED
+    )
     repeat: int = option(
         1,
         "run each measured phase N times (interleaved with --baseline-target: A/B/A/B); the "
         "gate compares all of them and reports the spread between them",
         metavar="N",
         check=(_at_least_1, "must be >= 1"),
+        compare=NOTED,
     )
     drain_timeout: float = option(
         10.0,
@@ -387,16 +445,20 @@ class LoadOptions:
         "'disconnect' (cancelled by the client)",
         parse=_duration,
         shown="10s",
+        compare=NOTED,
     )
     #: fixes prompt choice and order, and open-loop arrivals and first starts
-    seed: int = option(0, "seed for prompt choice, arrivals and first starts")
+    # another draw of the same prompts and arrivals: sampling, which the gate's interval covers
+    seed: int = option(0, "seed for prompt choice, arrivals and first starts", compare=NOTED)
 
 
 @dataclass(frozen=True)
 class WorkloadOptions:
     """What each request asks for."""
 
-    scenario: str = option("mix", "mix, short_qa, code_gen, long_summary, or weights a:5,b:1")
+    scenario: str = option(
+        "mix", "mix, short_qa, code_gen, long_summary, or weights a:5,b:1", compare=BLOCKS
+    )
     dataset: str | None = option(
         None,
         "JSONL prompts (messages or prompt), ShareGPT JSON, 'random' (exact lengths), "
@@ -405,59 +467,69 @@ class WorkloadOptions:
         metavar="FILE|random|prefix|agent|trace FILE",
         nargs="+",
         parse=_dataset,
+        compare=BLOCKS,
     )
     input_len: int | None = option(
         None,
         "--dataset random: prompt tokens",
         check=(_at_least_1, "must be >= 1"),
         shown="1024",
+        compare=BLOCKS,
     )
     output_len: int | None = option(
         None,
         "--dataset random/prefix/ShareGPT: output tokens",
         check=(_at_least_1, "must be >= 1"),
         shown="random, prefix: 128",
+        compare=BLOCKS,
     )
     range_ratio: float = option(
         0.0,
         "--dataset random: lengths uniform in len*(1+-r)",
         check=(lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+        compare=BLOCKS,
     )
     prefix_groups: int | None = option(
         None,
         "--dataset prefix: groups, each with its own shared prefix",
         check=(_at_least_1, "must be >= 1"),
         shown="10",
+        compare=BLOCKS,
     )
     prefix_len: int | None = option(
         None,
         "--dataset prefix: tokens of each group's shared prefix",
         check=(_at_least_1, "must be >= 1"),
         shown="256",
+        compare=BLOCKS,
     )
     suffix_len: int | None = option(
         None,
         "--dataset prefix: tokens of each request's own suffix",
         check=(_at_least_1, "must be >= 1"),
         shown="256",
+        compare=BLOCKS,
     )
     prefix_skew: float = option(
         0.0,
         "--dataset prefix: Zipf exponent of the group draw (0 = uniform)",
         metavar="S",
         check=(lambda v: v >= 0, "must be >= 0"),
+        compare=BLOCKS,
     )
     agent_steps: int | None = option(
         None,
         "--dataset agent: model calls per session (tool calls, then the final answer)",
         check=(_at_least_1, "must be >= 1"),
         shown="4",
+        compare=BLOCKS,
     )
     tool_result_tokens: int | None = option(
         None,
         "--dataset agent: tokens of each tool result sent back",
         check=(_at_least_1, "must be >= 1"),
         shown="256",
+        compare=BLOCKS,
     )
     think_time: float | None = option(
         None,
@@ -465,12 +537,14 @@ class WorkloadOptions:
         parse=_maybe_duration,
         metavar="D",
         shown="0s",
+        compare=BLOCKS,
     )
     speedup: float = option(
         1.0,
         "--dataset trace: replay X times as fast (llmload capacity --speedup searches it)",
         metavar="X",
         check=(_positive, "must be > 0"),
+        compare=BLOCKS,
     )
     trace_window: str | None = option(
         None,
@@ -478,23 +552,30 @@ class WorkloadOptions:
         metavar="START:END",
         check=(_check_span, ""),
         shown="whole trace",
+        compare=BLOCKS,
     )
     max_tokens: int | None = option(
-        None, "override every prompt's max_tokens", shown="per scenario"
+        None, "override every prompt's max_tokens", shown="per scenario", compare=BLOCKS
     )
-    turns: int = option(1, "turns per conversation", check=(_at_least_1, "must be >= 1"))
-    temperature: float | None = option(None, "sampling temperature sent", shown="server's")
-    ignore_eos: bool = option(False, "ask for max_tokens (ignore_eos)")
+    turns: int = option(
+        1, "turns per conversation", check=(_at_least_1, "must be >= 1"), compare=BLOCKS
+    )
+    temperature: float | None = option(
+        None, "sampling temperature sent", shown="server's", compare=BLOCKS
+    )
+    ignore_eos: bool = option(False, "ask for max_tokens (ignore_eos)", compare=BLOCKS)
     extra_body: dict[str, Any] | None = option(
         None,
         "JSON object merged into every OpenAI request body (tools, chat_template_kwargs, ...)",
         metavar="JSON",
         parse=_json_object,
+        compare=BLOCKS,
     )
     tokenizer: str | None = option(
         None,
         "the target's tokenizer: counts output tokens, builds random/ShareGPT lengths",
         metavar="PATH",
+        compare=BLOCKS,
     )
 
 
@@ -502,23 +583,29 @@ class WorkloadOptions:
 class OutputOptions:
     """Where the run goes: files, report, live exporter, Grafana, web UI, status line."""
 
-    out: str | None = option(None, "run directory", metavar="DIR", shown="runs/<UTC>-<label>/")
-    label: str = option("", "run label", shown="run")
+    out: str | None = option(
+        None, "run directory", metavar="DIR", shown="runs/<UTC>-<label>/", compare=IGNORED
+    )
+    label: str = option("", "run label", shown="run", compare=IGNORED)
     report: bool = option(
         True,
         "summary.json, summary.md and report.html at the end (`report build` later)",
         negate=True,
+        compare=IGNORED,
     )
     records_compression: str = option(
         "none",
         "requests.jsonl compressed as written: .jsonl.gz or .jsonl.zst (`report build` reads "
         "all three)",
         choices=COMPRESSIONS,
+        compare=IGNORED,
     )
+    # the gate counts goodput with the baseline's SLO, whatever the run's says
     slo: str | None = option(
         None,
         "goodput SLOs: ttft=600ms,tpot=50ms,e2e=5s",
         check=(_check_slo, ""),
+        compare=IGNORED,
     )
     max_error_rate: float | None = option(
         None,
@@ -526,19 +613,27 @@ class OutputOptions:
         metavar="FRACTION",
         parse=_fraction,
         shown="only when all failed",
+        compare=IGNORED,
     )
-    status_interval: float = option(1.0, "status line period", parse=_duration, shown="1s")
+    status_interval: float = option(
+        1.0, "status line period", parse=_duration, shown="1s", compare=IGNORED
+    )
     metrics_port: int | None = option(
-        None, "serve client metrics on this port (0: any)", shown="off"
+        None, "serve client metrics on this port (0: any)", shown="off", compare=IGNORED
     )
-    metrics_host: str = option("127.0.0.1", "interface for --metrics-port")
-    pushgateway: str | None = option(None, "push client metrics at the end", metavar="URL")
-    grafana_url: str | None = option(None, "annotate phases (token: $GRAFANA_TOKEN)", metavar="URL")
+    metrics_host: str = option("127.0.0.1", "interface for --metrics-port", compare=IGNORED)
+    pushgateway: str | None = option(
+        None, "push client metrics at the end", metavar="URL", compare=IGNORED
+    )
+    grafana_url: str | None = option(
+        None, "annotate phases (token: $GRAFANA_TOKEN)", metavar="URL", compare=IGNORED
+    )
     server_metrics: str = option(
         "auto",
         "scrape the target's Prometheus metrics into server_metrics.jsonl: auto (its own "
         "/metrics, when that answers with Prometheus text), a URL, or off",
         metavar="URL|auto|off",
+        compare=NOTED,
     )
     server_metrics_interval: float = option(
         1.0,
@@ -546,6 +641,7 @@ class OutputOptions:
         parse=_duration,
         shown="1s",
         check=(_positive, "must be positive"),
+        compare=NOTED,
     )
     server_metrics_family: list[str] = option(
         [],
@@ -553,28 +649,33 @@ class OutputOptions:
         metavar="NAME",
         repeat=True,
         parse=_as_list,
+        compare=IGNORED,
     )
-    web: bool = option(False, "serve locust's web UI, with the llmload tabs")
-    web_host: str = option("127.0.0.1", "web UI interface")
-    web_port: int = option(8089, "web UI port")
+    web: bool = option(False, "serve locust's web UI, with the llmload tabs", compare=IGNORED)
+    web_host: str = option("127.0.0.1", "web UI interface", compare=IGNORED)
+    web_port: int = option(8089, "web UI port", compare=IGNORED)
 
 
 @dataclass(frozen=True)
 class DistributedOptions:
     """Master/worker mode."""
 
+    # the client's capacity, not the target's load: the trust box judges it
     workers: int = option(
         0,
         "spawn N local locust worker processes",
         metavar="N",
         check=(lambda v: v >= 0, "must be >= 0"),
         shown="local",
+        compare=NOTED,
     )
-    master: bool = option(False, "be a master for --worker processes")
-    worker: bool = option(False, "be a worker of --master-host")
-    master_host: str = option("127.0.0.1", "master address (workers) / bind address (master)")
-    master_port: int = option(5557, "master port")
-    expect_workers: int = option(1, "--master: wait for N workers", metavar="N")
+    master: bool = option(False, "be a master for --worker processes", compare=NOTED)
+    worker: bool = option(False, "be a worker of --master-host", compare=IGNORED)
+    master_host: str = option(
+        "127.0.0.1", "master address (workers) / bind address (master)", compare=IGNORED
+    )
+    master_port: int = option(5557, "master port", compare=IGNORED)
+    expect_workers: int = option(1, "--master: wait for N workers", metavar="N", compare=NOTED)
 
     @property
     def enabled(self) -> bool:
@@ -879,7 +980,7 @@ def _row(*cells: str) -> str:
 
 def options_table() -> str:
     """The Markdown table of every ``run`` option (docs/loadgen.md holds a copy; a test checks)."""
-    rows = ["| option | default | meaning |", "|---|---|---|"]
+    rows = ["| option | default | a difference | meaning |", "|---|---|---|---|"]
     for d in DECLARED.values():
         value = ""
         if d.kind is not bool:
@@ -900,7 +1001,8 @@ def options_table() -> str:
                 shown = f"`{','.join(default)}`" if default else "none"
             else:
                 shown = "off" if is_unset(default) else f"`{default}`"
-        rows.append(_row(flags, shown, d.spec.help.replace("%%", "%")))
+        compare = "" if d.spec.compare == IGNORED else d.spec.compare
+        rows.append(_row(flags, shown, compare, d.spec.help.replace("%%", "%")))
     for a in ALIASES:
-        rows.append(_row(f"`--{a.name.replace('_', '-')} {a.metavar}`", "", a.help))
+        rows.append(_row(f"`--{a.name.replace('_', '-')} {a.metavar}`", "", "", a.help))
     return "\n".join(rows) + "\n"

@@ -2,83 +2,77 @@
 
 ``fingerprint(run_json)`` reads, from a run's ``run.json`` (or the ``run`` block
 a baseline keeps), everything that decides what the target was asked to do and
-which target it was — and, as context, what measured it:
+which target it was — and, as context, what measured it.  It has no list of its
+own: every run option declares, where it is declared (``loadtests.options``,
+``compare=``), whether a difference
 
-* **blocking** — a difference alone can move the metrics, so the gate refuses
-  (inconclusive, naming it) unless ``--allow-difference KEY``: the target's model
-  id and its server version (where the server says one: vLLM's ``/version``,
-  TGI's ``/info``, the bundled server's ``/version``), the protocol, the scenario
-  or dataset and its content hash, ``max_tokens``, ``ignore_eos``, temperature,
-  turns, the random dataset's lengths, users or rate, arrivals, pacing, shape,
-  the modes run, the tokenizer;
-* **noted** — named, never blocking: the llmload version (the metric definitions
-  of docs/metrics.md do not change with it), the load generator's machine and
-  its calibration (its speed: the trust box judges the client, not this), the
-  phase length and warm-up (they change how many samples, not what they are).
+* **blocks** — alone it can move the metrics, so the gate refuses (inconclusive,
+  naming it) unless ``--allow-difference KEY``: the protocol, the load (users or
+  rate, arrivals, pacing, shape, modes, ...), the workload (scenario, dataset
+  and every one of its lengths, max_tokens, sampling, ...), the tokenizer;
+* is **noted** — named, never blocking: the phase length and warm-up, repeats,
+  timeouts and limits, the HTTP client, distributed workers;
+* or is **ignored** — where the files go and how the run is watched.
 
-A key one side does not record (a run from an older llmload) is named as
-unknown, not as a difference.
+Besides the options, a few facts of the run (``FACTS``): the target's model id
+and its server version (where the server says one: vLLM's ``/version``, TGI's
+``/info``, the bundled server's ``/version``) and the dataset's and prompts'
+content hashes block; the llmload version, the load generator's machine and its
+calibration are noted.
+
+An option one side does not record (a run from an llmload before the option
+existed) is compared as the option's declared default: that build behaved as
+the default.  A fact one side does not record is named as unknown.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-#: key -> what it is, for people; a difference in one of these can move the metrics
-BLOCKING: dict[str, str] = {
-    "model": "target model",
-    "server_version": "server version",
-    "protocol": "protocol",
-    "scenario": "scenario",
-    "dataset_sha256": "dataset (content hash)",
-    "prompts_sha256": "prompts (content hash)",
-    "max_tokens": "max_tokens",
-    "ignore_eos": "ignore_eos",
-    "temperature": "temperature",
-    "turns": "turns",
-    "input_len": "input length",
-    "output_len": "output length",
-    "range_ratio": "length range ratio",
-    "users": "users",
-    "rate": "rate (requests/s)",
-    "arrival": "arrivals",
-    "pacing": "pacing",
-    "shape": "load shape",
-    "modes": "modes",
-    "tokenizer": "tokenizer",
+from llmload.loadtests.options import BLOCKS, DECLARED, IGNORED, NOTED
+
+
+@dataclass(frozen=True)
+class Fact:
+    """Something of the run that is not an option: where run.json has it, and what it is."""
+
+    label: str
+    compare: str
+    path: tuple[str, ...]
+
+
+#: key -> the fact (``model`` is the resolved model id: the option's value may be empty)
+FACTS: dict[str, Fact] = {
+    "model": Fact("target model", BLOCKS, ("model",)),
+    "server_version": Fact("server version", BLOCKS, ("server", "version")),
+    "dataset_sha256": Fact("dataset (content hash)", BLOCKS, ("workload", "dataset", "sha256")),
+    "prompts_sha256": Fact("prompts (content hash)", BLOCKS, ("workload", "prompts_sha256")),
+    "llmload_version": Fact("llmload version", NOTED, ("versions", "llmload")),
+    "calibration": Fact(
+        "load generator's calibration (python Mloops/s)",
+        NOTED,
+        ("calibration", "python_mloops_s"),
+    ),
+    "host": Fact("load generator's machine", NOTED, ("host",)),
 }
-#: named when they differ, never blocking
-NOTED: dict[str, str] = {
-    "llmload_version": "llmload version",
-    "calibration": "load generator's calibration (python Mloops/s)",
-    "host": "load generator's machine",
-    "duration": "phase length",
-    "warmup": "warm-up",
-}
-KEYS = (*BLOCKING, *NOTED)
+#: the options a comparison reads, in declaration order (a fact of the same name wins)
+OPTIONS = tuple(
+    name for name, d in DECLARED.items() if d.spec.compare != IGNORED and name not in FACTS
+)
+KEYS = (*FACTS, *OPTIONS)
+#: every key whose difference blocks a comparison (what ``--allow-difference`` accepts)
+BLOCKING = tuple(
+    k for k in KEYS if (FACTS[k].compare if k in FACTS else DECLARED[k].spec.compare) == BLOCKS
+)
 #: two calibrations this far apart (as a ratio) are a different machine speed
 CALIBRATION_RATIO = 1.25
-_CONFIG_KEYS = (
-    "protocol",
-    "scenario",
-    "max_tokens",
-    "ignore_eos",
-    "temperature",
-    "turns",
-    "input_len",
-    "output_len",
-    "range_ratio",
-    "users",
-    "rate",
-    "arrival",
-    "pacing",
-    "shape",
-    "modes",
-    "tokenizer",
-    "duration",
-    "warmup",
-)
+
+
+def label(key: str) -> str:
+    """What a key is, for people: a fact's words, an option's flag."""
+    return FACTS[key].label if key in FACTS else DECLARED[key].flag
 
 
 def _get(d: Any, *path: str) -> Any:
@@ -89,33 +83,59 @@ def _get(d: Any, *path: str) -> Any:
     return d
 
 
-def fingerprint(meta: dict[str, Any]) -> dict[str, Any]:
-    """What shapes a run's numbers, from its run.json; a key it does not record is absent."""
-    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    assert isinstance(config, dict)
-    out: dict[str, Any] = {k: config[k] for k in _CONFIG_KEYS if k in config}
-    if meta.get("protocol"):
-        out["protocol"] = meta["protocol"]
+def _plain(value: Any) -> Any:
+    """A value as the fingerprint keeps it: lists as comma strings, tables as sorted JSON."""
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def _normalised(out: dict[str, Any]) -> dict[str, Any]:
+    """Closed loop has no rate; open loop's pace is its schedule, not ``--pacing``."""
     if "rate" in out:
         if out["rate"] is None:
             out["rate"] = "closed loop"
         else:
-            out.pop("pacing", None)  # open loop: the schedule sets the pace, not --pacing
-    if isinstance(out.get("modes"), list):
-        out["modes"] = ",".join(str(m) for m in out["modes"])
-    found = {
-        "model": meta.get("model"),
-        "server_version": _get(meta, "server", "version"),
-        "dataset_sha256": _get(meta, "workload", "dataset", "sha256"),
-        "prompts_sha256": _get(meta, "workload", "prompts_sha256"),
-        "llmload_version": _get(meta, "versions", "llmload"),
-        "calibration": _get(meta, "calibration", "python_mloops_s"),
-    }
-    out.update({k: v for k, v in found.items() if v is not None})
-    host = meta.get("host")
-    if isinstance(host, dict):
-        out["host"] = f"{host.get('hostname')} ({host.get('cpus')} CPUs)"
+            out.pop("pacing", None)
+    return out
+
+
+def fingerprint(meta: dict[str, Any]) -> dict[str, Any]:
+    """What shapes a run's numbers, from its run.json; a key it does not record is absent."""
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    assert isinstance(config, dict)
+    out: dict[str, Any] = {k: _plain(config[k]) for k in OPTIONS if k in config}
+    if meta.get("protocol"):
+        out["protocol"] = meta["protocol"]
+    for key, fact in FACTS.items():
+        value = _get(meta, *fact.path)
+        if key == "host" and isinstance(value, dict):
+            value = f"{value.get('hostname')} ({value.get('cpus')} CPUs)"
+        if value is not None:
+            out[key] = value
+    _normalised(out)
     return {k: out[k] for k in KEYS if k in out}
+
+
+def baseline_fingerprint(baseline: dict[str, Any]) -> dict[str, Any]:
+    """A baseline's fingerprint: made again from the run block it keeps (so options declared
+    since it was written are read as they were), else the fingerprint it stored."""
+    run = baseline.get("run")
+    if isinstance(run, dict) and isinstance(run.get("config"), dict):
+        return fingerprint(run)
+    return dict(baseline.get("fingerprint") or {})
+
+
+def _default(key: str) -> dict[str, Any]:
+    """An option's declared default, as a fingerprint holds it (``{}`` when it has none)."""
+    if key not in DECLARED or key in FACTS:
+        return {}
+    out = {key: _plain(DECLARED[key].default)}
+    if key == "rate":
+        _normalised(out)
+    return out
 
 
 @dataclass(frozen=True)
@@ -151,43 +171,55 @@ def _shown(value: Any) -> str:
     )
 
 
+def _side(fp: dict[str, Any], key: str) -> tuple[bool, Any]:
+    """Whether a side says a key (an option it predates says its default), and the value."""
+    if key in fp:
+        return True, fp[key]
+    default = _default(key)
+    # pacing is left out of an open-loop fingerprint on purpose: that is not "unrecorded"
+    if key == "pacing" and fp.get("rate") not in (None, "closed loop"):
+        return False, None
+    return (True, default[key]) if key in default else (False, None)
+
+
 def comparability(
     run: dict[str, Any], baseline: dict[str, Any], allow: list[str] | tuple[str, ...] = ()
 ) -> list[Difference]:
     """Every key on which ``run`` and ``baseline`` fingerprints differ, blocking ones first."""
+    allowed = {normal_key(k) for k in allow}
     out = []
     for key in KEYS:
-        label = BLOCKING.get(key) or NOTED[key]
         if key not in baseline and key not in run:
             continue
-        a, b = baseline.get(key), run.get(key)
-        if key not in baseline or key not in run:
-            side = "baseline" if key not in baseline else "run"
+        (has_b, a), (has_r, b) = _side(baseline, key), _side(run, key)
+        if not has_b or not has_r:
+            if key == "pacing":
+                continue  # one side open loop: the rate says the difference
+            side = "baseline" if not has_b else "run"
             out.append(
-                Difference(key, a, b, False, f"{label}: not recorded in the {side} (unknown)")
+                Difference(key, a, b, False, f"{label(key)}: not recorded in the {side} (unknown)")
             )
             continue
         if _same(key, a, b):
             continue
-        blocking = key in BLOCKING and key not in allow
-        note = "" if blocking or key not in BLOCKING else " (allowed by --allow-difference)"
-        out.append(
-            Difference(
-                key,
-                a,
-                b,
-                blocking,
-                f"{label}: baseline {_shown(a)}, run {_shown(b)}{note}",
-            )
-        )
+        blocks = key in BLOCKING
+        blocking = blocks and key not in allowed
+        note = " (allowed by --allow-difference)" if blocks and not blocking else ""
+        text = f"{label(key)}: baseline {_shown(a)}, run {_shown(b)}{note}"
+        out.append(Difference(key, a, b, blocking, text))
     return sorted(out, key=lambda d: not d.blocking)
+
+
+def normal_key(key: str) -> str:
+    """``--prefix-len``, ``prefix-len`` and ``prefix_len`` are one key."""
+    return key.lstrip("-").replace("-", "_")
 
 
 def check_allowed(keys: list[str]) -> list[str]:
     """``--allow-difference`` keys, checked (``ValueError`` naming the known ones)."""
-    bad = [k for k in keys if k not in BLOCKING]
+    bad = [k for k in keys if normal_key(k) not in BLOCKING]
     if bad:
         raise ValueError(
             f"--allow-difference: unknown key {bad[0]!r}; one of {', '.join(BLOCKING)}"
         )
-    return keys
+    return [normal_key(k) for k in keys]

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from llmload.loadtests.run.phases import BASELINE_PREFIX
-from llmload.reports.fingerprint import comparability, fingerprint
+from llmload.reports.fingerprint import baseline_fingerprint, comparability, fingerprint
 from llmload.reports.gate_compare import (
     GROUPED_EFFECT,
     Comparison,
@@ -407,7 +407,7 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
     side = RecordsSide(run, slo=baseline.get("goodput_slo"))
     diffs = comparability(
         fingerprint(run.meta),
-        baseline.get("fingerprint") or fingerprint(baseline.get("run") or {}),
+        baseline_fingerprint(baseline),
         cfg.allow_difference,
     )
     result = evaluate_sides(run, side, base, cfg, base.name, [d.to_dict() for d in diffs])

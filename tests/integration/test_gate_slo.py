@@ -89,11 +89,11 @@ def test_same_server_twice_passes(runs: dict[str, Path]) -> None:
 def test_a_max_tokens_change_is_inconclusive_and_named(runs: dict[str, Path]) -> None:
     code, out, doc = gate(runs, "longer")
     assert code == 2, out
-    assert "not comparable with the baseline — max_tokens: baseline 16, run 32" in out
+    assert "not comparable with the baseline — --max-tokens: baseline 16, run 32" in out
     assert doc["differences"][0]["key"] == "max_tokens" and doc["differences"][0]["blocking"]
     code, out, doc = gate(runs, "longer", "--allow-difference", "max_tokens")
     assert "comparable runs" not in by_name(doc)
-    assert "noted: max_tokens: baseline 16, run 32 (allowed by --allow-difference)" in out
+    assert "noted: --max-tokens: baseline 16, run 32 (allowed by --allow-difference)" in out
 
 
 def test_the_baseline_keeps_the_gaps_design_effects_and_the_gate_reads_them(

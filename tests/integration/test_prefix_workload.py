@@ -3,6 +3,7 @@ TTFT split by hit and miss that the report shows are what the engine's arithmeti
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -140,3 +141,38 @@ def test_capacity_search_names_a_load_that_does_not_fit_the_workload(
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert says in proc.stderr, proc.stderr
+
+
+def test_the_gate_refuses_a_baseline_of_another_prefix_length(server, tmp_path: Path) -> None:
+    """A --prefix-len 64 run against a --prefix-len 256 baseline is another workload: before
+    the fingerprint was read from the option declarations, this passed and named nothing."""
+
+    def run(prefix_len: int) -> Path:
+        out = tmp_path / f"prefix-{prefix_len}"
+        loadtest(
+            out,
+            *("--target", server.url, "--dataset", "prefix", "--prefix-len", str(prefix_len)),
+            *("--prefix-groups", "4", "--suffix-len", "16", "--output-len", "3"),
+            *("--max-concurrency", "4", "--num-prompts", "80", "--modes", "stream"),
+        )
+        return out
+
+    def llmload(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "llmload", *map(str, args)]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    base, other = run(256), run(64)
+    doc = tmp_path / "baseline.json"
+    assert llmload("report", "baseline", base, "--out", doc).returncode == 0
+    gate = ("report", "gate", other, "--baseline", doc, "--min-samples", "20")
+    refused = llmload(*gate)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "not comparable with the baseline — --prefix-len: baseline 256, run 64" in refused.stdout
+    verdict = json.loads((other / "gate.json").read_text())
+    assert [d["key"] for d in verdict["differences"] if d["blocking"]] == ["prefix_len"]
+    # allowed, the check is judged: a shorter shared prefix is less to prefill, never worse
+    judged = llmload(*gate, "--allow-difference", "prefix-len")
+    assert judged.returncode == 0, judged.stdout + judged.stderr
+    assert (
+        "noted: --prefix-len: baseline 256, run 64 (allowed by --allow-difference)" in judged.stdout
+    )

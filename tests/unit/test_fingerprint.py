@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from llmload.loadtests.options import BLOCKS, COMPARE, DECLARED, IGNORED, option
 from llmload.reports.cli import main
-from llmload.reports.fingerprint import check_allowed, comparability, fingerprint
+from llmload.reports.fingerprint import BLOCKING, KEYS, check_allowed, comparability, fingerprint
 from tests.fixtures.reports import make_records, write_run
 
 T0 = 1_700_000_000.0
@@ -59,12 +60,16 @@ def test_same_settings_differ_in_nothing() -> None:
 @pytest.mark.parametrize(
     ("over", "key", "text"),
     [
-        ({"config": {"max_tokens": 32}}, "max_tokens", "max_tokens: baseline 16, run 32"),
+        ({"config": {"max_tokens": 32}}, "max_tokens", "--max-tokens: baseline 16, run 32"),
         ({"model": "other-model"}, "model", "target model: baseline llmload-synthetic, run other"),
-        ({"config": {"scenario": "code_gen"}}, "scenario", "scenario: baseline short_qa, run code"),
+        (
+            {"config": {"scenario": "code_gen"}},
+            "scenario",
+            "--scenario: baseline short_qa, run code",
+        ),
         ({"server": {"version": "0.2.0"}}, "server_version", "server version: baseline 0.1.0"),
-        ({"config": {"users": 16}}, "users", "users: baseline 8, run 16"),
-        ({"config": {"ignore_eos": True}}, "ignore_eos", "ignore_eos: baseline False, run True"),
+        ({"config": {"users": 16}}, "users", "--users: baseline 8, run 16"),
+        ({"config": {"ignore_eos": True}}, "ignore_eos", "--ignore-eos: baseline False, run True"),
     ],
 )
 def test_a_difference_that_moves_the_metric_blocks(over: dict, key: str, text: str) -> None:
@@ -102,9 +107,59 @@ def test_what_a_side_does_not_record_is_unknown_not_different() -> None:
     assert diffs(a, b) == {}
 
 
-def test_unknown_allow_difference_key_is_named() -> None:
-    with pytest.raises(ValueError, match="unknown key 'max-tokens'; one of model"):
-        check_allowed(["max-tokens"])
+def test_allow_difference_takes_a_key_or_its_flag_and_names_the_known_ones() -> None:
+    assert check_allowed(["max-tokens", "--prefix-len", "model"]) == [
+        "max_tokens",
+        "prefix_len",
+        "model",
+    ]
+    with pytest.raises(ValueError, match="unknown key 'duration'; one of model, server_version"):
+        check_allowed(["duration"])  # noted: it never blocks, so there is nothing to allow
+
+
+def test_every_option_says_what_a_difference_does_to_a_comparison() -> None:
+    # the declaration is the one list: an option without a class cannot be declared, and
+    # the fingerprint reads every option that is not ignored
+    assert [n for n, d in DECLARED.items() if d.spec.compare not in COMPARE] == []
+    with pytest.raises(TypeError, match="compare must be one of"):
+        option(1, "an option that says nothing about comparisons", compare="")
+    compared = {n for n, d in DECLARED.items() if d.spec.compare != IGNORED}
+    assert compared <= set(KEYS)
+    assert {n for n, d in DECLARED.items() if d.spec.compare == BLOCKS} <= set(BLOCKING)
+
+
+@pytest.mark.parametrize(
+    # model and protocol are read from what the run resolved (run.json's top level)
+    "key",
+    sorted(
+        n
+        for n, d in DECLARED.items()
+        if d.spec.compare == BLOCKS and n not in ("model", "protocol")
+    ),
+)
+def test_each_blocking_option_blocks_when_it_differs(key: str) -> None:
+    # the 18 load and workload options the old, hand-kept list missed among them
+    default = DECLARED[key].default
+    other = {"modes": ["sync"], "extra_body": {"top_k": 5}, "rate": 4.0}.get(
+        key, 7 if not isinstance(default, str) else "other"
+    )
+    got = diffs(run_json(), run_json(config={key: other}))
+    assert key in got and got[key].blocking, got
+    assert diffs(run_json(), run_json(protocol="openai-completions"))["protocol"].blocking
+
+
+def test_an_older_run_without_an_option_compares_as_its_default() -> None:
+    # a run.json from before --prefix-len existed: that build sent no prefix groups
+    old, new = run_json(), run_json(config={"prefix_len": None, "first_start": "spread"})
+    assert diffs(old, new) == {}
+    changed = diffs(old, run_json(config={"first_start": "together"}))
+    assert changed["first_start"].blocking
+    assert changed["first_start"].text == "--first-start: baseline spread, run together"
+
+
+def test_ignored_options_are_not_compared() -> None:
+    got = diffs(run_json(), run_json(config={"out": "/elsewhere", "metrics_port": 9646}))
+    assert got == {}
 
 
 def test_gate_is_inconclusive_against_another_model_unless_allowed(

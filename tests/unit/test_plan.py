@@ -156,7 +156,7 @@ def test_a_new_declaration_is_a_flag_a_plan_key_and_a_docs_row(
         """A group a future issue might add."""
 
         think_time: float = options.option(
-            0.0, "pause between turns", parse=options._duration, shown="0s"
+            0.0, "pause between turns", parse=options._duration, shown="0s", compare=options.BLOCKS
         )
 
     groups = {**options.GROUPS, "extra": Extra}
@@ -167,7 +167,7 @@ def test_a_new_declaration_is_a_flag_a_plan_key_and_a_docs_row(
     assert vars(ns)["think_time"] == "2s"
     sub = run_cli.parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
     assert "pause between turns (0s)" in " ".join(sub.format_help().split())
-    assert "| `--think-time D` | 0s | pause between turns |" in options.options_table()
+    assert "| `--think-time D` | 0s | blocks | pause between turns |" in options.options_table()
     plan = tmp_path / "p.toml"
     plan.write_text('think-time = "1s"\n')
     assert options.load_plan(plan) == {"think_time": "1s"}
