@@ -41,10 +41,10 @@ from bench import calibration
 from bench.mdsection import load_note, machine, write_section
 from llmload.ci import LOAD_ARGS, SERVER_ARGS, SERVER_TTFT_MS, run_load, synthetic_server
 from llmload.loadtests.percentile import percentile_of
-from llmload.reports.baseline import make_baseline
 from llmload.reports.build import build_run
-from llmload.reports.gate import FAIL, INCONCLUSIVE, GateConfig, GateResult, evaluate
-from llmload.reports.loader import Run, load_run
+from llmload.reports.gate.baseline import make_baseline
+from llmload.reports.gate.verdict import FAIL, INCONCLUSIVE, GateConfig, GateResult, evaluate
+from llmload.reports.table.loader import Run, load_run
 
 NAN = float("nan")
 METRICS = "ttft,itl,throughput"

@@ -2,7 +2,7 @@
 
 A request's gaps are not independent where requests are batched: a request that shares
 its steps with a long prefill has several slow gaps together.  The gate counts a run's
-gaps by their design effect (``reports.gate_compare``); before, it resampled them as
+gaps by their design effect (``reports.gate.bootstrap``); before, it resampled them as
 independent.  This bench measures what that means on the bundled real model (the
 embedded transformers engine with continuous batching, ``make loadtest``'s default
 target): ``--runs`` short runs back to back against one server, each
@@ -34,10 +34,10 @@ import numpy as np
 from bench import calibration
 from bench.mdsection import load_note, machine, write_section
 from llmload.bundled import ENGINE_ARGS, READY_TIMEOUT_S
-from llmload.reports.baseline import make_baseline
-from llmload.reports.gate import FAIL, GateConfig, evaluate
-from llmload.reports.gate_sides import RecordsSide
-from llmload.reports.loader import Run, load_run
+from llmload.reports.gate.baseline import make_baseline
+from llmload.reports.gate.sides import RecordsSide
+from llmload.reports.gate.verdict import FAIL, GateConfig, evaluate
+from llmload.reports.table.loader import Run, load_run
 from llmload.target_server.launch import launch
 
 PERCENTILES = (95.0, 50.0)

@@ -167,10 +167,10 @@ STEPS = r"""
 import json, resource, sys, time
 from pathlib import Path
 from llmload.reports.build import _write
-from llmload.reports.html import render_html
-from llmload.reports.loader import load_run
-from llmload.reports.summary import build_summary
-from llmload.reports.vllm_bench import phase_results
+from llmload.reports.page.html import render_html
+from llmload.reports.table.loader import load_run
+from llmload.reports.summary.make import build_summary
+from llmload.reports.table.vllm_bench import phase_results
 
 out = {}
 def step(name, fn):

@@ -30,8 +30,8 @@ from pathlib import Path
 from bench import calibration
 from bench.mdsection import ROOT, load_note, machine, write_section
 from bench.procs import start_server_process
-from llmload.reports.loader import load_run
-from llmload.reports.steady import per_second_ttft
+from llmload.reports.table.loader import load_run
+from llmload.reports.table.steady import per_second_ttft
 
 WINDOW = 5
 

@@ -34,7 +34,7 @@ from llmload.loadtests import recordfile
 from llmload.reports.build import read_summary
 from llmload.reports.cli import add_gate_options
 from llmload.reports.cli import main as reports_main
-from llmload.reports.terminal import render_terminal
+from llmload.reports.page.terminal import render_terminal
 from llmload.target_server.launch import LaunchFailed, launch
 
 #: shipped with the package (package data), so an installed wheel gates as a checkout does

@@ -4,7 +4,7 @@ locust's table shows one entry per scenario and mode (one request = one count,
 its response time the E2E latency), rounded the way locust stores times.  The
 **llmload** tab shows what the report will: for every phase and scenario the
 TTFT, TTST, ITL, TPOT and E2E percentiles and output tokens/s, computed by
-``reports.summary.phase_with_scenarios`` — what ``summary.json`` is written from —
+``reports.summary.make.phase_with_scenarios`` — what ``summary.json`` is written from —
 from the same records, and formatted as the report formats them.  The
 **llmload errors & health** tab lists errors by class and each load-generator
 process's latest health (CPU, event-loop lag, requests in flight).
@@ -34,8 +34,8 @@ from typing import Any
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.sinks import HarnessHealth, NullSink
 from llmload.loadtests.slo import parse_slo
-from llmload.reports.fmt import fmt_ms, fmt_rate
-from llmload.reports.summary import phase_with_scenarios
+from llmload.reports.draw.fmt import fmt_ms, fmt_rate
+from llmload.reports.summary.make import phase_with_scenarios
 
 LATENCY_TAB, HEALTH_TAB = "llmload", "llmload-health"
 _LATENCY = [

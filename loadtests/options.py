@@ -86,7 +86,7 @@ ALIASES = (
 
 
 #: what a difference in an option between two runs does to their comparison (the gate's
-#: fingerprint, ``reports.fingerprint``, is read from these and nothing else)
+#: fingerprint, ``reports.gate.fingerprint``, is read from these and nothing else)
 BLOCKS = "blocks"  # can move the metrics alone: the gate refuses unless --allow-difference
 NOTED = "noted"  # named beside the verdict, never blocking (how many samples, not what)
 IGNORED = "ignored"  # where the files go, how the run is watched: not part of a comparison
@@ -149,7 +149,7 @@ def _maybe_duration(value: Any) -> float | None:
     return None if value is None else parse_duration(value)
 
 
-#: ``--warmup auto``: the transient found in the data (``reports.steady``), not a fixed phase
+#: ``--warmup auto``: the transient found in the data (``reports.table.steady``), not a fixed phase
 AUTO = "auto"
 
 

@@ -8,7 +8,7 @@ flushed every ``FLUSH_S`` seconds (a sync flush: all of it so far decodes), so a
 run that is killed keeps its records up to the last flush; ``read_lines``
 reads such a file up to where it ends instead of failing on its missing end.
 The run writer (``loadtests.run.writer``) writes through ``RecordFile``;
-``reports.loader`` finds and reads whichever one a run directory holds.
+``reports.table.loader`` finds and reads whichever one a run directory holds.
 """
 
 from __future__ import annotations

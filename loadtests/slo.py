@@ -4,7 +4,7 @@ The one parser for both spellings: ours (``NAME=DURATION``, comma separated,
 a bare number is milliseconds) and vLLM ``bench serve``'s ``--goodput``
 (``NAME:MILLISECONDS``, space separated, ``e2el`` for end-to-end).  A request is
 *good* when it succeeded and every configured metric is within its bound;
-goodput is good requests per second of the phase (``reports.summary``).  It
+goodput is good requests per second of the phase (``reports.summary.make``).  It
 lives here, below ``reports``, so ``loadtests run`` refuses a bad spec before
 the run rather than after it.
 """

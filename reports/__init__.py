@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from llmload.reports.schema import Summary
+    from llmload.reports.table.schema import Summary
 
 if __name__ != "llmload.reports":  # one module object per module: never a second spelling
     raise ImportError(f"{__name__} installs as llmload.reports: import that, not {__name__}")
@@ -27,6 +27,6 @@ def build_run(run_dir: Path | str, slo: str | None = None) -> Summary:
 
 def render_terminal(summary: Summary) -> str:
     """The compact end-of-run text for a summary (pure)."""
-    from llmload.reports.terminal import render_terminal as _render
+    from llmload.reports.page.terminal import render_terminal as _render
 
     return _render(summary)

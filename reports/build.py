@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llmload.reports.html import render_html
-from llmload.reports.loader import load_run
-from llmload.reports.markdown import render_markdown
-from llmload.reports.schema import Summary
-from llmload.reports.summary import build_summary
-from llmload.reports.vllm_bench import phase_results
+from llmload.reports.page.html import render_html
+from llmload.reports.page.markdown import render_markdown
+from llmload.reports.summary.make import build_summary
+from llmload.reports.table.loader import load_run
+from llmload.reports.table.schema import Summary
+from llmload.reports.table.vllm_bench import phase_results
 
 
 def build_run(run_dir: Path | str, slo: str | None = None) -> Summary:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from llmload.loadtests.slo import DEFAULT_SLO
-from llmload.reports.gate_metrics import CHOICES
+from llmload.reports.gate.metrics import CHOICES
 
 EXIT_BAD_INPUT = 2
 
@@ -21,7 +21,7 @@ def _percent(text: str) -> float:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from llmload.reports.build import build_run
-    from llmload.reports.terminal import render_terminal
+    from llmload.reports.page.terminal import render_terminal
 
     summary = build_run(args.run_dir, args.slo)
     print(render_terminal(summary))
@@ -30,9 +30,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from llmload.reports.compare import render_compare_html, render_compare_markdown
-    from llmload.reports.loader import load_run
-    from llmload.reports.summary import build_summary
+    from llmload.reports.page.two_runs import render_compare_html, render_compare_markdown
+    from llmload.reports.summary.make import build_summary
+    from llmload.reports.table.loader import load_run
 
     run_a, run_b = load_run(args.run_a), load_run(args.run_b)
     a, b = build_summary(run_a, args.slo), build_summary(run_b, args.slo)
@@ -47,8 +47,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from llmload.reports.baseline import write_baseline
-    from llmload.reports.loader import load_run
+    from llmload.reports.gate.baseline import write_baseline
+    from llmload.reports.table.loader import load_run
 
     run = load_run(args.run_dir)
     doc = write_baseline(run, args.out)
@@ -60,14 +60,14 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from llmload.reports import github
-    from llmload.reports.baseline import read_baseline
-    from llmload.reports.capacity.gate import evaluate_capacity
-    from llmload.reports.fingerprint import check_allowed
-    from llmload.reports.gate import GateConfig, evaluate, evaluate_paired
-    from llmload.reports.gate_html import render_gate_html
-    from llmload.reports.gate_report import render_junit, render_markdown, render_text, to_json
-    from llmload.reports.loader import load_run
+    from llmload.reports.gate import github
+    from llmload.reports.gate.baseline import read_baseline
+    from llmload.reports.gate.capacity import evaluate_capacity
+    from llmload.reports.gate.fingerprint import check_allowed
+    from llmload.reports.gate.html import render_gate_html
+    from llmload.reports.gate.report import render_junit, render_markdown, render_text, to_json
+    from llmload.reports.gate.verdict import GateConfig, evaluate, evaluate_paired
+    from llmload.reports.table.loader import load_run
 
     if not 0 < args.percentile < 100:
         raise ValueError(f"--percentile must be between 0 and 100, got {args.percentile:g}")
@@ -236,8 +236,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
-    from llmload.reports.baseline import BaselineError
-    from llmload.reports.loader import RunError
+    from llmload.reports.gate.baseline import BaselineError
+    from llmload.reports.table.loader import RunError
 
     try:
         return int(args.func(args))

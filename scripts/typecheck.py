@@ -1,8 +1,8 @@
 """mypy over the repository's folders, each under the name it installs as.
 
 mypy maps a file to a module by its directory, and cannot read setuptools'
-``package-dir``: ``reports/gate.py`` would be ``reports.gate``, while every import
-says ``llmload.reports.gate``.  This reads the mapping from pyproject.toml (its one
+``package-dir``: ``reports/gate/verdict.py`` would be ``reports.gate.verdict``, while every import
+says ``llmload.reports.gate.verdict``.  This reads the mapping from pyproject.toml (its one
 declaration) and hands mypy every file with the module name it installs as, so
 imports resolve to the sources and errors name the real paths.  mypy's options
 still come from ``[tool.mypy]``; arguments are passed on (``--warn-unused-ignores``).
@@ -31,7 +31,7 @@ def mapping() -> dict[str, str]:
 
 
 def sources() -> list[BuildSource]:
-    """Every module of every mapped folder, named as installed (``llmload.reports.gate``)."""
+    """Every module of every mapped folder, named as installed (``llmload.reports.gate.holm``)."""
     out = []
     for package, folder in mapping().items():
         for path in sorted((ROOT / folder).rglob("*.py")):

@@ -71,10 +71,10 @@ from llmload.reports.capacity.judge import (
     judge,
     samples_needed,
 )
-from llmload.reports.fmt import fmt_ms
+from llmload.reports.draw.fmt import fmt_ms
 from llmload.reports.server.saturation import server_saturation
-from llmload.reports.steady import steady_part
-from llmload.reports.trust import harness_delay_ms
+from llmload.reports.table.steady import steady_part
+from llmload.reports.table.trust import harness_delay_ms
 
 #: open loop: concurrency cap; reaching it (the schedule slips) is a sign of saturation
 OPEN_LOOP_CAP = 64

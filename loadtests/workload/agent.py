@@ -17,7 +17,7 @@ Each user runs its sessions one after another (``for_user(i)``: ``AgentSessions`
 ``--pacing`` spaces session starts, and ``--rate`` (open loop) is sessions per
 second, each arrival a session.  Every request carries its ``session_id`` and
 ``step`` into its record; the report's per-step TTFT and per-session time to the
-final answer are read from those (``reports.workloads``).
+final answer are read from those (``reports.workloads.measure``).
 """
 
 from __future__ import annotations

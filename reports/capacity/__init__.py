@@ -1,1 +1,4 @@
-"""Capacity in the reports: a step judged (``judge``), the curve (``curve``), the gate, the view."""
+"""Capacity in the reports: a step judged (``judge``), the curve (``curve``), its view.
+
+The gate over a capacity curve is the gate's (``reports.gate.capacity``).
+"""

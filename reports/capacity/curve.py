@@ -18,12 +18,12 @@ from typing import Any
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.capacity import RATIO_CAP
 from llmload.reports.capacity.judge import Criterion, judge, scores
-from llmload.reports.columns import RecordTable
-from llmload.reports.fmt import fmt_ms
+from llmload.reports.draw.fmt import fmt_ms
 from llmload.reports.server.saturation import server_saturation
-from llmload.reports.steady import steady_part
-from llmload.reports.trust import harness_delay_ms, phase_health
-from llmload.reports.workloads import agent_sessions
+from llmload.reports.table.columns import RecordTable
+from llmload.reports.table.steady import steady_part
+from llmload.reports.table.trust import harness_delay_ms, phase_health
+from llmload.reports.workloads.measure import agent_sessions
 
 #: closed loop: more users adding less than this share of throughput is a plateau
 PLATEAU_GAIN = 0.05
@@ -276,9 +276,9 @@ def _phase_times(meta: dict[str, Any], name: Any) -> tuple[float, float] | None:
 
 
 def capacity_doc(run: Any) -> dict[str, Any] | None:
-    """What the capacity gate keeps of a run (``reports.capacity.gate``, baselines): the loads,
+    """What the capacity gate keeps of a run (``reports.gate.capacity``, baselines): the loads,
     each request's scores per criterion (rounded, capped), the answer.  A search made with
-    ``--warmup auto`` keeps each step's steady part only (``reports.steady.steady_part``)."""
+    ``--warmup auto`` keeps each step's steady part only (``reports.table.steady.steady_part``)."""
     block = run.meta.get("capacity")
     if not isinstance(block, dict) or not block.get("steps"):
         return None

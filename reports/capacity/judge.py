@@ -46,9 +46,9 @@ from llmload.loadtests.durations import parse_fraction
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.capacity import RATIO_CAP
 from llmload.loadtests.slo import METRICS, parse_duration_ms
-from llmload.reports.arraystats import percentile_sorted
-from llmload.reports.columns import RecordTable
-from llmload.reports.stats import percentile
+from llmload.reports.table.arraystats import percentile_sorted
+from llmload.reports.table.columns import RecordTable
+from llmload.reports.table.stats import percentile
 
 DEFAULT_GOODPUT = 0.95
 #: a step with more failed requests than this share saturated the target
@@ -186,7 +186,7 @@ def _scores(t: RecordTable, c: Criterion, open_loop: bool) -> np.ndarray:
 
 def scores(records: Iterable[RequestRecord], c: Criterion, open_loop: bool) -> list[float]:
     """Each request's worst ``value / bound`` (inf when it failed; a missing TPOT is not held
-    against a one-token answer), read from the records' columns (``reports.columns``)."""
+    against a one-token answer), read from the records' columns (``reports.table.columns``)."""
     return _scores(RecordTable.of(records), c, open_loop).tolist()  # type: ignore[no-any-return]
 
 

@@ -13,9 +13,9 @@ from html import escape
 from typing import Any
 
 from llmload.reports.capacity.curve import SPEEDUP, client_note, is_open_loop, load_text
-from llmload.reports.charts import Axes, Series, render
-from llmload.reports.fmt import fmt_ms, fmt_rate, table
-from llmload.reports.schema import Summary
+from llmload.reports.draw.charts import Axes, Series, render
+from llmload.reports.draw.fmt import fmt_ms, fmt_rate, table
+from llmload.reports.table.schema import Summary
 
 HEADER = [
     "load",

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from llmload.reports.loader import Run
-from llmload.reports.schema import PhaseStats
 from llmload.reports.server.diagnose import moved, phase_diagnostics
 from llmload.reports.server.phase import family_for, phase_block
-from llmload.reports.server.scrapes import ServerRun
+from llmload.reports.table.loader import Run
+from llmload.reports.table.schema import PhaseStats
+from llmload.reports.table.scrapes import ServerRun
 
 
 def run_block(sr: ServerRun) -> dict[str, Any]:

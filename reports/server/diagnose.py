@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmload.reports.diagnostics import Diagnostic
-from llmload.reports.fmt import fmt_ms
-from llmload.reports.schema import PhaseStats
+from llmload.reports.draw.fmt import fmt_ms
+from llmload.reports.table.diagnostics import Diagnostic
+from llmload.reports.table.schema import PhaseStats
 
 QUEUE_SHARE = 0.25
 QUEUE_MIN_MS = 10.0

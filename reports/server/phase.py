@@ -26,9 +26,9 @@ from typing import Any
 
 from llmload.loadtests import serverfamilies
 from llmload.loadtests.percentile import percentile_of
-from llmload.reports.schema import PhaseStats
 from llmload.reports.server.histogram import Delta, delta, stats
-from llmload.reports.server.scrapes import Scrape, ServerRun
+from llmload.reports.table.schema import PhaseStats
+from llmload.reports.table.scrapes import Scrape, ServerRun
 
 HISTOGRAM_ROLES = ("queue", "prefill", "decode", "inference", "ttft", "itl", "tpot", "e2e")
 GAUGE_ROLES = ("running", "waiting", "kv_usage", "prefix_hit_rate")

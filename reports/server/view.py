@@ -9,14 +9,14 @@ from typing import Any
 import numpy as np
 
 from llmload.loadtests import serverfamilies
-from llmload.reports import timeseries as ts
-from llmload.reports.arraystats import exact_sum
-from llmload.reports.charts import Axes, Band, Series, render
-from llmload.reports.fmt import fmt_ms
-from llmload.reports.loader import Run
-from llmload.reports.schema import MetricStats, Summary
+from llmload.reports.draw.charts import Axes, Band, Series, render
+from llmload.reports.draw.fmt import fmt_ms
 from llmload.reports.server.phase import family_for, gauge
-from llmload.reports.server.scrapes import ServerRun
+from llmload.reports.table import timeseries as ts
+from llmload.reports.table.arraystats import exact_sum
+from llmload.reports.table.loader import Run
+from llmload.reports.table.schema import MetricStats, Summary
+from llmload.reports.table.scrapes import ServerRun
 
 EXACTNESS = (
     "Server quantiles come from its histograms: the true value lies in the bucket shown "

@@ -105,11 +105,6 @@ class Sampler:
         except ValueError as exc:
             raise EngineInputError(str(exc)) from None
 
-    @property
-    def adjusts(self) -> bool:
-        """Whether ``adjust`` changes the scores."""
-        return self.temperature is not None or bool(self.warpers)
-
     def adjust(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """Temperature, then top-k / top-p / min-p / typical-p, on one row ([1, vocab])."""
         if self.temperature is not None:

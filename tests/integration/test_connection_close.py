@@ -30,7 +30,7 @@ from llmload.loadtests.measure.adapters import get_adapter
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 from llmload.loadtests.transport.target import Target, clock, perform
-from llmload.reports.diagnostics import detect
+from llmload.reports.table.diagnostics import detect
 from tests.fixtures.drive import drive
 
 FIRST_S, GAP_S, TOKENS = 0.05, 0.03, 5

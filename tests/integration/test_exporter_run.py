@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.reports.stats import percentile
+from llmload.reports.table.stats import percentile
 from llmload.target_server.buckets import FINE_RANGE_S
 from tests.fixtures.prometheus import Prometheus, promtool
 from tests.integration.test_exporter_prometheus import bucket_of

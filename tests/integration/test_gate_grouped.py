@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llmload.reports.gate_compare import effective_n
-from llmload.reports.gate_sides import RecordsSide
-from llmload.reports.loader import load_run
+from llmload.reports.gate.bootstrap import effective_n
+from llmload.reports.gate.sides import RecordsSide
+from llmload.reports.table.loader import load_run
 from tests.fixtures.gate import run
 from tests.fixtures.loadtests import llmload
 from tests.fixtures.server_proc import start_server_process

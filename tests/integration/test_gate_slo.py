@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from llmload.ci import SERVER_ARGS
-from llmload.reports.gate_compare import effective_n
+from llmload.reports.gate.bootstrap import effective_n
 from tests.fixtures.gate import run
 from tests.fixtures.loadtests import llmload
 from tests.fixtures.server_proc import start_server_process

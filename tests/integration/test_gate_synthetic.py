@@ -75,7 +75,7 @@ def test_tiny_run_is_inconclusive(
 
 def test_committed_baseline_is_a_ci_gate_baseline() -> None:
     from llmload.ci import BASELINE
-    from llmload.reports.baseline import read_baseline
+    from llmload.reports.gate.baseline import read_baseline
 
     doc = read_baseline(BASELINE)
     ttft = doc["metrics"]["ttft"]["stream"]

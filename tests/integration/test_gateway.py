@@ -24,7 +24,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from llmload.reports.diagnostics import detect, stutters
+from llmload.reports.table.diagnostics import detect, stutters
 from tests.fixtures.drive import drive_together
 
 HOLD_S, TTFT_MS, ITL_MS, TOKENS = 0.15, 100, 15, 30

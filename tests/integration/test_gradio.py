@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from llmload.loadtests.workload import tokencount
-from llmload.reports.diagnostics import detect
-from llmload.reports.summary import phase_stats
+from llmload.reports.summary.make import phase_stats
+from llmload.reports.table.diagnostics import detect
 from tests.fixtures.drive import ROOT, drive, drive_together, loadtest
 from tests.fixtures.nginx import NginxProxy
 from tests.fixtures.tokenizer import train_tokenizer

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmload.reports.diagnostics import detect
+from llmload.reports.table.diagnostics import detect
 from tests.fixtures.drive import drive_together, loadtest
 from tests.fixtures.nginx import NginxProxy
 

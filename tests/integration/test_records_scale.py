@@ -24,7 +24,7 @@ import zstandard
 
 from bench.records import write_run
 from llmload.loadtests.slo import parse_slo
-from llmload.reports.schema import MetricStats
+from llmload.reports.table.schema import MetricStats
 
 ROOT = Path(__file__).resolve().parents[2]
 MS = 1000.0

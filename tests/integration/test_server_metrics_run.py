@@ -29,7 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from llmload.loadtests.percentile import percentile_of
-from llmload.reports.fmt import fmt_ms
+from llmload.reports.draw.fmt import fmt_ms
 from tests.fixtures.loadtests import ROOT
 
 K, TTFT_MS, ITL_MS, TOKENS = 3, 120, 8, 21

@@ -1,4 +1,4 @@
-"""The capacity gate (reports.capacity.gate): a real drop fails, noise and no-crossing do not."""
+"""The capacity gate (reports.gate.capacity): a real drop fails, noise and no-crossing do not."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from llmload.reports.capacity.gate import capacity_check, estimate
-from llmload.reports.gate import FAIL, INCONCLUSIVE, PASS, GateConfig
+from llmload.reports.gate.capacity import capacity_check, estimate
+from llmload.reports.gate.verdict import FAIL, INCONCLUSIVE, PASS, GateConfig
 
 LOADS = [1.0, 2.0, 4.0, 8.0, 16.0]
 

@@ -33,8 +33,8 @@ from llmload.reports.capacity.view import (
     capacity_terminal,
     rows,
 )
-from llmload.reports.loader import Run
-from llmload.reports.summary import build_summary
+from llmload.reports.summary.make import build_summary
+from llmload.reports.table.loader import Run
 from tests.fixtures.reports import make_records
 
 TTFT = [Criterion(0.95, {"ttft": 600.0})]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmload.reports.capacity.view import capacity_html, capacity_markdown, capacity_terminal
-from llmload.reports.loader import Run
-from llmload.reports.summary import build_summary
+from llmload.reports.summary.make import build_summary
+from llmload.reports.table.loader import Run
 from tests.fixtures.reports import make_records
 
 #: three steps: 2 and 4 req/s within p95 TTFT 300 ms, 8 req/s not

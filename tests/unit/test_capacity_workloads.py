@@ -18,8 +18,8 @@ from llmload.loadtests.workload.replay import Pace
 from llmload.reports.capacity.curve import answer_text, load_text
 from llmload.reports.capacity.judge import Criterion, judge
 from llmload.reports.capacity.view import SESSION_HEADER, capacity_markdown
-from llmload.reports.loader import Run
-from llmload.reports.summary import build_summary
+from llmload.reports.summary.make import build_summary
+from llmload.reports.table.loader import Run
 from tests.fixtures.reports import make_records
 
 TARGET = {"target": "http://127.0.0.1:9"}

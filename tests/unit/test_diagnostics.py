@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.reports import diagnostics
-from llmload.reports.diagnostics import detect, is_buffered
+from llmload.reports.table import diagnostics
+from llmload.reports.table.diagnostics import detect, is_buffered
 
 
 def _rec(i: int, **kw: Any) -> RequestRecord:

@@ -11,7 +11,13 @@ import pytest
 
 from llmload.loadtests.options import BLOCKS, COMPARE, DECLARED, IGNORED, option
 from llmload.reports.cli import main
-from llmload.reports.fingerprint import BLOCKING, KEYS, check_allowed, comparability, fingerprint
+from llmload.reports.gate.fingerprint import (
+    BLOCKING,
+    KEYS,
+    check_allowed,
+    comparability,
+    fingerprint,
+)
 from tests.fixtures.reports import make_records, write_run
 
 T0 = 1_700_000_000.0

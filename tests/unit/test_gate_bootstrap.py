@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 import pytest
 
-from llmload.reports.gate_compare import bootstrap_ratio, resampled_percentile
+from llmload.reports.gate.bootstrap import bootstrap_ratio, resampled_percentile
 
 B = 20_000
 QS = [5, 50, 95]

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmload.reports import gate_compare
-from llmload.reports.gate_compare import (
+from llmload.reports.gate import bootstrap
+from llmload.reports.gate.bootstrap import (
     Side,
     compare,
     design_effect,
@@ -22,7 +22,7 @@ from llmload.reports.gate_compare import (
     effect_at,
     effective_n,
 )
-from llmload.reports.gate_metrics import parse_metrics
+from llmload.reports.gate.metrics import parse_metrics
 
 #: ITL p95, no regression allowed: an A/A pair fails at the test's nominal 5 % exactly when
 #: the run's bootstrap puts 95 % of its changes above none
@@ -145,10 +145,10 @@ def test_counting_a_run_of_groups_at_a_time_counts_every_group(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # chunks far smaller than the data, groups longer than a chunk, empty groups skipped
-    monkeypatch.setattr(gate_compare, "CHUNK_VALUES", 50)
+    monkeypatch.setattr(bootstrap, "CHUNK_VALUES", 50)
     rng = np.random.default_rng(8)
     sizes = rng.integers(1, 120, size=400)
     values = rng.random(int(sizes.sum()))
     starts = np.cumsum(sizes) - sizes
     want = np.add.reduceat(values > 0.9, starts, dtype=np.int64)
-    assert (gate_compare._beyond_per_group(values, starts, sizes, 0.9) == want).all()
+    assert (bootstrap._beyond_per_group(values, starts, sizes, 0.9) == want).all()

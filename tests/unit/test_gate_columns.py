@@ -1,7 +1,7 @@
 """The gate and the workload blocks read columns: the same numbers as record by record.
 
-``reports.gate_metrics`` and ``reports.workloads`` read a run's ``RecordTable``
-(``reports.columns``).  Each is checked here against the record-by-record
+``reports.gate.metrics`` and ``reports.workloads.measure`` read a run's ``RecordTable``
+(``reports.table.columns``).  Each is checked here against the record-by-record
 computation it replaced, written out below, on records of every shape: sync,
 streams of one token per event, of several (``tokens_per_event``), with a token
 list that does not match their events, without TTFT or output tokens, failed,
@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.reports import gate_metrics
-from llmload.reports.columns import RecordTable
-from llmload.reports.gate_metrics import REGISTRY, latency_ms, outcomes, per_second
-from llmload.reports.schema import MetricStats
-from llmload.reports.workloads import agent_sessions, prefix_cache
+from llmload.reports.gate import metrics
+from llmload.reports.gate.metrics import REGISTRY, latency_ms, outcomes, per_second
+from llmload.reports.table.columns import RecordTable
+from llmload.reports.table.schema import MetricStats
+from llmload.reports.workloads.measure import agent_sessions, prefix_cache
 
 T0 = 1.7e9 + 0.123456789
 
@@ -154,7 +154,7 @@ def old_per_second(recs: list[RequestRecord], name: str, windows: Any, slo: Any)
 def test_rates_per_second_are_the_record_by_record_ones(
     monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    monkeypatch.setattr(gate_metrics, "EVENT_CHUNK", 7)  # records cross the chunks
+    monkeypatch.setattr(metrics, "EVENT_CHUNK", 7)  # records cross the chunks
     recs = records()
     t = RecordTable.of(recs)
     # two windows, the second overlapping the first's end: an event counts in the first
@@ -256,7 +256,7 @@ def test_a_phase_s_ramp_second_is_left_out_of_its_rates() -> None:
         for i, r in enumerate(records()[:16])
     ]
     t = RecordTable.of(recs)
-    assert gate_metrics.settled(window, t) == [(T0 + 2.0, T0 + 6.0)]  # first done at +1.4 s
+    assert metrics.settled(window, t) == [(T0 + 2.0, T0 + 6.0)]  # first done at +1.4 s
     assert len(per_second(t, REGISTRY["throughput"], window, None)) == 4
     # a window none of whose requests finished is kept whole
-    assert gate_metrics.settled(window, t.where(~t.ok() & t.ok())) == window
+    assert metrics.settled(window, t.where(~t.ok() & t.ok())) == window

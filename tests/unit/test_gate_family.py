@@ -13,13 +13,13 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
-from llmload.reports.baseline import make_baseline
 from llmload.reports.cli import main
-from llmload.reports.gate import FAIL, PASS, GateConfig, decide_family, evaluate
-from llmload.reports.gate_compare import Comparison
-from llmload.reports.gate_metrics import DOWN, parse_metrics
-from llmload.reports.holm import holm_adjusted
-from llmload.reports.loader import load_run
+from llmload.reports.gate.baseline import make_baseline
+from llmload.reports.gate.bootstrap import Comparison
+from llmload.reports.gate.holm import holm_adjusted
+from llmload.reports.gate.metrics import DOWN, parse_metrics
+from llmload.reports.gate.verdict import FAIL, PASS, GateConfig, decide_family, evaluate
+from llmload.reports.table.loader import load_run
 from tests.fixtures.reports import make_records, write_run
 
 T0 = 1_700_000_000.0

@@ -8,9 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from llmload.reports import github
 from llmload.reports.cli import main
-from llmload.reports.gate import FAIL, INCONCLUSIVE, PASS, Check, GateConfig, GateResult
+from llmload.reports.gate import github
+from llmload.reports.gate.verdict import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    Check,
+    GateConfig,
+    GateResult,
+)
 
 
 def gate(run: Path, base: Path, *extra: str) -> int:

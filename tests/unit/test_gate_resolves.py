@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmload.reports.gate_compare import Comparison, Side, compare
-from llmload.reports.gate_metrics import parse_metrics
+from llmload.reports.gate.bootstrap import Comparison, Side, compare
+from llmload.reports.gate.metrics import parse_metrics
 
 ALPHA = 0.05
 

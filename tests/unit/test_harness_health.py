@@ -17,9 +17,9 @@ from llmload.loadtests.run.status import StatusLine
 from llmload.loadtests.run.writer import RunWriter
 from llmload.reports.build import build_run
 from llmload.reports.cli import main
-from llmload.reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
-from llmload.reports.loader import load_run
-from llmload.reports.trust import AMBER, GREEN, NA, RED, assess, starved
+from llmload.reports.gate.verdict import FAIL, INCONCLUSIVE, GateConfig, evaluate
+from llmload.reports.table.loader import load_run
+from llmload.reports.table.trust import AMBER, GREEN, NA, RED, assess, starved
 from tests.fixtures.reports import make_records
 
 QUIET = HarnessHealth(cpu_percent=30.0, loop_lag_s=0.002, inflight=4)
@@ -185,7 +185,7 @@ def test_a_starved_client_whose_delay_is_small_against_ttft_is_amber_not_red(
 
 
 def test_every_report_shows_trust_and_harness(run_factory: Callable[..., Path]) -> None:
-    from llmload.reports.terminal import render_terminal
+    from llmload.reports.page.terminal import render_terminal
 
     run = with_health(run_factory("shown"), {"stream": health(local=[QUIET] * 4 + [BUSY])})
     summary = build_run(run)

@@ -37,7 +37,7 @@ with open(ROOT / "pyproject.toml", "rb") as _f:
 #: the repository's folders that install as ``llmload.<folder>``
 SUBPACKAGES = tuple(folder for package, folder in MAPPING.items() if package == f"llmload.{folder}")
 #: unit -> layer; a module may import units of a strictly lower layer, or its own
-LAYER = {
+LAYER: dict[str, float] = {
     "target_server": 0,
     "loadtests": 1,
     "loadtests.measure": 2,
@@ -45,8 +45,19 @@ LAYER = {
     "loadtests.workload": 3,
     "loadtests.run": 4,
     "exporter": 5,
-    "reports": 5,
     "dashboards": 5,
+    # reports' rooms, lowest first: how numbers are written, the record table and its
+    # statistics, the server's side and the workloads, capacity, the summary, the pages,
+    # the gate; reports' own modules (build, cli) compose them
+    "reports.draw": 5.0,
+    "reports.table": 5.1,
+    "reports.server": 5.2,
+    "reports.workloads": 5.2,
+    "reports.capacity": 5.3,
+    "reports.summary": 5.4,
+    "reports.page": 5.5,
+    "reports.gate": 5.6,
+    "reports": 5.7,
     "llmload": 6,
     "bench": 7,
     "tests": 8,
@@ -56,7 +67,7 @@ SIDEWAYS: set[tuple[str, str]] = set()
 
 
 def module_name(path: Path) -> str:
-    """The name a file installs as (``reports/gate.py`` -> ``llmload.reports.gate``)."""
+    """The name a file installs as (``reports/gate/holm.py`` -> ``llmload.reports.gate.holm``)."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     folders = {folder: package for package, folder in MAPPING.items()}
     if parts[0] in folders:
@@ -65,12 +76,13 @@ def module_name(path: Path) -> str:
 
 
 def unit(mod: str) -> str:
-    """The layer unit of a module: its room of loadtests, its subpackage, or its top package."""
+    """The layer unit of a module: its room (of loadtests or reports), its subpackage, or its
+    top package."""
     parts = mod.split(".")
     if parts[0] == "llmload" and len(parts) > 1 and parts[1] in SUBPACKAGES:
         parts = parts[1:]
-        if parts[0] == "loadtests" and len(parts) >= 2 and f"loadtests.{parts[1]}" in LAYER:
-            return f"loadtests.{parts[1]}"
+        if len(parts) >= 2 and f"{parts[0]}.{parts[1]}" in LAYER:
+            return f"{parts[0]}.{parts[1]}"
     return parts[0]
 
 
@@ -223,12 +235,12 @@ def test_the_checker_sees_a_cycle_an_upward_import_and_a_guard() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
     fake = {
         "llmload.reports": ast.parse(""),
-        "llmload.reports.summary": ast.parse(
+        "llmload.reports.summary.make": ast.parse(
             "def f():\n    from llmload.loadtests.run.runner import run\n"
         ),
         "llmload.loadtests": ast.parse(""),
         "llmload.loadtests.run.runner": ast.parse(
-            "try:\n    from llmload.reports.summary import build_summary\n"
+            "try:\n    from llmload.reports.summary.make import build_summary\n"
             "except ImportError:\n    pass\n"
         ),
         "llmload.loadtests.measure.timing": ast.parse(
@@ -238,15 +250,21 @@ def test_the_checker_sees_a_cycle_an_upward_import_and_a_guard() -> None:
         # an entry point may delegate upward
         "llmload.loadtests.__main__": ast.parse("from llmload.reports import summary\n"),
         "bench.x": ast.parse("import reports\nfrom loadtests.record import RequestRecord\n"),
+        # a low room of reports importing a higher one
+        "llmload.reports.table.loader": ast.parse("from llmload.reports.gate import verdict\n"),
+        "llmload.reports.gate.verdict": ast.parse(""),
     }
     edges, upward = graph(fake)
-    assert cycles(edges) == [["llmload.loadtests.run.runner", "llmload.reports.summary"]]
+    assert cycles(edges) == [["llmload.loadtests.run.runner", "llmload.reports.summary.make"]]
     assert sorted(upward) == [
         "llmload.loadtests.measure.timing:1 imports llmload.loadtests.run.sinks "
         "(loadtests.measure -> loadtests.run)",
-        "llmload.loadtests.run.runner:2 imports llmload.reports.summary (loadtests.run -> reports)",
+        "llmload.loadtests.run.runner:2 imports llmload.reports.summary.make "
+        "(loadtests.run -> reports.summary)",
+        "llmload.reports.table.loader:1 imports llmload.reports.gate.verdict "
+        "(reports.table -> reports.gate)",
     ]
-    assert guarded(fake) == ["llmload.loadtests.run.runner:2 guards llmload.reports.summary"]
+    assert guarded(fake) == ["llmload.loadtests.run.runner:2 guards llmload.reports.summary.make"]
     assert bare_imports(fake) == ["bench.x:1 reports", "bench.x:2 loadtests.record"]
 
 
@@ -298,3 +316,21 @@ def test_unit_tests_do_not_import_locust() -> None:
         if seen & patched:
             bad.append(f"{mod} -> {sorted(seen & patched)[0]}")
     assert bad == []
+
+
+def test_reports_is_rooms_each_with_its_layer_and_one_job() -> None:
+    # the top of reports/ holds only its composition; every room has a layer above and a
+    # one-line docstring saying its job
+    folder = ROOT / MAPPING["llmload.reports"]
+    assert sorted(p.name for p in folder.glob("*.py")) == [
+        "__init__.py",
+        "__main__.py",
+        "build.py",
+        "cli.py",
+    ]
+    rooms = sorted(p.parent.name for p in folder.glob("*/__init__.py"))
+    assert rooms and all(f"reports.{r}" in LAYER for r in rooms), rooms
+    for room in rooms:
+        doc = ast.get_docstring(MODULES[f"llmload.reports.{room}"]) or ""
+        first = doc.split("\n\n")[0]
+        assert first.endswith(".") and "\n" not in first, f"reports/{room}: {first!r}"

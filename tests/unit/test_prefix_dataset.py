@@ -15,7 +15,7 @@ from llmload.loadtests.workload.build import build_workload
 from llmload.loadtests.workload.prefix_dataset import PrefixPrompts, zipf_weights
 from llmload.loadtests.workload.random_dataset import RandomPrompts, default_codec
 from llmload.loadtests.workload.tokencount import Codec
-from llmload.reports.workloads import prefix_cache
+from llmload.reports.workloads.measure import prefix_cache
 from tests.fixtures.tokenizer import merging_codec
 
 

@@ -24,10 +24,10 @@ from llmload.loadtests.redact import (
     redact_url,
     redact_value,
 )
-from llmload.reports.html import render_html
-from llmload.reports.loader import load_run
-from llmload.reports.markdown import render_markdown
-from llmload.reports.summary import build_summary
+from llmload.reports.page.html import render_html
+from llmload.reports.page.markdown import render_markdown
+from llmload.reports.summary.make import build_summary
+from llmload.reports.table.loader import load_run
 from tests.fixtures.reports import make_records, write_run
 
 USER = "usr-canary-1b2c"

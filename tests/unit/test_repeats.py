@@ -8,11 +8,11 @@ import pytest
 
 from llmload.loadtests.options import build_options
 from llmload.loadtests.run.phaseloop import plan_phases
-from llmload.reports.baseline import make_baseline
 from llmload.reports.build import build_run
 from llmload.reports.cli import main
-from llmload.reports.gate import FAIL, GateConfig, evaluate, evaluate_paired
-from llmload.reports.loader import load_run
+from llmload.reports.gate.baseline import make_baseline
+from llmload.reports.gate.verdict import FAIL, GateConfig, evaluate, evaluate_paired
+from llmload.reports.table.loader import load_run
 from tests.fixtures.reports import make_records, write_run
 
 T0 = 1_700_000_000.0

@@ -11,17 +11,35 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from llmload.reports.baseline import (
+from llmload.reports.cli import main
+from llmload.reports.gate.baseline import (
     MAX_VALUES,
     BaselineError,
     compact,
     make_baseline,
     read_baseline,
 )
-from llmload.reports.cli import main
-from llmload.reports.gate import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate, relative_check
-from llmload.reports.loader import load_run
+from llmload.reports.gate.bootstrap import Side, compare
+from llmload.reports.gate.result import Check
+from llmload.reports.gate.sides import ALL
+from llmload.reports.gate.verdict import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    GateConfig,
+    decide_family,
+    evaluate,
+)
+from llmload.reports.table.loader import load_run
 from tests.fixtures.reports import make_records, write_run
+
+
+def relative_check(mode: str, base: dict, run_vals: list[float], cfg: GateConfig) -> Check:
+    """One latency check on its own (a family of one): ``base`` is a baseline group entry."""
+    spec = cfg.specs()[0]
+    b, r = Side.of(base["values_ms"], int(base["n"])), Side.of(list(run_vals))
+    c = compare(spec, mode, ALL, b, r, cfg.resamples, cfg.seed)
+    return decide_family([c], cfg)[0]
 
 
 def gate(run: Path, base: Path, *extra: str) -> int:

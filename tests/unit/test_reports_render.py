@@ -9,13 +9,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from llmload.reports.charts import log_ticks
 from llmload.reports.cli import main
-from llmload.reports.compare import render_compare_html, render_compare_markdown
-from llmload.reports.fmt import fmt_ms
-from llmload.reports.html import render_html
-from llmload.reports.loader import load_run
-from llmload.reports.summary import build_summary
+from llmload.reports.draw.charts import log_ticks
+from llmload.reports.draw.fmt import fmt_ms
+from llmload.reports.page.html import render_html
+from llmload.reports.page.two_runs import render_compare_html, render_compare_markdown
+from llmload.reports.summary.make import build_summary
+from llmload.reports.table.loader import load_run
 from tests.fixtures.reports import make_records, write_run
 
 T = 1_700_000_000.0
@@ -91,7 +91,7 @@ def test_wrongly_typed_lines_are_corrupt(tmp_path: Path) -> None:
 def test_import_reports_is_cheap() -> None:
     code = (
         "import sys, llmload.reports; "
-        "print([m for m in ('numpy', 'llmload.reports.html') if m in sys.modules])"
+        "print([m for m in ('numpy', 'llmload.reports.page.html') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -140,7 +140,7 @@ def test_log_ticks() -> None:
 
 
 def test_data_quality_says_once_what_the_context_limit_cost(tmp_path: Path) -> None:
-    from llmload.reports.markdown import render_markdown
+    from llmload.reports.page.markdown import render_markdown
 
     fit = {
         "context_limit": 2048,

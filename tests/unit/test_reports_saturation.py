@@ -1,11 +1,11 @@
-"""llmload.reports.saturation: a queue building up through a phase reads as 'target saturated'."""
+"""reports.table.queue_growth: a queue building up through a phase reads as 'target saturated'."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from llmload.reports.diagnostics import detect
-from llmload.reports.saturation import target_saturated
+from llmload.reports.table.diagnostics import detect
+from llmload.reports.table.queue_growth import target_saturated
 from tests.fixtures.reports import make_records
 
 T = 1_700_000_000.0

@@ -1,4 +1,4 @@
-"""The typed summary (``reports.schema``) writes exactly the summary.json it always wrote."""
+"""The typed summary (``reports.table.schema``) writes exactly the summary.json it always wrote."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from llmload.reports.loader import load_run
-from llmload.reports.schema import ComparisonRow, MetricStats, PhaseStats, Summary
-from llmload.reports.summary import build_summary, comparison, phase_stats
+from llmload.reports.summary.make import build_summary, phase_stats, sync_vs_stream
+from llmload.reports.table.loader import load_run
+from llmload.reports.table.schema import MetricStats, PhaseStats, Summary, SyncVsStreamRow
 from tests.fixtures.reports import SCENARIOS, make_records, write_run
 
 #: summary.json's phase keys, in order, for a run with every optional block
@@ -72,11 +72,11 @@ def test_comparison_row_improvement() -> None:
     stream = {"mode": "stream", "count": 4, "ok": 4}
     stream["ttft_ms"] = {"n": 4, "p50": 100.0, "p95": 125.0, "mean": 0.0}
     stream["e2e_ms"] = {"n": 4, "p50": 800.0, "p95": None, "mean": 1.0}
-    typed = ComparisonRow.of(PhaseStats.from_json(sync), PhaseStats.from_json(stream))
+    typed = SyncVsStreamRow.of(PhaseStats.from_json(sync), PhaseStats.from_json(stream))
     assert typed.improvement_pct("ttft_ms", "p50") == pytest.approx(75.0)
     assert typed.value("stream", "e2e_ms", "mean") == 1.0
     row = typed.to_json()
-    assert ComparisonRow.from_json(row) == typed
+    assert SyncVsStreamRow.from_json(row) == typed
     assert row["sync_count"] == 3 and row["stream_count"] == 4
     assert row["ttft_ms_p50_improvement_pct"] == pytest.approx(75.0)
     assert row["e2e_ms_p50_improvement_pct"] == 0.0
@@ -94,9 +94,9 @@ def test_summary_comparison_is_the_typed_one(tmp_path: Path) -> None:
     recs = make_records("sync", "sync", 20, t_start=1.7e9, seed=1)
     recs += make_records("stream", "stream", 20, t_start=1.7e9 + 60, seed=2)
     summary = build_summary(load_run(write_run(tmp_path / "r", recs)))
-    typed = comparison(summary.phases)
+    typed = sync_vs_stream(summary.phases)
     doc = summary.to_json()
-    assert typed is not None and summary.comparison == typed
+    assert typed is not None and summary.sync_vs_stream == typed
     assert doc["comparison"] == typed.to_json()
     assert set(typed.scenarios) == set(doc["comparison"]["scenarios"]) == {"all", *SCENARIOS}
 
@@ -120,8 +120,8 @@ def test_summary_json_reads_back_to_the_same_bytes(tmp_path: Path) -> None:
 
 
 def test_an_older_summary_without_newer_distributions_still_renders(tmp_path: Path) -> None:
-    from llmload.reports.markdown import render_markdown
-    from llmload.reports.terminal import render_terminal
+    from llmload.reports.page.markdown import render_markdown
+    from llmload.reports.page.terminal import render_terminal
 
     recs = make_records("stream", "stream", 20, t_start=1.7e9)
     doc = build_summary(load_run(write_run(tmp_path / "r", recs))).to_json()

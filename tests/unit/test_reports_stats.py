@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.reports.charts import nice_ticks
-from llmload.reports.schema import MetricStats
-from llmload.reports.stats import bin_width, downsample, ecdf_points, histogram, percentile
+from llmload.reports.draw.charts import nice_ticks
+from llmload.reports.table.schema import MetricStats
+from llmload.reports.table.stats import bin_width, downsample, ecdf_points, histogram, percentile
 
 
 @pytest.mark.parametrize(

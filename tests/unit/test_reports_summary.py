@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.reports import diagnostics
 from llmload.reports.cli import main
-from llmload.reports.diagnostics import Diagnostic
-from llmload.reports.html import render_html
-from llmload.reports.loader import RunError, load_run
-from llmload.reports.markdown import render_markdown
-from llmload.reports.schema import Summary
-from llmload.reports.summary import build_summary
-from llmload.reports.terminal import render_terminal
+from llmload.reports.page.html import render_html
+from llmload.reports.page.markdown import render_markdown
+from llmload.reports.page.terminal import render_terminal
+from llmload.reports.summary.make import build_summary
+from llmload.reports.table import diagnostics
+from llmload.reports.table.diagnostics import Diagnostic
+from llmload.reports.table.loader import RunError, load_run
+from llmload.reports.table.schema import Summary
 from tests.fixtures.reports import make_records, write_run
 
 T = 1_700_000_000.0
@@ -184,7 +184,7 @@ def test_bad_slo_is_bad_input(run_factory: Callable[..., Path]) -> None:
 def test_diagnostics_are_called_and_rendered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # every phase goes through reports.diagnostics.detect; what it finds reaches the Markdown
+    # every phase goes through reports.table.diagnostics.detect; what it finds reaches the Markdown
     calls = []
 
     def detect(records: list[RequestRecord], mode: str) -> list[Diagnostic]:

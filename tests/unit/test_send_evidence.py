@@ -20,9 +20,9 @@ from llmload.loadtests.run.healthlog import LAG_LINE_S, phase_health
 from llmload.loadtests.run.sinks import HarnessHealth
 from llmload.reports.build import build_run
 from llmload.reports.cli import main
-from llmload.reports.gate import FAIL, INCONCLUSIVE, GateConfig, evaluate
-from llmload.reports.loader import load_run
-from llmload.reports.trust import GREEN, RED
+from llmload.reports.gate.verdict import FAIL, INCONCLUSIVE, GateConfig, evaluate
+from llmload.reports.table.loader import load_run
+from llmload.reports.table.trust import GREEN, RED
 from tests.fixtures.reports import make_records, write_run
 
 T0 = 1_700_000_000.0

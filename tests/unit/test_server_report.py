@@ -16,12 +16,12 @@ import pytest
 
 from llmload.loadtests import serverfamilies as sf
 from llmload.loadtests.run.promsample import Histo, Sampler
-from llmload.reports.schema import MetricStats, PhaseStats
 from llmload.reports.server.diagnose import moved, phase_diagnostics
 from llmload.reports.server.histogram import Delta, delta, quantile
 from llmload.reports.server.phase import phase_block
 from llmload.reports.server.saturation import server_saturation
-from llmload.reports.server.scrapes import Scrape, ServerRun
+from llmload.reports.table.schema import MetricStats, PhaseStats
+from llmload.reports.table.scrapes import Scrape, ServerRun
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 #: what the fixtures' generator drew for the 160 requests between "before" and "after"

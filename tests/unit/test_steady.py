@@ -12,10 +12,10 @@ import pytest
 from llmload.loadtests.options import build_options
 from llmload.loadtests.run.phaseloop import plan_phases
 from llmload.loadtests.steady import mser
-from llmload.reports.baseline import make_baseline
 from llmload.reports.build import build_run
-from llmload.reports.loader import load_run
-from llmload.reports.steady import steady_part
+from llmload.reports.gate.baseline import make_baseline
+from llmload.reports.table.loader import load_run
+from llmload.reports.table.steady import steady_part
 from tests.fixtures.reports import make_records, write_run
 
 T0 = 1_700_000_000.0

@@ -11,8 +11,8 @@ import pytest
 
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.reports import build_run
-from llmload.reports.loader import load_run
-from llmload.reports.vllm_bench import PERCENTILES, vllm_result, vllm_tpot_s
+from llmload.reports.table.loader import load_run
+from llmload.reports.table.vllm_bench import PERCENTILES, vllm_result, vllm_tpot_s
 
 T = 1_700_000_000.0
 #: the keys ``vllm bench serve --save-result`` writes (vllm/benchmarks/serve.py) without

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.sinks import HarnessHealth, WebTab
-from llmload.reports.summary import phase_stats
+from llmload.reports.summary.make import phase_stats
 from llmload.webui import LiveTab
 
 T = 1_700_000_000.0

@@ -1,0 +1,1 @@
+"""The report's pages: HTML, Markdown and terminal renderings of a summary."""

@@ -1,0 +1,1 @@
+"""Per-workload views of a run: prefix cache, agent sessions, traces."""
