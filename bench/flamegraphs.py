@@ -1,18 +1,19 @@
 """``python -m bench.flamegraphs [DIR]``: py-spy flame graphs of both ends at 1,000 streams.
 
-Writes three SVGs into ``DIR`` (default ``docs/flamegraphs``), each a py-spy
+Writes three SVGs into ``DIR`` (default ``runs/flamegraphs``, git-ignored: a flame graph
+embeds the machine's paths and the module names of the day it was drawn), each a py-spy
 recording of one process while it carries 1,000 streams at ITL 50 ms, the load
 ``bench scale`` measures:
 
 - ``server-1000.svg`` — the bundled synthetic server (TTFT 100 ms, 40 tokens),
   driven by ``bench.server_timing``'s raw-socket client;
 - ``client-1000.svg`` — the load generator's timing path alone (``bench
-  harness``'s child, lean client) against the reference server;
+  harness``'s child, http1 client) against the reference server;
 - ``run-1000.svg`` — ``llmload run`` itself at 1,000 users (runner, users,
   writer, status line) against the reference server.
 
 The client and the reference server are pinned to different cores.  Open an SVG
-in a browser to search and zoom.  ``docs/scale.md`` reads them.
+in a browser to search and zoom.  ``docs/scale.md`` says what they showed.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def client(out: Path) -> None:
             "-m",
             "bench.harness",
             "--child",
-            "lean",
+            "http1",
             url,
             "1000",
             "50",
@@ -139,9 +140,9 @@ def run(out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Record the three flame graphs into the directory given (default docs/flamegraphs)."""
+    """Record the three flame graphs into the directory given (default runs/flamegraphs)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    where = Path(argv[0]) if argv else ROOT / "docs" / "flamegraphs"
+    where = Path(argv[0]) if argv else ROOT / "runs" / "flamegraphs"
     where.mkdir(parents=True, exist_ok=True)
     for name, fn in (("server-1000", server), ("client-1000", client), ("run-1000", run)):
         fn(where / f"{name}.svg")

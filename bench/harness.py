@@ -1,7 +1,7 @@
 """``python -m bench harness``: how exact is the load generator, per HTTP client, per core?
 
 Clients compared, each in a child process pinned to CPU 0 running N concurrent
-streams under gevent: ``lean`` (the harness's own path, ``loadtests.transport.target.perform``
+streams under gevent: ``http1`` (the harness's own path, ``loadtests.transport.target.perform``
 with ``loadtests.transport.http1``, + the timing core), ``httpx`` (the same through httpx,
 ``--http-client httpx``), locust's ``HttpSession`` (requests, ``iter_content(None)``)
 and ``FastHttpSession`` (geventhttpclient, ``iter_content(1024)`` as locust's own
@@ -38,18 +38,18 @@ from typing import Any
 from llmload.loadtests.percentile import percentile_of
 from llmload.target_server.launch import launch
 
-CLIENTS = ("lean", "httpx", "HttpSession", "FastHttpSession")
+CLIENTS = ("http1", "httpx", "HttpSession", "FastHttpSession")
 STREAMS = (20, 200, 1000)
 CAPACITY_ITL_MS = (100, 50, 20, 10, 5)
 #: FastHttpSession's error is hundreds of ms at every rate (it holds events until ~1 KB)
-CAPACITY_CLIENTS = ("lean", "httpx", "HttpSession")
+CAPACITY_CLIENTS = ("http1", "httpx", "HttpSession")
 CAPACITY_STREAMS = 200
 TTFT_MS, ITL_MS, TOKENS = 100, 100, 16
 WINDOW_S, WARM_S = 3.0, 2.0
 P99_LIMIT_MS = 5.0
 #: section 4: the issue's server (200 ms first token), short answers, reconnecting users
 CLOSE_TTFT_MS, CLOSE_ITL_MS, CLOSE_STREAMS = 200, 20, (1, 5, 20)
-CLOSE_CLIENTS = ("lean", "httpx", "httpx-plain")
+CLOSE_CLIENTS = ("http1", "httpx", "httpx-plain")
 #: measured seconds per row: a 1-stream row needs enough requests for a p95
 CLOSE_WINDOW_S = 10.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def _child(
     meta = RecordMeta("x", "bench", "bench", "stream", adapter.endpoint, 0.0)
 
     def session() -> Any:
-        if client == "lean":  # llmload's default: loadtests.transport.http1
+        if client == "http1":  # llmload's default: loadtests.transport.http1
             return target.user_client()
         if client == "httpx":
             return target.httpx_client()
@@ -93,7 +93,7 @@ def _child(
                 def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
                     began = time.perf_counter()
                     stream = super().connect_tcp(*args, **kwargs)
-                    stream.connect_s = time.perf_counter() - began  # type: ignore[attr-defined]
+                    stream.connect_s = time.perf_counter() - began  # type: ignore[attr-defined]  # a probe attribute on the stream object, read back by the bench
                     return stream
 
             transport = httpx.HTTPTransport(trust_env=False)
@@ -121,7 +121,7 @@ def _child(
         t0 = clock()
         this = dataclasses.replace(call, headers={**call.headers, "x-bench-t0": repr(t0)})
         timer = StreamTimer(adapter, t0)
-        if client.startswith("httpx") or client == "lean":
+        if client.startswith("httpx") or client == "http1":
             perform(sess, target, this, timer)
         else:
             resp = sess.post(this.path, json=this.json, headers=this.headers, stream=True)
@@ -162,7 +162,7 @@ def _child(
                 if rec.connect_s is not None:
                     connects.append(rec.connect_s * 1000)
 
-    from llmload.target_server import gcpolicy
+    from llmload.common import gcpolicy
 
     gcpolicy.settle()  # as llmload run does before its first phase
     cpu0 = time.process_time()
@@ -423,7 +423,7 @@ def _close_section(where: str, load_note: Any) -> str:
             "Errors in ms: client TTFT minus the server's own TTFT (request read -> "
             "first token written: what a server's metrics report, so connection set-up and the "
             "request's write count as harness error), and minus the time from `t0` to the first "
-            "write (transport + reading only). `lean` is llmload's path "
+            "write (transport + reading only). `http1` is llmload's path "
             "(`loadtests.transport.http1`, connecting through `loadtests.transport.connect`: "
             "no resolver call per connection, the request "
             "in one send); `httpx` is `--http-client httpx` (the same connector under httpcore); "

@@ -32,7 +32,7 @@ import json
 import sys
 from time import perf_counter
 
-from llmload.target_server import gcpolicy
+from llmload.common import gcpolicy
 
 HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"

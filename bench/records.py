@@ -81,7 +81,7 @@ def synthetic_records(n: int, seed: int = 0) -> Any:
                 request_id=uuid.UUID(int=rng.getrandbits(128)).hex,
                 phase=phase,
                 scenario=scenario,
-                mode=phase,  # type: ignore[arg-type]
+                mode=phase,  # type: ignore[arg-type]  # the phase name is a mode here; the record types it as Literal
                 endpoint="/v1/chat/completions",
                 started_at=t,
                 status=status,

@@ -3,7 +3,7 @@
 Runs the synthetic server of a git ref (``--baseline``, extracted with ``git
 archive`` into a temporary directory) and of the working tree, one after the
 other, alternating which goes first each round, against ``bench.server_timing``'s
-lean raw-socket client (TTFT 100 ms, ITL 50 ms, 40 tokens, as ``bench scale``).
+raw-socket client (TTFT 100 ms, ITL 50 ms, 40 tokens, as ``bench scale``).
 Per row: events/s, the server's CPU per SSE event (the figure that stays put on a
 shared machine), the share of the window it waited for a CPU, and its own TTFT
 error (``x_llmload.ttft_s`` − configured).  With ``--profile FILE`` it also records

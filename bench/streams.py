@@ -100,7 +100,7 @@ def shape_row(name: str, recs: list[dict[str, Any]], info: dict[str, Any]) -> st
     ttft = sum(r["ttft_s"] is not None for r in recs)
     ttfo = sum(r["ttfo_s"] is not None for r in recs)
     calls = sum(r["tool_calls"] > 0 for r in recs)
-    p = lambda xs, q: percentile_of(xs or [float("nan")], q)  # noqa: E731
+    p = lambda xs, q: percentile_of(xs or [float("nan")], q)  # noqa: E731 - a one-line helper local to this function
     return (
         f"| {name} | {len(recs)} | {len(ok)} | {ttft} / {ttfo} | {calls} | "
         f"{p(gaps, 50):.2f} / {p(gaps, 95):.2f} / {max(gaps, default=float('nan')):.2f} | "

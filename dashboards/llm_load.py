@@ -130,7 +130,7 @@ def latency() -> list[Panel]:
             description=(
                 "Network, proxy and client time on top of the server's TTFT. The mean gap is "
                 "exact (sums and counts). Client and server histograms share one bucket grid "
-                "(target_server/buckets.py: each quantile within 5 % from 1 ms to 10 s), so "
+                "(llmload/common/buckets.py: each quantile within 5 % from 1 ms to 10 s), so "
                 "the quantile gaps subtract like for like; they are differences of quantiles, "
                 "not quantiles of per-request gaps. The server has no scenario label: read it "
                 "with scenario = All."

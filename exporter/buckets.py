@@ -1,7 +1,7 @@
 """Histogram bucket bounds (seconds) for the client-side metrics.
 
 The latency histograms (TTFT, ITL, TPOT, e2e) use ``LATENCY_BUCKETS``, the grid
-the bundled server's ``llmserve_*`` histograms use too (``target_server.buckets``,
+the bundled server's ``llmserve_*`` histograms use too (``llmload.common.buckets``,
 a standard-library-only module both sides import), so client and server
 quantiles come off the same bounds.  Schedule delay is the harness's own and
 keeps a coarser grid of its own.
@@ -9,7 +9,7 @@ keeps a coarser grid of its own.
 
 from __future__ import annotations
 
-from llmload.target_server.buckets import LATENCY_BUCKETS
+from llmload.common.buckets import LATENCY_BUCKETS
 
 #: Open-loop schedule delay (actual minus intended send time): 0.1 ms to 30 s.
 SCHEDULE_DELAY_BUCKETS: tuple[float, ...] = (

@@ -5,7 +5,7 @@ sinks in the process that sees every record (the local process, or the locust
 master in a distributed run), calls ``start`` to serve ``/metrics``, and
 ``close`` at the end of the run.  Call the sink methods from one thread — the
 load generator's event loop, as the record hub does: the per-request metrics
-are lock-free (``target_server.families``); ``on_health`` may come from any thread.
+are lock-free (``llmload.common.families``); ``on_health`` may come from any thread.
 
 What feeds what:
 
@@ -48,13 +48,13 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest, push_to_gateway
 
+from llmload.common.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
 from llmload.exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
 from llmload.exporter.labels import CappedLabel, target_host
 from llmload.exporter.server import MetricsServer
 from llmload.exporter.workloads import WorkloadMetrics
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.sinks import HarnessHealth
-from llmload.target_server.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
 
 log = logging.getLogger(__name__)
 

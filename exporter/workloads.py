@@ -10,17 +10,17 @@
   ``MAX_STEPS`` step numbers keep theirs, later ones are ``other``.
 
 Fed by ``LiveMetrics.on_record`` with the record's capped label values; the
-families are rendered with the rest (``target_server.families``).
+families are rendered with the rest (``llmload.common.families``).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from llmload.common.families import LabelledHistogram, LabelledValue
 from llmload.exporter.buckets import LATENCY_BUCKETS
 from llmload.exporter.labels import CappedLabel
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.target_server.families import LabelledHistogram, LabelledValue
 
 #: agent step numbers past this many are exported as ``step="other"``
 MAX_STEPS = 16

@@ -23,28 +23,28 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import logging  # noqa: E402  (everything below comes after the patch)
-import os  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-import httpx  # noqa: E402
+import httpx
 
-from llmload import (  # noqa: E402
+from llmload import (
     bundled,
-    reports,  # noqa: E402
+    reports,
     servermetrics,
     speedcheck,
 )
-from llmload.dashboards.annotations import GrafanaAnnotations  # noqa: E402
-from llmload.exporter import LiveMetrics  # noqa: E402
-from llmload.loadtests.options import OutputOptions, RunOptions  # noqa: E402
-from llmload.loadtests.run import cli, runner  # noqa: E402
-from llmload.loadtests.run.distributed import worker_main  # noqa: E402
-from llmload.loadtests.run.sinks import RecordSink  # noqa: E402
-from llmload.webui import LiveTab  # noqa: E402
+from llmload.dashboards.annotations import GrafanaAnnotations
+from llmload.exporter import LiveMetrics
+from llmload.loadtests.options import OutputOptions, RunOptions
+from llmload.loadtests.run import cli, runner
+from llmload.loadtests.run.distributed import worker_main
+from llmload.loadtests.run.sinks import RecordSink
+from llmload.webui import LiveTab
 
 log = logging.getLogger("llmload.loadtests")
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import uvicorn
 
-from llmload.target_server import gcpolicy, limits
+from llmload.common import gcpolicy, limits
 from llmload.target_server.app import build_app
 from llmload.target_server.engine import build_engine
 from llmload.target_server.serving import BACKLOG, bind, url_of, uvicorn_config

@@ -419,7 +419,7 @@ class GenerationCall(Response):
                     break
         finally:
             tally.close()
-            await gen.aclose()  # type: ignore[attr-defined]
+            await gen.aclose()  # type: ignore[attr-defined]  # an async generator's aclose, typed as AsyncIterator
         return reason
 
     async def _ticked(

@@ -2,9 +2,9 @@
 
 Every request is counted exactly once in ``llmserve_requests_total`` with one
 of ``STATUSES``; latency histograms are observed when the request finishes
-(ITL gaps as they happen), on ``target_server.buckets.LATENCY_BUCKETS``, the
+(ITL gaps as they happen), on ``llmload.common.buckets.LATENCY_BUCKETS``, the
 grid the client-side exporter uses too.  Counters and histograms are the lean
-families of ``target_server.families`` (no locks, no ``*_created`` series, a
+families of ``llmload.common.families`` (no locks, no ``*_created`` series, a
 scrape rendered in about a millisecond); running/waiting gauges and the
 engine's extra gauges are read at scrape time, so they are never stale.
 """
@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from llmload.target_server.buckets import LATENCY_BUCKETS
-from llmload.target_server.families import HistogramChild, LabelledHistogram, LabelledValue
+from llmload.common.buckets import LATENCY_BUCKETS
+from llmload.common.families import HistogramChild, LabelledHistogram, LabelledValue
 
 #: ``status`` label values of ``llmserve_requests_total``
 STATUSES = {

@@ -46,7 +46,7 @@ class ReadDeadlineProtocol(ServerProtocol):
     _head_bytes = False  # some of the current head has arrived
     _read_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's protocol narrows the transport type
         super().connection_made(transport)
         self._reading, self._since = _NEW, self.loop.time()
         self._arm()
@@ -110,7 +110,7 @@ class ReadDeadlineProtocol(ServerProtocol):
         if state == _BODY:
             cycle = self.cycle
             if cycle is not None:
-                cycle.scope[BODY_TIMED_OUT] = True  # type: ignore[literal-required]
+                cycle.scope[BODY_TIMED_OUT] = True  # type: ignore[literal-required]  # our own key in the ASGI scope, which is a TypedDict
             what = f"the request body stopped coming for {limit:g} s"
             self._answer_408(what, "client_body_timeout")
         elif state == _HEAD and self._head_bytes:

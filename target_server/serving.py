@@ -93,7 +93,7 @@ class ThreadedServer:
     @property
     def state(self) -> ServerState:
         """The app's shared state (metrics, admission)."""
-        return self.app.state.server  # type: ignore[no-any-return]
+        return self.app.state.server
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample from the app's registry (0.0 when absent)."""
@@ -178,7 +178,7 @@ def start_server_thread(
     handle = ThreadedServer(url_of(sock), app, engine, settings, server, thread, loop)
     try:
         if wait_ready:
-            alive = lambda: thread.is_alive() and not handle.state.start_error  # noqa: E731
+            alive = lambda: thread.is_alive() and not handle.state.start_error  # noqa: E731 - a one-line helper local to this function
             wait_healthy(handle.url, ready_timeout, alive=alive)
         else:
             wait_started(server, ready_timeout)

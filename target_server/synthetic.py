@@ -274,7 +274,7 @@ class SyntheticEngine:
                         reason = "length" if by_length else "stop"
                         if piece.kind.startswith("tool"):
                             reason = "tool_calls"
-                    piece = TokenPiece(piece.text, reason, fault, piece.kind)  # type: ignore[arg-type]
+                    piece = TokenPiece(piece.text, reason, fault, piece.kind)  # type: ignore[arg-type]  # the fault is one of TokenPiece's kinds, checked when drawn
                 yield deadline, piece
                 if i == 0:  # decode starts when the first token really went out, as after a
                     nominal += max(0.0, perf_counter() - deadline)  # real (late) prefill

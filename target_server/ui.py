@@ -69,7 +69,7 @@ def chat_fn(engine: Engine, settings: Any) -> Any:
                     reply += piece.text
                     yield reply
         finally:
-            await pieces.aclose()  # type: ignore[attr-defined]
+            await pieces.aclose()  # type: ignore[attr-defined]  # an async generator's aclose, typed as AsyncIterator
 
     return respond
 

@@ -81,11 +81,11 @@ class ServerProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         """Headers parsed: the request has arrived (the app reads ``scope[ARRIVED]``)."""
         scope = self.scope
-        scope[ARRIVED] = perf_counter()  # type: ignore[literal-required]
+        scope[ARRIVED] = perf_counter()  # type: ignore[literal-required]  # our own key in the ASGI scope, which is a TypedDict
         super().on_headers_complete()
         cycle = self.cycle  # the request's, unless an upgrade returned before making one
         if cycle is not None and cycle.scope is scope:
-            scope[CHUNK_WRITER] = ChunkWriter(cycle)  # type: ignore[literal-required]
+            scope[CHUNK_WRITER] = ChunkWriter(cycle)  # type: ignore[literal-required]  # our own key in the ASGI scope, which is a TypedDict
 
     send_timeout = 30.0
     _write_deadline: asyncio.TimerHandle | None = None

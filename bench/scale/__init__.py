@@ -2,12 +2,12 @@
 
 1. **Bundled server at 1,000 streams** (TTFT 100 ms, ITL 50 ms, 40 tokens): its own
    TTFT error (``x_llmload.ttft_s`` − configured) and CPU per SSE event, one
-   process and ``--workers 2``; the client is ``bench.server_timing``'s lean
+   process and ``--workers 2``; the client is ``bench.server_timing``'s http1
    asyncio raw-socket loop.
 2. **Load generator at 20 / 200 / 1,000 streams on one client core** against the
    reference server (``bench/harness_server.py``, ITL 50 ms): client TTFT − the
    server's stamp of its first-token write (``bench harness``'s child under gevent),
-   and SSE events per client CPU-second — the lean client (``loadtests.transport.http1``, the
+   and SSE events per client CPU-second — the http1 client (``loadtests.transport.http1``, the
    default) and httpx (``--http-client httpx``) interleaved, row by row.
 3. **Bursts of 20**: 20 users with a 1 s start-to-start pacing whose requests start
    together every interval (``--first-start together``) or at seeded offsets

@@ -12,13 +12,13 @@ from typing import Any
 from bench.mdsection import ROOT
 
 CLIENT_ITL_MS = 50
-#: the load generator's two HTTP paths, measured interleaved (lean first: the default)
-CLIENT_PATHS = ("lean", "lean, reads unstamped", "httpx")
-#: the lean client with its reads timed when they return, not by the kernel's receive stamps
+#: the load generator's two HTTP paths, measured interleaved (http1 first: the default)
+CLIENT_PATHS = ("http1", "http1, reads unstamped", "httpx")
+#: the http1 client with its reads timed when they return, not by the kernel's receive stamps
 UNSTAMPED = CLIENT_PATHS[1]
 
 
-def client_row(streams: int, client: str = "lean") -> dict[str, Any]:
+def client_row(streams: int, client: str = "http1") -> dict[str, Any]:
     """``bench harness``'s child (``client``: one of ``CLIENT_PATHS``) at ``streams``
     against the reference server (ITL 50 ms).
 

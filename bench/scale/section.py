@@ -20,7 +20,7 @@ from bench.scale.server import SERVER_ITL_MS, SERVER_TOKENS, SERVER_TTFT_MS
 
 
 def _client_verdict(rows: list[dict[str, Any]]) -> list[str]:
-    """The goal at 1,000 streams (the default path), and lean vs httpx per CPU-second."""
+    """The goal at 1,000 streams (the default path), and http1 vs httpx per CPU-second."""
 
     def at(n: int, client: str) -> dict[str, Any] | None:
         return next(
@@ -52,7 +52,7 @@ def _client_verdict(rows: list[dict[str, Any]]) -> list[str]:
         ]
     stamps = []
     for n in sorted({int(x["streams"]) for x in rows}):
-        on, off = at(n, "lean"), at(n, UNSTAMPED)
+        on, off = at(n, "http1"), at(n, UNSTAMPED)
         if on and off:
             stamps.append(f"{off['p99_ms']:.2f} → {on['p99_ms']:.2f} ms at {n:,}")
     if stamps:
@@ -63,13 +63,13 @@ def _client_verdict(rows: list[dict[str, Any]]) -> list[str]:
         ]
     ratios = []
     for n in sorted({int(x["streams"]) for x in rows}):
-        lean, plain = at(n, "lean"), at(n, "httpx")
-        if lean and plain and plain["per_cpu_s"]:
-            ratios.append(f"{lean['per_cpu_s'] / plain['per_cpu_s']:.2f}× at {n:,}")
+        http1, plain = at(n, "http1"), at(n, "httpx")
+        if http1 and plain and plain["per_cpu_s"]:
+            ratios.append(f"{http1['per_cpu_s'] / plain['per_cpu_s']:.2f}× at {n:,}")
     if ratios:
         out += [
             "",
-            "Events per client CPU-second, lean ÷ httpx (same streams, measured back to back): "
+            "Events per client CPU-second, http1 ÷ httpx (same streams, measured back to back): "
             + ", ".join(ratios)
             + ".",
         ]
@@ -140,8 +140,8 @@ def render(res: dict[str, Any], args: argparse.Namespace, load: str) -> str:
         f"### 2. Load generator on one client core (reference server, ITL {CLIENT_ITL_MS} ms, "
         "16 tokens, `bench harness` child; the client paths interleaved)",
         "",
-        "`lean`: `loadtests.transport.http1`, llmload's default, its reads timed by the kernel's "
-        "receive stamps; `lean, reads unstamped`: the same with `LLMLOAD_RECV_STAMPS=0`, "
+        "`http1`: `loadtests.transport.http1`, llmload's default, its reads timed by the kernel's "
+        "receive stamps; `http1, reads unstamped`: the same with `LLMLOAD_RECV_STAMPS=0`, "
         "each read timed when it returns (before those stamps); `httpx`: `--http-client "
         "httpx` (reads timed when they return). The reference server stamps its first token "
         "after its write returns and the kernel stamps the data during that write, so a "
@@ -255,15 +255,15 @@ def _run_path_lines(r: dict[str, Any] | None) -> list[str]:
 
 
 def _worker_cores(client_rows: list[dict[str, Any]]) -> str:
-    """How many worker cores 10,000 streams at ITL 50 ms take, from section 2's lean rows."""
-    lean = [r for r in client_rows if r.get("client") == "lean" and r.get("per_cpu_s")]
-    if not lean:
+    """How many worker cores 10,000 streams at ITL 50 ms take, from section 2's http1 rows."""
+    http1 = [r for r in client_rows if r.get("client") == "http1" and r.get("per_cpu_s")]
+    if not http1:
         return ""
-    top = max(lean, key=lambda r: r["streams"])
+    top = max(http1, key=lambda r: r["streams"])
     events = 10_000 * 1000 / CLIENT_ITL_MS
     return (
         f"The streams themselves, 10,000 at ITL {CLIENT_ITL_MS} ms ({events:,.0f} events/s), "
-        f"take {events / top['per_cpu_s']:.1f} worker cores at the lean client's "
+        f"take {events / top['per_cpu_s']:.1f} worker cores at the http1 client's "
         f"{top['per_cpu_s']:,.0f} events per CPU-second (section 2, {top['streams']:,} "
         "streams, the bench child: `llmload run`'s own path costs more per request, see the "
         "row under section 2; on a machine 4× slower per core, 4× as many)."

@@ -37,9 +37,9 @@ import psutil
 
 from bench.calibration import current
 from bench.mdsection import ROOT, load_average, machine, write_section
+from llmload.common.limits import somaxconn
 from llmload.loadtests.percentile import percentile_of
 from llmload.target_server.launch import launch
-from llmload.target_server.limits import somaxconn
 
 USERS, WORKERS, SERVER_WORKERS = 10_000, 2, 2
 ITL_MS, TOKENS, TTFT_MS = 1000, 30, 200

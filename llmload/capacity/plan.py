@@ -284,7 +284,7 @@ class CapacitySearch(NullSink):
         self._next_lap += max(1, laps)
         return Phase(
             name,
-            c.mode,  # type: ignore[arg-type]
+            c.mode,  # type: ignore[arg-type]  # the candidate's mode is a checked str, the record's a Literal
             REPLAY_LEAD_S + replay_s,
             warmup,
             users=c.concurrency_cap,
@@ -322,7 +322,7 @@ class CapacitySearch(NullSink):
             elif c.open_loop:
                 yield Phase(
                     "warmup",
-                    c.mode,  # type: ignore[arg-type]
+                    c.mode,  # type: ignore[arg-type]  # the candidate's mode is a checked str, the record's a Literal
                     c.warmup_s,
                     True,
                     users=c.concurrency_cap,
@@ -332,7 +332,7 @@ class CapacitySearch(NullSink):
             else:
                 yield Phase(
                     "warmup",
-                    c.mode,  # type: ignore[arg-type]
+                    c.mode,  # type: ignore[arg-type]  # the candidate's mode is a checked str, the record's a Literal
                     c.warmup_s,
                     True,
                     users=int(load),

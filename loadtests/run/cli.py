@@ -64,8 +64,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
             kw["action"] = "append"
         elif d.spec.parse is None and d.kind in (int, float):
             kw["type"] = d.kind
-        if d.spec.choices:
-            kw["choices"] = d.spec.choices
+        if d.spec.choices and d.spec.parse is None:
+            kw["choices"] = d.spec.choices  # a parsed value is checked after its parse
+        elif d.spec.choices:
+            kw["metavar"] = "{" + ",".join(d.spec.choices) + "}"
         if d.spec.nargs:
             kw["nargs"] = d.spec.nargs
         if d.spec.metavar:

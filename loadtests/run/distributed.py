@@ -40,6 +40,7 @@ import gevent
 from locust.env import Environment
 from locust.runners import STATE_MISSING
 
+from llmload.common import gcpolicy
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.options import RunOptions
 from llmload.loadtests.run import limits
@@ -51,7 +52,6 @@ from llmload.loadtests.run.phases import Phase, shard_share
 from llmload.loadtests.run.sinks import HarnessHealth, NullSink
 from llmload.loadtests.run.users import LLMUser
 from llmload.loadtests.workload.fit import ContextFit
-from llmload.target_server import gcpolicy
 
 log = logging.getLogger(__name__)
 FLUSH_S = 0.25
@@ -121,12 +121,12 @@ class MasterDriver:
     """The master: spawns local workers if asked, sets them up, runs phases on them."""
 
     def __init__(
-        self, environment: Any, opts: RunOptions, hub: RecordHub, model: str, session: Any
+        self, environment: Any, opts: RunOptions, hub: RecordHub, model: str, loop: Any
     ) -> None:
         self.env = environment
         self.opts = opts
         self.hub = hub
-        self.session = session
+        self.loop = loop  # the phase loop (interrupted: stop the workers)
         dist = opts.distributed
         self.expect = dist.expected
         self.shards = self.expect
@@ -195,7 +195,7 @@ class MasterDriver:
         deadline = time.monotonic() + WORKER_TIMEOUT_S
         handled = self.queue.handled
         while not done():
-            if self.session.interrupted:
+            if self.loop.interrupted:
                 raise RuntimeError(f"interrupted while waiting for {what}")
             if self.queue.handled != handled:
                 handled = self.queue.handled  # the master is working through the records

@@ -11,7 +11,7 @@ the soft ``ulimit -n`` up to the hard one itself when that is enough.
 A third limit is the target's: the listen backlog (``net.core.somaxconn`` caps
 what a server asks for) holds connects that its accept loop has not taken yet;
 users spawned faster than that can overflow it and be reset (``ECONNRESET``).
-The bundled server checks its own (``target_server.limits``, which also holds
+The bundled server checks its own (``llmload.common.limits``, which also holds
 the one ``raise_nofile``); here, when the
 target is on this host, a spawn batch larger than ``somaxconn`` is a note.
 """
@@ -22,7 +22,7 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmload.target_server.limits import raise_nofile, somaxconn
+from llmload.common.limits import raise_nofile, somaxconn
 
 #: descriptors a load-generator process needs besides its users' sockets (imports,
 #: the run files, locust's ZeroMQ sockets, the exporter)

@@ -1,6 +1,6 @@
 """One run's phase loop: drive the shape, mark phases, check what arrived.
 
-``Session.run_phase`` polls the phase's shape (``loadtests.run.shapes``), tells the
+``PhaseLoop.run_phase`` polls the phase's shape (``loadtests.run.shapes``), tells the
 driver how many users to run, prints the status line, and at the end stops
 the users (draining in-flight requests, or cancelling them on Ctrl-C) and
 collects the phase's records before marking the phase ended.
@@ -82,7 +82,7 @@ def plan_phases(opts: LoadOptions, timed: int | None = None, baseline: bool = Fa
     if warmup_seconds(opts) > 0:
         warm = Phase(
             "warmup",
-            opts.modes[0],  # type: ignore[arg-type]
+            opts.modes[0],  # type: ignore[arg-type]  # --modes values are checked against MODES, typed list[str]
             warmup_seconds(opts),
             warmup=True,
             timed=is_timed,
@@ -92,7 +92,7 @@ def plan_phases(opts: LoadOptions, timed: int | None = None, baseline: bool = Fa
     for r in range(1, opts.repeat + 1):
         for m in opts.modes:
             name = m if opts.repeat == 1 else f"{m}-{r}"
-            add(Phase(name, m, opts.duration, requests=requests, timed=is_timed))  # type: ignore[arg-type]
+            add(Phase(name, m, opts.duration, requests=requests, timed=is_timed))  # type: ignore[arg-type]  # --modes values are checked against MODES, typed list[str]
     return phases
 
 
@@ -134,7 +134,7 @@ def late_hint(users: int, peak: int, shards: int = 1) -> str:
     )
 
 
-class Session:
+class PhaseLoop:
     """One run: the hub and its sinks, the phases, the interrupt flag."""
 
     def __init__(self, opts: RunOptions, hub: RecordHub, status: StatusLine) -> None:

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import gevent
 from locust.env import Environment
 
+from llmload.common import gcpolicy
 from llmload.loadtests import calibrate
 from llmload.loadtests.options import OutputOptions, RunOptions
 from llmload.loadtests.redact import redact_argv, redact_url
@@ -45,7 +46,7 @@ from llmload.loadtests.run.context import (
 from llmload.loadtests.run.distributed import MasterDriver
 from llmload.loadtests.run.health import HealthSampler
 from llmload.loadtests.run.hub import RecordHub
-from llmload.loadtests.run.phaseloop import EXIT_INTERRUPTED, Driver, Session, plan_phases
+from llmload.loadtests.run.phaseloop import EXIT_INTERRUPTED, Driver, PhaseLoop, plan_phases
 from llmload.loadtests.run.phases import Phase
 from llmload.loadtests.run.sinks import RecordSink, WebTab
 from llmload.loadtests.run.status import StatusLine, error_rate_breach
@@ -53,7 +54,6 @@ from llmload.loadtests.run.users import LLMUser
 from llmload.loadtests.run.writer import RunWriter
 from llmload.loadtests.transport.discovery import server_version
 from llmload.loadtests.workload.replay import TraceReplay
-from llmload.target_server import gcpolicy
 
 log = logging.getLogger("llmload.loadtests")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -218,9 +218,9 @@ def run(
     # locust waits this long for users in a task to finish at a stop, then kills them (a
     # cancelled request is one record); a master sends it to its workers with each start
     env.stop_timeout = opts.load.drain_timeout
-    session = Session(opts, hub, status)
-    session.after_phase.append(lambda phase: save_locust_stats(env, out_dir, phase))
-    session.install_signals()
+    loop = PhaseLoop(opts, hub, status)
+    loop.after_phase.append(lambda phase: save_locust_stats(env, out_dir, phase))
+    loop.install_signals()
     driver: Driver
     master: MasterDriver | None = None
     sampler = None
@@ -229,7 +229,7 @@ def run(
     gcpolicy.settle()  # start-up is done: keep the collector out of the records' timings
     try:
         if distributed:
-            driver = master = MasterDriver(env, opts, hub, model, session)
+            driver = master = MasterDriver(env, opts, hub, model, loop)
             sampler = _health(hub, None, "master")
         else:
             ctx.watch(env)
@@ -252,13 +252,13 @@ def run(
                 cooldown = (
                     opts.load.cooldown if previous is not None and not previous.warmup else 0.0
                 )
-                session.run_phase(driver, phase, cooldown)
+                loop.run_phase(driver, phase, cooldown)
                 previous = phase
                 if phases is not None:
                     writer.update(**phases.info())
-                if session.interrupted or worker_lost(driver, writer):
+                if loop.interrupted or worker_lost(driver, writer):
                     break
-            outcome = "interrupted" if session.interrupted else "completed"
+            outcome = "interrupted" if loop.interrupted else "completed"
             if getattr(driver, "lost_workers", None):
                 outcome = "failed"
         finally:
@@ -266,7 +266,7 @@ def run(
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
     except Exception:
-        if session.interrupted:
+        if loop.interrupted:
             outcome = "interrupted"
         else:
             log.exception("run failed")

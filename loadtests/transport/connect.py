@@ -203,7 +203,7 @@ class Connector(httpcore.SyncBackend):
         """A connected TCP socket to ``host:port`` and the seconds it took.
 
         Raises ``TimeoutError`` (this address timed out) or ``OSError`` (no address
-        answered, or the name did not resolve).  The lean client (``loadtests.transport.http1``)
+        answered, or the name did not resolve).  The http1 client (``loadtests.transport.http1``)
         uses it directly, httpcore through ``connect_tcp``.
         """
         addresses = self.addresses(host, port)

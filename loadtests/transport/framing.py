@@ -1,6 +1,6 @@
 """HTTP/1.1 on the wire, without sockets: the request head, the response head, body framing.
 
-The pure half of the lean client (``loadtests.transport.http1``): bytes in, bytes or values
+The pure half of the http1 client (``loadtests.transport.http1``): bytes in, bytes or values
 out, so every split of a response can be tested without a server.  Only what
 a streaming LLM client meets is parsed — the status line, the headers that
 decide the body's framing and the connection's reuse, and the chunked transfer
@@ -26,7 +26,7 @@ class ProtocolError(Exception):
 
 
 class Unsupported(Exception):
-    """Valid HTTP that the lean client does not read (a transfer or content coding)."""
+    """Valid HTTP that the http1 client does not read (a transfer or content coding)."""
 
 
 def encode_json(body: object) -> bytes:

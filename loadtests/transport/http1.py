@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 client: one kept-alive socket per user, large reads, no per-read layers.
+"""The http1 client, our own HTTP/1.1: one kept-alive socket per user, large reads, no layers.
 
 At 1,000 streams the httpx path spent most of the load generator's CPU in
 httpx/httpcore/h11 (the profiles: ``docs/scale.md``, *The load generator*):
@@ -119,7 +119,7 @@ class Http1Client:
             self._httpx.close()
 
     def fallback(self, make: Callable[[], httpx.Client]) -> httpx.Client:
-        """This user's httpx client, made on first use (a target the lean path cannot read)."""
+        """This user's httpx client, made on first use (a target the http1 path cannot read)."""
         if self._httpx is None:
             self._httpx = make()
         return self._httpx

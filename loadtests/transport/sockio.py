@@ -1,4 +1,4 @@
-"""The lean client's socket reads and writes: no timer object per read under gevent.
+"""The http1 client's socket reads and writes: no timer object per read under gevent.
 
 gevent's socket with a timeout arms a new ``gevent.Timeout`` every time a read
 has to wait, and first tries the read, failing with ``EWOULDBLOCK`` (an
@@ -157,7 +157,7 @@ class Conn:
                 raise Failed("disconnect", f"ReadError: {reason(exc)}") from None
         sock = self.sock
         try:
-            if self._io is not None and not (self.tls and sock.pending()):  # type: ignore[attr-defined]
+            if self._io is not None and not (self.tls and sock.pending()):  # type: ignore[attr-defined]  # gevent's SSL socket has pending(); its stubs do not say so
                 self._hub.wait(self._io)
             data = sock.recv(RECV_SIZE)
         except TimeoutError:

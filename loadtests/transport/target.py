@@ -1,11 +1,11 @@
 """The HTTP client layer under gevent: one client (kept-alive connection) per user.
 
-Two clients, chosen per target (``--http-client``): ``lean`` (the default,
+Two clients, chosen per target (``--http-client``): ``http1`` (the default,
 ``loadtests.transport.http1``: a socket read directly, HTTP/1.1 framing in
 ``loadtests.transport.framing``) and ``httpx``, the general client it replaced as the default
 because httpx/httpcore/h11 took most of the load generator's CPU at 1,000 streams
 (the profiles: ``docs/scale.md``, *The load generator*).  A target whose responses
-the lean client cannot read (another transfer or content coding) moves to httpx at
+the http1 client cannot read (another transfer or content coding) moves to httpx at
 the first such response.
 Both hand each read to the timing core as it arrives, for chunked and
 close-delimited bodies alike, while locust's ``HttpSession`` (requests) buffers
@@ -83,9 +83,9 @@ class Target:
     stall_timeout: float = 60.0
     ca_bundle: str | None = None
     insecure: bool = False
-    #: ``lean`` (``loadtests.transport.http1``) or ``httpx``: which client ``session()``
+    #: ``http1`` (``loadtests.transport.http1``) or ``httpx``: which client ``session()``
     #: gives each user
-    http_client: str = "lean"
+    http_client: str = "http1"
     #: what one SSE event and one (decoded) response body may hold (``loadtests.measure.caps``)
     max_event_bytes: int = MAX_EVENT_BYTES
     max_body_bytes: int = MAX_BODY_BYTES
@@ -102,7 +102,7 @@ class Target:
         if path.endswith("/v1"):  # OpenAI-style base URLs end in /v1; adapter paths carry it
             path = path[: -len("/v1")]
         self.auth: httpx.BasicAuth | None = None
-        self._basic: str | None = None  # the same credentials as a header, for the lean client
+        self._basic: str | None = None  # the same credentials as a header, for the http1 client
         if parts.username is not None or parts.password is not None:
             user, password = unquote(parts.username or ""), unquote(parts.password or "")
             self.auth = httpx.BasicAuth(user, password)
@@ -159,13 +159,13 @@ class Target:
         return self._ssl
 
     def user_client(self) -> Http1Client | httpx.Client:
-        """A simulated user's client for ``perform``: lean, unless ``http_client`` says httpx."""
+        """A simulated user's client for ``perform``: http1, unless ``http_client`` says httpx."""
         if self.http_client == "httpx":
             return self.httpx_client()
         return Http1Client(self.origin())
 
     def origin(self) -> Origin:
-        """What the lean client sends to this target (one per process, shared by every user)."""
+        """What the http1 client sends to this target (one per process, shared by every user)."""
         if self._origin is None:
             parts = urlsplit(self.base_url)
             scheme = parts.scheme
@@ -339,7 +339,7 @@ def perform(
     try:
         if isinstance(client, Http1Client):
             if client.origin.unsupported is None:
-                return _perform_lean(client, target, call, timer, follow_up)
+                return _perform_http1(client, target, call, timer, follow_up)
             client = client.fallback(target.httpx_client)
         return _perform_httpx(client, target, call, timer, follow_up)
     except _RequestDeadline:
@@ -364,7 +364,7 @@ def _second_step(
         return None, ("protocol", f"unreadable first response: {exc}")
 
 
-def _perform_lean(
+def _perform_http1(
     client: Http1Client,
     target: Target,
     call: HttpCall,
@@ -393,12 +393,12 @@ def _perform_lean(
         if client.origin.unsupported is None:
             client.origin.unsupported = str(exc)
             print(
-                f"llmload: the target answered with {exc}, which the lean HTTP client "
+                f"llmload: the target answered with {exc}, which the http1 HTTP client "
                 "does not read; its later requests go through httpx",
                 file=sys.stderr,
                 flush=True,
             )
-        return "protocol", f"{exc}: not read by the lean HTTP client (later requests use httpx)"
+        return "protocol", f"{exc}: not read by the http1 HTTP client (later requests use httpx)"
 
 
 def _perform_httpx(

@@ -170,7 +170,7 @@ def _values_ms(t: RecordTable, metric: str, open_loop: bool) -> np.ndarray:
     if open_loop and metric != "tpot":
         delay = t.num("schedule_delay_s")
         value = np.where(np.isnan(delay), value, value + delay)
-    return value * 1000.0  # type: ignore[no-any-return]
+    return value * 1000.0
 
 
 def _scores(t: RecordTable, c: Criterion, open_loop: bool) -> np.ndarray:
@@ -187,7 +187,7 @@ def _scores(t: RecordTable, c: Criterion, open_loop: bool) -> np.ndarray:
 def scores(records: Iterable[RequestRecord], c: Criterion, open_loop: bool) -> list[float]:
     """Each request's worst ``value / bound`` (inf when it failed; a missing TPOT is not held
     against a one-token answer), read from the records' columns (``reports.table.columns``)."""
-    return _scores(RecordTable.of(records), c, open_loop).tolist()  # type: ignore[no-any-return]
+    return _scores(RecordTable.of(records), c, open_loop).tolist()
 
 
 def quantile_ratio(sorted_scores: Sequence[float], q: float) -> float | None:

@@ -9,7 +9,7 @@ interpolation inside that bucket, as if the observations there were spread
 evenly.  So every quantile comes with its bucket, and the report says how wide
 that is: vLLM's queue-time grid has a bucket from 0.5 s to 0.8 s, so "p95 0.66 s"
 means "somewhere in 0.5–0.8 s"; the bundled server's grid keeps each bucket
-within 5 % from 1 ms to 10 s (``target_server.buckets``).
+within 5 % from 1 ms to 10 s (``llmload.common.buckets``).
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def mode_means(run: Run) -> dict[str, dict[str, float]]:
         client = client[~np.isnan(client)]
         if len(client) and "ttft_mean_ms" in block and mode == "stream":
             block["path_mean_ms"] = exact_sum(client) / len(client) * 1000 - block["ttft_mean_ms"]
-        block["server"] = server.name  # type: ignore[assignment]
+        block["server"] = server.name  # type: ignore[assignment]  # the block is float-valued but for the server's name
         out[mode] = block
     return out
 

@@ -69,9 +69,7 @@ _DEFAULTS: dict[str, Any] = {
     f.name: f.default for f in fields(RequestRecord) if f.default is not MISSING
 }
 _REQUIRED = tuple(
-    f.name
-    for f in fields(RequestRecord)
-    if f.default is MISSING and f.default_factory is MISSING  # type: ignore[misc]
+    f.name for f in fields(RequestRecord) if f.default is MISSING and f.default_factory is MISSING
 )
 #: what ``TableBuilder.add`` reads of a record, in this order
 _ALL_KEYS = (*NUMBERS, *LABELS, *_LISTS, *TEXTS, *FLAGS)
@@ -341,7 +339,7 @@ class RecordTable(Sequence[RequestRecord]):
 
     def flag(self, name: str) -> np.ndarray:
         """A boolean field of these records (``warmup``, ``no_output``, ...)."""
-        return self._f["flags"][name][self.rows]  # type: ignore[no-any-return]
+        return self._f["flags"][name][self.rows]
 
     def warmup_field(self) -> np.ndarray:
         """The records' own ``warmup`` field (``warmup()`` also counts the warm-up phase)."""
@@ -370,12 +368,12 @@ class RecordTable(Sequence[RequestRecord]):
                 sums = np.add.reduceat(flat < threshold, starts[has], dtype=np.int64)
                 below[has] = sums
             cache[threshold] = below
-        return cache[threshold][self.rows]  # type: ignore[no-any-return]
+        return cache[threshold][self.rows]
 
     def gaps_of(self, i: int) -> np.ndarray:
         """The gaps of this table's ``i``-th record (a view)."""
         f, row = self._f, int(self.rows[i])
-        return f["itl"][int(f["itl_starts"][row]) : int(f["itl_ends"][row])]  # type: ignore[no-any-return]
+        return f["itl"][int(f["itl_starts"][row]) : int(f["itl_ends"][row])]
 
     def gap_span(self) -> tuple[np.ndarray, int]:
         """The store's flat gaps from this table's first record to its last (a view; it

@@ -83,7 +83,7 @@ class MetricStats:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> MetricStats:
-        return cls(**{k: d.get(k) for k in cls.__slots__ if k in d})  # type: ignore[arg-type]
+        return cls(**{k: d.get(k) for k in cls.__slots__ if k in d})  # type: ignore[arg-type]  # the slots' types are the JSON's, checked by from_json's callers
 
 
 #: the distributions every phase has, in summary.json's order

@@ -97,7 +97,7 @@ def _sample(xs: np.ndarray, ys: np.ndarray, limit: int) -> list[tuple[float, flo
     """``reports.table.stats.downsample`` of the points ``(xs[i], ys[i])``: every k-th, in order."""
     n = len(xs)
     if n <= limit:
-        index: list[int] | np.ndarray = range(n)  # type: ignore[assignment]
+        index: list[int] | np.ndarray = range(n)  # type: ignore[assignment]  # a range stands in for the index list without copying
     else:
         step = n / limit
         index = [int(i * step) for i in range(limit)]
@@ -154,7 +154,7 @@ def errors_over_time(records: Sequence[RequestRecord], t0: float) -> list[Series
 
 def per_token_gaps(r: RequestRecord) -> list[float]:
     """Each ITL gap divided by the tokens carried by the event that ends it."""
-    return RecordTable.of([r]).per_token_gaps().tolist()  # type: ignore[no-any-return]
+    return RecordTable.of([r]).per_token_gaps().tolist()
 
 
 def distribution(

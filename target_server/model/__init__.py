@@ -34,4 +34,4 @@ def build(settings: Any) -> Engine:
         from llmload.target_server.model.batched import BatchedEngine
 
         engine = BatchedEngine(settings)
-    return engine  # type: ignore[return-value]
+    return engine

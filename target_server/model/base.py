@@ -149,7 +149,7 @@ class ModelEngine:
         async def one(i: int) -> None:
             req = GenerationRequest(f"warmup-{i}", None, WARMUP_PROMPT, 8, seed=i)
             ids = list(tok.encode(WARMUP_PROMPT * (i + 1)))[:room]
-            async for _piece in self.generate(self.prepare_ids(req, ids)):  # type: ignore[attr-defined]
+            async for _piece in self.generate(self.prepare_ids(req, ids)):  # type: ignore[attr-defined]  # generate is the subclass's (engines define it)
                 pass
 
         await asyncio.gather(*(one(i) for i in range(self._warmup_requests())))
@@ -220,7 +220,7 @@ class ModelEngine:
 
     def batch_size(self) -> int:
         """Requests in the engine's current decode step(s)."""
-        return int(self.running())  # type: ignore[attr-defined]
+        return int(self.running())  # type: ignore[attr-defined]  # running is the subclass's (engines define it)
 
     def extra_metrics(self) -> dict[str, float]:
         """Engine load gauges; GPU memory on CUDA (the cache is never emptied per request)."""

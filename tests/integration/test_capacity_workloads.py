@@ -70,7 +70,7 @@ def extra_service_s(records: list[dict]) -> float:
     by_phase: dict[str, list[dict]] = {}
     for r in records:
         by_phase.setdefault(r["phase"], []).append(r)
-    admitted = lambda r: r["started_at"] + r["server_queue_s"]  # noqa: E731
+    admitted = lambda r: r["started_at"] + r["server_queue_s"]  # noqa: E731 - a one-line helper local to this function
     extra = []
     for recs in by_phase.values():
         in_order = sorted(recs, key=admitted)

@@ -151,7 +151,7 @@ def test_records_say_when_a_request_paid_for_a_new_connection(
     assert connects[0] is not None and connects[1:] == [None, None]
 
 
-@pytest.mark.parametrize("http_client", ["lean", "httpx"])
+@pytest.mark.parametrize("http_client", ["http1", "httpx"])
 def test_over_tls_the_request_still_leaves_in_one_send(tmp_path: Path, http_client: str) -> None:
     if shutil.which("openssl") is None:
         pytest.skip("openssl CLI not installed (it makes the test's self-signed certificate)")

@@ -1,6 +1,6 @@
 """Servers that never finish, through ``llmload run``: every request still one record.
 
-Small misbehaving servers on loopback (``Scripted`` from the lean-client tests:
+Small misbehaving servers on loopback (``Scripted`` from the http1-client tests:
 raw sockets, one thread per connection) answer each chat request with a stream
 that never ends — an SSE event whose bytes keep coming without its blank line,
 a stream of valid events with no end, a sync body with no end, a slow stream
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.loadtests import run_cli
-from tests.integration.test_lean_client import CHUNKED, TOKEN, Scripted, chunk, scripted
+from tests.integration.test_http1_client import CHUNKED, TOKEN, Scripted, chunk, scripted
 
 __all__ = ["scripted"]  # the fixture, imported for the tests below
 
@@ -94,7 +94,7 @@ def run(tmp_path: Path, server: Scripted, *args: str) -> Any:
     return res
 
 
-@pytest.mark.parametrize("http_client", ["lean", "httpx"])
+@pytest.mark.parametrize("http_client", ["http1", "httpx"])
 def test_an_event_that_never_ends_is_cut_at_its_cap(
     scripted: Callable[..., Scripted], tmp_path: Path, http_client: str
 ) -> None:
@@ -122,7 +122,7 @@ def test_an_event_that_never_ends_is_cut_at_its_cap(
     assert res.run_json["config"]["max_event_bytes"] == 256 * 1024
 
 
-@pytest.mark.parametrize("http_client", ["lean", "httpx"])
+@pytest.mark.parametrize("http_client", ["http1", "httpx"])
 def test_a_stream_that_never_ends_is_cut_at_the_body_cap(
     scripted: Callable[..., Scripted], tmp_path: Path, http_client: str
 ) -> None:

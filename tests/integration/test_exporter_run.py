@@ -21,9 +21,9 @@ import httpx
 import numpy as np
 import pytest
 
+from llmload.common.buckets import FINE_RANGE_S
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.reports.table.stats import percentile
-from llmload.target_server.buckets import FINE_RANGE_S
 from tests.fixtures.prometheus import Prometheus, promtool
 from tests.integration.test_exporter_prometheus import bucket_of
 
@@ -200,7 +200,7 @@ def test_runs_seen_by_prometheus_match_the_records(
             (0.5, 0.95, 0.99),
         ),
     ):
-        assert_quantiles_match(prom, metric, "llmload", exact, run, qs)  # type: ignore[arg-type]
+        assert_quantiles_match(prom, metric, "llmload", exact, run, qs)  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
     served = [r for r in records if r.server_ttft_s is not None]  # warm-up too: the server saw it
     assert len(served) > 50
     assert_quantiles_match(
@@ -210,7 +210,7 @@ def test_runs_seen_by_prometheus_match_the_records(
         [r.server_ttft_s for r in served],
         run,
         (0.5, 0.9, 0.95),
-    )  # type: ignore[misc]
+    )  # type: ignore[misc]  # a frozen value or an untyped base, on purpose
     info = prom.query_range("llmload_run_info", run.began, run.ended + 1, step=0.5)
     assert [s["metric"]["target_host"] for s in info] == [hostport(server.url)]
     assert info[0]["metric"]["run"] == "local" and info[0]["metric"]["label"] == "run"

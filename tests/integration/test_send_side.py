@@ -11,7 +11,7 @@ import pytest
 from tests.fixtures.drive import drive
 
 
-@pytest.mark.parametrize("client", ["lean", "httpx"])
+@pytest.mark.parametrize("client", ["http1", "httpx"])
 def test_each_record_says_when_its_request_was_written(
     start_server: Callable[..., Any], client: str
 ) -> None:

@@ -126,7 +126,7 @@ def test_site_packages_gains_only_the_llmload_namespace(slim: Path, tmp_path: Pa
 
 
 def test_no_torch_transformers_or_gradio(slim: Path, tmp_path: Path) -> None:
-    probe = "import importlib.util as u; print([m for m in ('torch', 'transformers', 'gradio') if u.find_spec(m)])"  # noqa: E501
+    probe = "import importlib.util as u; print([m for m in ('torch', 'transformers', 'gradio') if u.find_spec(m)])"  # noqa: E501 - one probe program, kept on one line
     proc = sh(slim / "python", "-c", probe, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
     assert sh(slim / "python", "-c", "import torch", cwd=tmp_path).returncode != 0

@@ -26,7 +26,7 @@ def workload_commands() -> list[str]:
 
 
 def test_each_workload_has_its_command() -> None:
-    kinds = sorted({re.search(r"--dataset (\w+)", c).group(1) for c in workload_commands()})  # type: ignore[union-attr]
+    kinds = sorted({re.search(r"--dataset (\w+)", c).group(1) for c in workload_commands()})  # type: ignore[union-attr]  # the test's input makes it present
     assert kinds == ["agent", "prefix", "trace"]
 
 
@@ -46,7 +46,7 @@ def test_the_documented_command_works(command: str, tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     phase = summary["phases"]["stream"]
     assert phase["count"] > 0 and phase["ok"] == phase["count"]
-    dataset = re.search(r"--dataset (\w+)", command).group(1)  # type: ignore[union-attr]
+    dataset = re.search(r"--dataset (\w+)", command).group(1)  # type: ignore[union-attr]  # the test's input makes it present
     if dataset == "prefix" or "mooncake" in command:
         block = phase["prefix_cache"]  # the bundled server's cache served the shared prefixes
         assert (

@@ -57,8 +57,8 @@ def results() -> dict[str, Any]:
         _client(n, c, p99, per)
         for n in (200, 1000)
         for c, p99, per in (
-            ("lean", 0.01 * n / 200, 30_000.0),
-            ("lean, reads unstamped", 0.5 * n / 200, 31_000.0),
+            ("http1", 0.01 * n / 200, 30_000.0),
+            ("http1, reads unstamped", 0.5 * n / 200, 31_000.0),
             ("httpx", 2.0 * n / 200, 12_000.0),
         )
     ]
@@ -139,15 +139,16 @@ def test_section_tables_and_verdicts() -> None:
         "events/s need 100 % of a core; the server process got 95 % of one and waited for a "
         "CPU 12 % of the window: the error is that wait."
     ) in lines
-    # 2. the load generator: the three paths, the stamps line and lean ÷ httpx
-    assert "| 1000 | lean | 10000 | 0.03 / 0.05 ms | 20,000 | 67 % | 2 % | 30,000 |" in lines
+    # 2. the load generator: the three paths, the stamps line and http1 ÷ httpx
+    assert "| 1000 | http1 | 10000 | 0.03 / 0.05 ms | 20,000 | 67 % | 2 % | 30,000 |" in lines
     assert any(line.startswith("Goal (1,000 streams on one client core") for line in lines)
     assert "**met** here (p99 0.1 ms)" in md
     assert (
         "Client − server p99, reads timed when they return → by the kernel's receive stamps: "
         "0.50 → 0.01 ms at 200, 2.50 → 0.05 ms at 1,000."
     ) in lines
-    assert "lean ÷ httpx (same streams, measured back to back): 2.50× at 200, 2.50× at 1,000." in md
+    want = "http1 ÷ httpx (same streams, measured back to back): 2.50× at 200, 2.50× at 1,000."
+    assert want in md
     # llmload run's own path under section 2
     assert "| 40,000 | 3 | 1.5 / 6.0 ms | 1.1 / 2.2 ms (30,000 requests) | 71 % | 4.5 ms |" in lines
     assert "Goal (≤ 5 ms p99) on this path: **not met** here (whole phase 6.0 ms" in md
@@ -158,17 +159,17 @@ def test_section_tables_and_verdicts() -> None:
     assert "**125 µs per extra record**" in md
     assert "one master core takes 8,000 records/s" in md
     assert "the master stays under one core for D ≥ 1.2 s" in md
-    assert "take 6.7 worker cores at the lean client's 30,000 events per CPU-second" in md
+    assert "take 6.7 worker cores at the http1 client's 30,000 events per CPU-second" in md
 
 
 def test_busy_machine_and_failed_runs_are_said() -> None:
     res = results()
-    res["client"][0] = {"streams": 200, "client": "lean", "error": "Traceback: boom"}
+    res["client"][0] = {"streams": 200, "client": "http1", "error": "Traceback: boom"}
     res["run"] = {"users": 1000, "rc": 2, "records": 0, "stderr": "no target"}
     res["distributed"] = {"users": 400, "workers": 2, "rc": 1, "records": 0, "stderr": "died"}
     md = section.render(res, ARGS, BUSY)
     assert "— **the machine was busy** (other jobs on its 2 cores)" in md
-    assert "| 200 | lean | – | failed: Traceback: boom | | | | |" in md
+    assert "| 200 | http1 | – | failed: Traceback: boom | | | | |" in md
     assert "No records (exit 2): no target" in md
     assert md.endswith("No records (exit 1): died")
 

@@ -56,7 +56,7 @@ def records(n: int = 400, seed: int = 3) -> list[RequestRecord]:
                 request_id=f"r{i}",
                 phase="stream" if i < n // 2 else "stream-2",
                 scenario=("a", "b")[i % 2],
-                mode=mode,  # type: ignore[arg-type]
+                mode=mode,  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
                 endpoint="/v1/chat/completions",
                 started_at=T0 + i * rng.uniform(0.01, 0.09),
                 status=status,

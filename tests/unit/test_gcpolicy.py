@@ -1,10 +1,10 @@
-"""llmload.target_server.gcpolicy: what a timing process does to the collector once started."""
+"""llmload.common.gcpolicy: what a timing process does to the collector once started."""
 
 from __future__ import annotations
 
 import gc
 
-from llmload.target_server import gcpolicy
+from llmload.common import gcpolicy
 
 
 def test_settle_freezes_the_start_up_heap_and_keeps_young_collections_small():

@@ -17,7 +17,7 @@ from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 
 
 def _meta(mode: str = "stream") -> RecordMeta:
-    return RecordMeta("r1", "p", "s", mode, "/gradio_api/call/chat", 0.0)  # type: ignore[arg-type]
+    return RecordMeta("r1", "p", "s", mode, "/gradio_api/call/chat", 0.0)  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
 
 
 def _event(name: str, data: object) -> bytes:

@@ -46,5 +46,5 @@ def test_the_private_hooks_are_where_the_fallback_path_sets_them() -> None:
     target = Target("http://127.0.0.1:9", {}, request_timeout=5, stall_timeout=5)
     with target.httpx_client() as client:
         assert isinstance(client._cookies, SetCookieJar)
-        assert isinstance(client._transport._pool, httpcore.ConnectionPool)  # type: ignore[attr-defined]
+        assert isinstance(client._transport._pool, httpcore.ConnectionPool)  # type: ignore[attr-defined]  # an attribute the stubs do not declare
         assert client.cookies is not None  # the public property still reads our jar

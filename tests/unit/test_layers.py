@@ -4,14 +4,17 @@ Reads every module of the repository with ``ast`` (nothing is imported), so
 it sees imports inside functions too — the ones that hide a cycle.  The rules
 (``docs/development.md`` draws them), lowest first:
 
+    llmload.common                what server and load generator share: families, buckets,
+                                  gcpolicy, limits; imports nothing of ours
     target_server                 the bundled server: imports no harness code
     loadtests (its own files)     options, durations, slo, percentile, redact
     loadtests.measure             record, SSE, timing core, protocol adapters
     loadtests.transport           target, HTTP/1.1 client, stamped reads, httpx, connect
     loadtests.workload            scenarios, datasets, context fit, token counts
     loadtests.run                 plan to records: runner, users, shapes, writer, sinks
-    exporter  reports  dashboards read records; import loadtests (and the grid
-                                  in target_server), never one another
+    exporter  reports  dashboards read records; import loadtests (and llmload.common),
+                                  never one another; reports' rooms in turn: draw, table,
+                                  server + workloads, capacity, summary, page, gate
     llmload                       the composition point: run, ci, capacity, the CLI
     bench                         may import every package; tests may import bench
 
@@ -38,6 +41,8 @@ with open(ROOT / "pyproject.toml", "rb") as _f:
 SUBPACKAGES = tuple(folder for package, folder in MAPPING.items() if package == f"llmload.{folder}")
 #: unit -> layer; a module may import units of a strictly lower layer, or its own
 LAYER: dict[str, float] = {
+    # what the server and the load generator share (llmload/common/): below both
+    "llmload.common": -1,
     "target_server": 0,
     "loadtests": 1,
     "loadtests.measure": 2,
@@ -79,6 +84,8 @@ def unit(mod: str) -> str:
     """The layer unit of a module: its room (of loadtests or reports), its subpackage, or its
     top package."""
     parts = mod.split(".")
+    if ".".join(parts[:2]) in LAYER:
+        return ".".join(parts[:2])  # a room of the llmload folder itself (llmload.common)
     if parts[0] == "llmload" and len(parts) > 1 and parts[1] in SUBPACKAGES:
         parts = parts[1:]
         if len(parts) >= 2 and f"{parts[0]}.{parts[1]}" in LAYER:
@@ -334,3 +341,20 @@ def test_reports_is_rooms_each_with_its_layer_and_one_job() -> None:
         doc = ast.get_docstring(MODULES[f"llmload.reports.{room}"]) or ""
         first = doc.split("\n\n")[0]
         assert first.endswith(".") and "\n" not in first, f"reports/{room}: {first!r}"
+
+
+def test_the_shared_room_imports_nothing_of_ours_and_the_server_no_harness() -> None:
+    # llmload.common is below target_server: the server reaches the harness through it
+    # never, and the harness reaches the server's code only from the top (launching it)
+    edges, _ = graph(MODULES)
+    common = [m for m in MODULES if unit(m) == "llmload.common"]
+    assert common and all(unit(t) == "llmload.common" for m in common for t in edges[m])
+    harness = {"loadtests", "exporter", "dashboards"} | {u for u in LAYER if "." in u}
+    below = [
+        f"{m} -> {t}"
+        for m in MODULES
+        if unit(m) in harness - {"llmload.common"}
+        for t in edges[m]
+        if unit(t) == "target_server" and not t.startswith("llmload.target_server.model.embedded")
+    ]
+    assert below == []

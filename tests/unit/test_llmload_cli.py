@@ -30,7 +30,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_dispatch_passes_prefix_and_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
     module = type(sys)("fake_llmload_cmd")
-    module.main = lambda argv: calls.append(argv) or 7  # type: ignore[attr-defined]
+    module.main = lambda argv: calls.append(argv) or 7  # type: ignore[attr-defined]  # an attribute the stubs do not declare
     monkeypatch.setitem(sys.modules, "fake_llmload_cmd", module)
     monkeypatch.setattr(cli, "COMMANDS", dict(cli.COMMANDS))
     cli.register("fake", "a test command", "fake_llmload_cmd:main", ("sub",))

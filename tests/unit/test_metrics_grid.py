@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmload.common.buckets import FINE_RANGE_S, LATENCY_BUCKETS, log_bounds, max_ratio
 from llmload.exporter import LiveMetrics
 from llmload.loadtests.measure.record import RequestRecord
-from llmload.target_server.buckets import FINE_RANGE_S, LATENCY_BUCKETS, log_bounds, max_ratio
 from llmload.target_server.metrics import ServerMetrics
 
 EP = "/v1/chat/completions"

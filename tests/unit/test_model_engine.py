@@ -39,7 +39,7 @@ def test_gpu_memory_gauges(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 16 * 2**30)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 17 * 2**30)
     engine = ThreadedEngine(Settings(engine="transformers", batching="none"))
-    engine.lm = SimpleNamespace(device=torch.device("cuda", 0))  # type: ignore[assignment]
+    engine.lm = SimpleNamespace(device=torch.device("cuda", 0))  # type: ignore[assignment]  # a stand-in object for the test
     gauges = engine.extra_metrics()
     assert gauges["gpu_memory_allocated_bytes"] == float(16 * 2**30)
     assert gauges["gpu_memory_reserved_bytes"] == float(17 * 2**30)
@@ -125,7 +125,7 @@ def test_chunked_prefill_gives_the_same_tokens_and_can_be_cancelled(embedded_mod
 
 
 async def _drain(gen: object) -> None:
-    async for _ in gen:  # type: ignore[attr-defined]
+    async for _ in gen:  # type: ignore[attr-defined]  # an attribute the stubs do not declare
         pass
 
 
@@ -146,7 +146,7 @@ def test_cancelled_twice_still_counts_the_request_out(
 
             async def consume() -> None:
                 req = GenerationRequest("twice", None, "hello", 500, ignore_eos=True)
-                async for _ in engine.generate(engine.prepare(req)):  # type: ignore[attr-defined]
+                async for _ in engine.generate(engine.prepare(req)):  # type: ignore[attr-defined]  # an attribute the stubs do not declare
                     first.set()
 
             task = asyncio.create_task(consume())

@@ -16,7 +16,7 @@ BASE = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, eos_token_id
 
 def _req(**kw: object) -> GenerationRequest:
     kw.setdefault("max_tokens", 16)
-    return GenerationRequest("r", None, "hi", **kw)  # type: ignore[arg-type]
+    return GenerationRequest("r", None, "hi", **kw)  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
 
 
 def test_file_fields_apply_and_request_overrides_them() -> None:

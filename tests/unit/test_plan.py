@@ -133,13 +133,13 @@ def test_each_option_is_declared_once_and_validate_returns_a_new_frozen_value() 
     assert all(isinstance(d.spec, Spec) and d.spec.help for d in DECLARED.values())
     with pytest.raises(TypeError, match="unknown run option"):
         RunOptions.of(userz=3)
-    raw = RunOptions.of(pacing="2s", modes="stream", header="X-Team: infra")  # type: ignore[arg-type]
+    raw = RunOptions.of(pacing="2s", modes="stream", header="X-Team: infra")  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
     opts = raw.validate()
     assert raw.load.pacing == "2s" and opts.load.pacing == 2.0 and opts.load.modes == ["stream"]
     assert opts.load.pacing == 2.0 and opts.connection.headers_dict() == {"X-Team": "infra"}
     assert opts.output.report is True and opts.distributed.workers == 0
     with pytest.raises(dataclasses.FrozenInstanceError):
-        opts.load.users = 3  # type: ignore[misc]
+        opts.load.users = 3  # type: ignore[misc]  # a frozen value or an untyped base, on purpose
 
 
 def test_a_new_declaration_is_a_flag_a_plan_key_and_a_docs_row(
@@ -165,7 +165,7 @@ def test_a_new_declaration_is_a_flag_a_plan_key_and_a_docs_row(
     monkeypatch.setattr(run_cli, "DECLARED", options.DECLARED)
     ns = run_cli.parser().parse_args(["run", "--think-time", "2s"])
     assert vars(ns)["think_time"] == "2s"
-    sub = run_cli.parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    sub = run_cli.parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]  # the test's input makes it present
     assert "pause between turns (0s)" in " ".join(sub.format_help().split())
     assert "| `--think-time D` | 0s | blocks | pause between turns |" in options.options_table()
     plan = tmp_path / "p.toml"
@@ -188,3 +188,11 @@ def test_docs_table_is_the_declarations() -> None:
     if os.environ.get("LLMLOAD_UPDATE_DOCS"):
         doc.write_text(fresh, encoding="utf-8")
     assert begin in text and text == fresh, "run: LLMLOAD_UPDATE_DOCS=1 pytest " + __file__
+
+
+def test_the_http1_clients_old_name_still_reads() -> None:
+    # plans written when the client was called "lean" keep working
+    opts = RunOptions.of(target="http://x", http_client="lean").validate()
+    assert opts.connection.http_client == "http1"
+    with pytest.raises(ValueError, match="--http-client must be one of http1, httpx"):
+        RunOptions.of(target="http://x", http_client="fast").validate()

@@ -50,7 +50,7 @@ def ticker(pieces: list[TokenPiece], gap: float = 0.004, first_in: float = 0.02)
     writer = Writer()
     enc = ChunkEncoder("/v1/chat/completions", "chatcmpl-x", "m", False)
     start = perf_counter() + first_in
-    t = _Ticker(table(start, pieces, gap), writer, Pacer(), enc, tally)  # type: ignore[arg-type]
+    t = _Ticker(table(start, pieces, gap), writer, Pacer(), enc, tally)  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
     return t, writer, tally, ctx, start, enc
 
 

@@ -36,7 +36,7 @@ def context(workload: Any) -> LoadContext:
         connection=opts.connection,
         load=opts.load,
         sampling=opts.workload,
-        target=None,  # type: ignore[arg-type]
+        target=None,  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
         workload=workload,
         sink=NullSink(),
         model="m",

@@ -151,16 +151,16 @@ def test_prompts_have_the_traces_lengths_and_its_shared_blocks(embedded: Codec) 
         assert p.messages == [{"role": "user", "content": p.prompt}]
     # requests naming the same first block share its 512 tokens of text, word for word
     words = [(p.prompt or "").split(" ") for p in prompts]
-    by_block0 = [w for r, w in zip(replay.requests, words, strict=True) if r.hash_ids[0] == 0]  # type: ignore[index]
+    by_block0 = [w for r, w in zip(replay.requests, words, strict=True) if r.hash_ids[0] == 0]  # type: ignore[index]  # the trace's ids are a tuple at run time
     assert len(by_block0) == len(words) and all(
         w[:MOONCAKE_BLOCK] == words[0][:MOONCAKE_BLOCK]
         for w in by_block0
         if len(w) >= MOONCAKE_BLOCK
     )
-    two = [w for r, w in zip(replay.requests, words, strict=True) if r.hash_ids[:3] == (0, 1, 2)]  # type: ignore[index]
+    two = [w for r, w in zip(replay.requests, words, strict=True) if r.hash_ids[:3] == (0, 1, 2)]  # type: ignore[index]  # the trace's ids are a tuple at run time
     common = os.path.commonprefix(two)
     assert len(common) >= 2 * MOONCAKE_BLOCK
-    lone = [w for r, w in zip(replay.requests, words, strict=True) if r.hash_ids == (0, 10)]  # type: ignore[comparison-overlap]
+    lone = [w for r, w in zip(replay.requests, words, strict=True) if r.hash_ids == (0, 10)]  # type: ignore[comparison-overlap]  # the trace's ids are a tuple at run time
     assert (
         lone
         and lone[0][MOONCAKE_BLOCK : MOONCAKE_BLOCK + 8]
@@ -297,7 +297,7 @@ def test_each_lap_replays_the_window_with_texts_of_its_own() -> None:
     assert shared
     j = shared[0]
     block = 40  # words of the first shared block, well inside its 512
-    words = lambda p: (p.prompt or "").split()[:block]  # noqa: E731
+    words = lambda p: (p.prompt or "").split()[:block]  # noqa: E731 - a one-line helper local to this function
     assert words(replay.prompt(3 * n + j)) == words(lap3)
     assert words(replay.prompt(j)) == words(lap0) != words(lap3)
     # a replay of `llmload run` is unchanged: once, at --speedup, no laps

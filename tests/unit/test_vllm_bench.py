@@ -48,7 +48,7 @@ def rec(i: int, ttft: float, e2e: float, n: int, itl: list[float], **kw) -> Requ
         phase="stream",
         scenario="s",
         mode="stream",
-        endpoint="/v1/completions",  # type: ignore[arg-type]
+        endpoint="/v1/completions",  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
         started_at=kw.pop("started_at", T + i * 0.5),
         status=kw.pop("status", "ok"),
         ttft_s=ttft,
@@ -66,7 +66,7 @@ def records() -> list[RequestRecord]:
         for i in range(7)
     ]
     out.append(rec(7, 0.2, 0.2, 1, []))  # one token: no TPOT, as in vLLM
-    out.append(rec(8, None, None, 0, [], status="timeout", prompt_tokens=None))  # type: ignore[arg-type]
+    out.append(rec(8, None, None, 0, [], status="timeout", prompt_tokens=None))  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
     return out
 
 
@@ -117,7 +117,7 @@ def test_peaks_count_overlaps_and_events_per_second() -> None:
 
 
 def test_an_empty_phase_has_nulls_not_zeros() -> None:
-    result = vllm_result([rec(0, None, None, 0, [], status="http_5xx")], 1.0)  # type: ignore[arg-type]
+    result = vllm_result([rec(0, None, None, 0, [], status="http_5xx")], 1.0)  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
     assert result["completed"] == 0 and result["failed"] == 1
     assert result["mean_ttft_ms"] is None and result["p99_itl_ms"] is None
     assert result["request_goodput"] is None  # no SLO count given

@@ -1,6 +1,6 @@
 """A read's time is when its data reached the host, not when the client got round to it.
 
-Under gevent the lean client's plain-TCP reads carry the kernel's receive stamp
+Under gevent the http1 client's plain-TCP reads carry the kernel's receive stamp
 (``loadtests.transport.sockio``): a user whose greenlet waits for the hub — other users
 holding the CPU, the load generator's own tail at 1,000 streams — still records
 the first token when it arrived.  Here the hub is held for real (an unpatched
@@ -55,13 +55,13 @@ def exchange_level():
     from bench.harness import _reference
     from llmload.loadtests.transport.target import Target
     from llmload.loadtests.transport.http1 import Http1Client
-    from tests.integration.test_lean_client import run
+    from tests.integration.test_http1_client import run
 
     # first token 100 ms after t0, the next 600 ms later: the late read takes only the
     # first (for TCP a read carries the stamp of the last segment it took)
     proc, url = _reference(600, 100)
     try:
-        target = Target(url, {}, request_timeout=30, stall_timeout=10, http_client="lean")
+        target = Target(url, {}, request_timeout=30, stall_timeout=10, http_client="http1")
         client = target.user_client()
         assert isinstance(client, Http1Client)
         out = []

@@ -17,7 +17,7 @@ stay plain prometheus_client collectors.
 
 ``render()`` writes a family's text exposition directly, with each series'
 name and labels formatted once and kept: the shared latency grid
-(``target_server.buckets``) is ~240 buckets per label set, and
+(``llmload.common.buckets``) is ~240 buckets per label set, and
 prometheus_client's generic formatting of that many samples cost tens of
 milliseconds per scrape on the event loop.  ``collect()`` (what
 ``get_sample_value`` and the Pushgateway read) stays.  These families never

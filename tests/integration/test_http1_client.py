@@ -1,8 +1,8 @@
-"""The lean HTTP/1.1 client against real servers on loopback, beside httpx.
+"""The http1 client (our own HTTP/1.1 client) against real servers on loopback, beside httpx.
 
-Both paths (``--http-client lean`` and ``httpx``) must give the same records —
+Both paths (``--http-client http1`` and ``httpx``) must give the same records —
 status, tokens, end of stream, the server's own timings, a connection kept alive
-— against the bundled server and the reference server; and the lean one must
+— against the bundled server and the reference server; and the http1 one must
 end every request as exactly one error class when a server misbehaves (stall,
 cut body, reset, 5xx, an encoding it does not read).
 """
@@ -27,7 +27,7 @@ from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 from llmload.loadtests.transport.http1 import Http1Client
 from llmload.loadtests.transport.target import Target, clock, perform
 
-CLIENTS = ("lean", "httpx")
+CLIENTS = ("http1", "httpx")
 
 
 def run(
@@ -50,7 +50,7 @@ def exchange(
         server.update(info.server or {})
         return info
 
-    adapter.parse_event = keep  # type: ignore[method-assign]
+    adapter.parse_event = keep  # type: ignore[method-assign]  # the test wraps the adapter's method
     call = adapter.build(
         Prompt("s", "p", prompt="hi", max_tokens=tokens),
         mode=mode,
@@ -73,7 +73,7 @@ def test_same_records_from_both_paths_against_the_bundled_server(
     )
     model = target.detect_model() or ""
     with target.user_client() as client:
-        assert isinstance(client, Http1Client) == (http_client == "lean")
+        assert isinstance(client, Http1Client) == (http_client == "http1")
         recs = [run(target, client, mode, model=model) for mode in ("stream", "sync", "stream")]
     for rec in recs:
         assert rec.ok, rec.error
@@ -200,7 +200,7 @@ FINISH = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
 CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
 
 
-def lean_target(url: str, **kw: Any) -> Target:
+def http1_target(url: str, **kw: Any) -> Target:
     return Target(
         url,
         {},
@@ -244,7 +244,7 @@ def test_error_classes(scripted: Callable[..., Scripted], http_client: str) -> N
         return CHUNKED + b"\r\n" + chunk(sse(TOKEN, FINISH)) + b"0\r\n\r\n"
 
     server = scripted(script)
-    target = lean_target(server.url, stall_timeout=0.5, http_client=http_client)
+    target = http1_target(server.url, stall_timeout=0.5, http_client=http_client)
     with target.user_client() as client:
         got = [run(target, client) for _ in range(6)]
     statuses = [r.status for r in got]
@@ -257,7 +257,7 @@ def test_error_classes(scripted: Callable[..., Scripted], http_client: str) -> N
     assert got[5].stream_end == "done"
 
 
-def test_lean_keeps_alive_sends_cookies_and_auth(scripted: Callable[..., Scripted]) -> None:
+def test_http1_keeps_alive_sends_cookies_and_auth(scripted: Callable[..., Scripted]) -> None:
     ok = CHUNKED + b"\r\n" + chunk(sse(TOKEN, FINISH)) + b"0\r\n\r\n"
 
     def script(n: int, _head: bytes) -> bytes:
@@ -289,10 +289,10 @@ def test_an_unreadable_coding_moves_the_target_to_httpx(
         return ok
 
     server = scripted(script)
-    target = lean_target(server.url)
+    target = http1_target(server.url)
     with target.user_client() as client:
         first, second = run(target, client), run(target, client)
-    assert first.status == "protocol" and "lean HTTP client" in (first.error or "")
+    assert first.status == "protocol" and "http1 HTTP client" in (first.error or "")
     assert second.ok, second.error
     assert target.origin().unsupported is not None
     assert "go through httpx" in capsys.readouterr().err
@@ -376,7 +376,7 @@ def test_limits_under_gevent(scripted: Callable[..., Scripted]) -> None:
 
 
 def test_misbehaving_server_under_gevent(scripted: Callable[..., Scripted]) -> None:
-    """Through the lean client under gevent (the direct read on the hub's watcher), a reset
+    """Through the http1 client under gevent (the direct read on the hub's watcher), a reset
     mid-body, a cut body, a stall and a reset before the head each end as exactly one record
     with its class, and the request after each one, on a new connection, is fine."""
     import subprocess
