@@ -102,6 +102,8 @@ def cases(quick: bool) -> list[Callable[[], Row]]:
         lambda: h.kill_restart(1 if quick else 3),
         lambda: h.nginx_case("502"),
         lambda: h.nginx_case("504"),
+        lambda: h.own_disk_fills(1 if quick else 3),
+        lambda: h.unwritable_out(),
         lambda: s.random_bodies(500 if quick else 3000),
         lambda: s.oversized(2 if quick else 10),
         lambda: s.slow_readers(3 if quick else 5),

@@ -10,6 +10,9 @@ written (harness rows), requests sent minus requests the server counted
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -234,3 +237,83 @@ def server_started(**overrides: Any) -> Any:
     from llmload.target_server.serving import start_server_thread
 
     return start_server_thread(log_level="warning", **overrides)
+
+
+def _tmpfs(size: str, *options: str) -> Path | None:
+    """A small tmpfs of our own (None where this machine cannot mount one)."""
+    point = _tmp()
+    opts = ",".join((f"size={size}", *options))
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(point)], check=False)
+    return point if done.returncode == 0 else None
+
+
+def own_disk_fills(rounds: int) -> Row:
+    """The run directory on a 512 KiB tmpfs: the records fill it mid-run.  The run must
+    stop within seconds, exit 4, say why, and keep a file of whole records that its
+    run.json and report agree with."""
+    from bench.procs import start_server_process
+
+    run_args = "--users 8 --spawn-rate 100 --pacing 0s --duration 60s --modes stream"
+    tried, ok, lost, notes = 0, 0, 0, []
+    with start_server_process("--ttft-ms", "2", "--itl-ms", "1", "--log-level", "warning") as srv:
+        for _ in range(rounds):
+            point = _tmpfs("512k")
+            if point is None:
+                return Row("the run's own disk fills", 0, 0, False, 0, "cannot mount", "")
+            try:
+                began = time.monotonic()
+                cmd = [sys.executable, "-m", "llmload.loadtests", "run", "--target", srv.url]
+                cmd += [*run_args.split(), "--max-tokens", "32", "--out", str(point / "run")]
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+                took = time.monotonic() - began
+                meta = json.loads((point / "run" / "run.json").read_text())
+                text = (point / "run" / "requests.jsonl").read_text()
+                whole = text.endswith("\n") and all(json.loads(x) for x in text.splitlines())
+                kept = len(text.splitlines())
+            finally:
+                subprocess.run(["umount", "-l", str(point)], check=False)
+            tried += 1
+            good = (
+                proc.returncode == 4
+                and meta["status"] == "failed"
+                and whole
+                and meta["records"] == kept
+                and "Traceback" not in proc.stdout + proc.stderr
+                and took < 30
+            )
+            ok += good
+            lost += abs(meta["records"] - kept)
+            notes.append(f"exit {proc.returncode} after {took:.1f} s, {kept} whole records")
+    return Row(
+        "the run's own disk fills (512 KiB tmpfs)",
+        tried,
+        tried,
+        ok == tried,
+        lost,
+        "; ".join(notes) + "; run.json `failed` with `failure.class` output, records = lines",
+        f"`{RUN} {run_args} --max-tokens 32 --out TMPFS/run`",
+    )
+
+
+def unwritable_out() -> Row:
+    """``--out`` on a read-only filesystem: refused with exit 2 before the target is asked."""
+    point = _tmpfs("64k", "ro")
+    if point is None:
+        return Row("`--out` read-only", 0, 0, False, 0, "cannot mount", "")
+    try:
+        cmd = [sys.executable, "-m", "llmload.loadtests", "run", "--target", "http://127.0.0.1:9"]
+        proc = subprocess.run([*cmd, "--out", str(point / "run")], capture_output=True, text=True)
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+    good = proc.returncode == 2 and "cannot be written" in proc.stderr
+    good = good and "Traceback" not in proc.stderr and "cannot reach" not in proc.stderr
+    return Row(
+        "`--out` on a read-only filesystem",
+        1,
+        0,
+        good,
+        0,
+        f"exit {proc.returncode}: "
+        + (proc.stderr.strip().splitlines()[-1] if proc.stderr else "").replace(str(point), "RO"),
+        f"`{RUN.replace('URL', 'http://127.0.0.1:9')} --out RO/run`",
+    )

@@ -13,8 +13,10 @@ The run writer (``loadtests.run.writer``) writes through ``RecordFile``;
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
+import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -69,6 +71,9 @@ class RecordFile:
         self._text: IO[str] | None = None
         self._z: Any = None
         self._next_flush = time.monotonic() + FLUSH_S
+        #: bytes on disk through the last whole line written (plain files: where a cut
+        #: write is truncated back to; compressed: the stream as written so far)
+        self.whole_bytes = 0
         if compression == "none":
             self._text = self.path.open("w", encoding="utf-8")
         elif compression == "gz":
@@ -83,13 +88,32 @@ class RecordFile:
     def write(self, line: str) -> None:
         """One line (without its newline)."""
         if self._text is not None:
-            self._text.write(line + "\n")
+            data = line + "\n"
+            self._text.write(data)
             self._text.flush()
+            self.whole_bytes += len(data.encode("utf-8"))
             return
         assert self._raw is not None
         self._raw.write(self._z.compress((line + "\n").encode("utf-8")))
         if time.monotonic() >= self._next_flush:
             self.flush()
+
+    def cut_back(self) -> None:
+        """After a failed write: drop a half-written last line of a plain file (best effort:
+        the file then ends with its last whole record); a compressed file keeps what
+        decodes (its last sync flush)."""
+        if self.compression != "none":
+            return
+        with contextlib.suppress(OSError):
+            os.truncate(self.path, self.whole_bytes)
+
+    def abandon(self) -> None:
+        """Close without another write (the disk refused one): what is on disk stays."""
+        for fh in (self._text, self._raw):
+            if fh is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    fh.close()
+        self._text = self._raw = None
 
     def flush(self) -> None:
         """Everything written so far, decodable on disk."""

@@ -143,6 +143,8 @@ class PhaseLoop:
         self.hub = hub
         self.status = status
         self.interrupted = False
+        #: why the run stopped on its own (a failed write), None for Ctrl-C and completion
+        self.stopped_by: str | None = None
         self.wake = Event()
         self.warnings: list[str] = []
         #: called with each phase once its records are in (e.g. to save locust's stats)
@@ -152,11 +154,23 @@ class PhaseLoop:
 
     def interrupt(self) -> None:
         """Ctrl-C / SIGTERM: stop at once (a second Ctrl-C exits without cleanup)."""
-        if self.interrupted:
+        if self.interrupted and self.stopped_by is None:
             os._exit(EXIT_INTERRUPTED)
         self.interrupted = True
         if self.driver is not None:
             self.driver.abort()  # also cuts short a phase-end drain already under way
+        self.wake.set()
+
+    def stop_for(self, reason: str) -> None:
+        """The load generator's own failure (its files cannot be written): stop the way an
+        interrupt does — no new requests, those in flight cut and recorded as far as
+        they can be — but never exit from here, whatever else comes."""
+        if self.stopped_by is not None:
+            return
+        self.stopped_by = reason
+        self.interrupted = True
+        if self.driver is not None:
+            gevent.spawn(self.driver.abort)  # not from inside the sink that failed
         self.wake.set()
 
     def install_signals(self) -> None:

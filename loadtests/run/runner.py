@@ -35,7 +35,7 @@ from llmload.common import gcpolicy
 from llmload.loadtests import calibrate
 from llmload.loadtests.options import OutputOptions, RunOptions
 from llmload.loadtests.redact import redact_argv, redact_url
-from llmload.loadtests.run import limits
+from llmload.loadtests.run import limits, outdir
 from llmload.loadtests.run.context import (
     LoadContext,
     UsageError,
@@ -59,6 +59,9 @@ log = logging.getLogger("llmload.loadtests")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: the run completed but more of its measured requests failed than ``--max-error-rate`` allows
 EXIT_ERROR_RATE = 3
+#: the load generator's own failure: its run files could not be written (disk full, I/O
+#: error, a read-only remount); the target is not to blame, and the run is not complete
+EXIT_OUTPUT = 4
 #: seconds users with nothing in flight get to leave their task at a phase end
 IDLE_STOP_S = 1.0
 #: target hosts that are this host (its accept queue is this kernel's)
@@ -185,6 +188,13 @@ def run(
     distributed = opts.distributed.enabled
     if not host_limits_allow(opts):
         return EXIT_USAGE
+    label = opts.output.label or "run"
+    out_dir = Path(opts.output.out) if opts.output.out else default_out(label)
+    try:
+        outdir.check(out_dir)  # before the first request: a sentence and exit 2, like an option
+    except outdir.OutDirError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     hub = RecordHub()
     try:
         target = connect_target(opts)
@@ -194,8 +204,6 @@ def run(
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    label = opts.output.label or "run"
-    out_dir = Path(opts.output.out) if opts.output.out else default_out(label)
     if (out_dir / "run.json").exists():
         print(f"warning: replacing the previous run in {out_dir}", file=sys.stderr, flush=True)
     info = {**run_info(opts, argv, out_dir.name, model, ctx.workload), **(extra_info or {})}
@@ -219,6 +227,7 @@ def run(
     # cancelled request is one record); a master sends it to its workers with each start
     env.stop_timeout = opts.load.drain_timeout
     loop = PhaseLoop(opts, hub, status)
+    writer.on_failure = lambda failure: loop.stop_for(failure.sentence())
     loop.after_phase.append(lambda phase: save_locust_stats(env, out_dir, phase))
     loop.install_signals()
     driver: Driver
@@ -248,6 +257,8 @@ def run(
             previous: Phase | None = None
             timed = ctx.workload.count if isinstance(ctx.workload, TraceReplay) else None
             plan = plan_phases(opts.load, timed, baseline is not None)
+            if note := outdir.space_note(out_dir, opts, plan):
+                print(f"warning: {note}", file=sys.stderr, flush=True)
             for phase in phases if phases is not None else plan:
                 cooldown = (
                     opts.load.cooldown if previous is not None and not previous.warmup else 0.0
@@ -259,6 +270,8 @@ def run(
                 if loop.interrupted or worker_lost(driver, writer):
                     break
             outcome = "interrupted" if loop.interrupted else "completed"
+            if loop.stopped_by is not None:
+                outcome = "failed"
             if getattr(driver, "lost_workers", None):
                 outcome = "failed"
         finally:
@@ -266,7 +279,9 @@ def run(
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
     except Exception:
-        if loop.interrupted:
+        if loop.stopped_by is not None:
+            outcome = "failed"
+        elif loop.interrupted:
             outcome = "interrupted"
         else:
             log.exception("run failed")
@@ -294,10 +309,16 @@ def run(
         writer.set_status(outcome)
         hub.close()
     print(f"run directory: {out_dir} ({writer.records} records, {outcome})", flush=True)
+    if writer.failure is not None:
+        print(f"error: {writer.failure.sentence()} (exit {EXIT_OUTPUT})", file=sys.stderr)
+    if writer.run_json_error is not None:
+        print(f"error: run.json could not be written: {writer.run_json_error}", file=sys.stderr)
     if report is not None and opts.output.report and writer.records:
-        finish_report(out_dir, opts.output.slo, status, report)
+        finish_report(out_dir, opts.output.slo, status, report, writer)
     else:
-        print(status.summary(), flush=True)
+        print(status_summary(status, writer), flush=True)
+    if writer.failure is not None:
+        return EXIT_OUTPUT
     if outcome == "completed":
         breach = error_rate_breach(status.phases, opts.output.max_error_rate)
         if breach:
@@ -376,10 +397,33 @@ def save_locust_stats(environment: Any, out_dir: Path, phase: Phase) -> None:
         log.warning("could not write locust stats for phase %s: %s", phase.name, exc)
 
 
-def finish_report(out_dir: Path, slo: str | None, status: StatusLine, report: ReportFn) -> None:
-    """Build and print the report; never fail the run over it."""
+def status_summary(status: StatusLine, writer: RunWriter) -> str:
+    """The status line's end-of-run table, saying so when it counts requests the file lacks."""
+    text = status.summary()
+    counted = sum(p.requests for p in status.phases)
+    if writer.failure is not None and counted != writer.records:
+        text = (
+            f"note: the table below counts the {counted} requests the run measured; "
+            f"requests.jsonl holds {writer.records} of them (what reports read)\n{text}"
+        )
+    return text
+
+
+def finish_report(
+    out_dir: Path, slo: str | None, status: StatusLine, report: ReportFn, writer: RunWriter
+) -> None:
+    """Build and print the report (read from the records file: one truth); never fail the run
+    over it."""
     try:
         print(report(out_dir, slo), flush=True)
+    except OSError as exc:  # no room for the report's files either
+        print(
+            f"error: the report could not be written ({exc.strerror or exc}); "
+            f"`llmload report build {out_dir}` reads the {writer.records} records there later",
+            file=sys.stderr,
+            flush=True,
+        )
+        print(status_summary(status, writer), flush=True)
     except Exception as exc:  # the report is a bonus: the run's files are already written
         log.error("report for %s failed: %s: %s", out_dir, type(exc).__name__, exc)
-        print(status.summary(), flush=True)
+        print(status_summary(status, writer), flush=True)

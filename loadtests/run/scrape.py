@@ -32,6 +32,7 @@ BENCHMARKS.md ("Server metrics scrape").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import ssl
@@ -133,11 +134,18 @@ class ServerScraper(NullSink):
             return f"its body is not Prometheus text ({exc})"
         return ""
 
+    #: the first write that failed (then nothing more is written), None while all is well
+    write_error: str | None = None
+
     def start(self, absent: str = "") -> None:
         """Open the file (meta line, the probe's scrape) and start scraping; with ``absent``
         (the probe's reason) write only the meta line saying so."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("w", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("w", encoding="utf-8")
+        except OSError as exc:
+            self.write_error = f"{self.path} ({exc.strerror or exc})"
+            log.warning("server metrics: cannot write %s", self.write_error)
         self._line({"meta": self.meta("absent" if absent else "scraping", absent)})
         if absent:
             self._close_file()
@@ -232,13 +240,23 @@ class ServerScraper(NullSink):
         self._line({**line, **sample.to_json()})
 
     def _line(self, obj: dict[str, Any]) -> None:
+        if self.write_error is not None:
+            return  # the file could not take a line: the scrape goes on, unwritten
         if self._file is None:  # the probe's scrape comes before the file is opened
             self._pending.append(obj)
             return
-        self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
+            self._file.flush()
+        except OSError as exc:
+            # the run's disk is full or gone: one line, not a traceback per scrape; the
+            # lines before it are whole (each was flushed on its own)
+            self.write_error = f"{self.path} ({exc.strerror or exc})"
+            log.warning("server metrics: stopped writing %s", self.write_error)
+            self._close_file()
 
     def _close_file(self) -> None:
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
             self._file = None

@@ -106,7 +106,12 @@ def _extras(summary: Summary) -> list[str]:
     inp = summary.input
     quality = [
         f"- records: {inp.records} ({inp.warmup_records} warm-up, left out of statistics)",
-        f"- corrupt lines skipped in requests.jsonl: {inp.corrupt_lines}",
+        f"- corrupt lines skipped in requests.jsonl: {inp.corrupt_lines}"
+        + (
+            f" (line {inp.cut_line} was cut short: the run stopped mid-write)"
+            if inp.cut_line
+            else ""
+        ),
     ]
     if inp.run_json != "ok":
         quality.append("- run.json: missing or unreadable (phase times taken from the records)")

@@ -88,8 +88,16 @@ def render_terminal(summary: Summary) -> str:
     inp = summary.input
     if not summary.phases:
         lines.append(f"  no measured requests ({inp.warmup_records} warm-up records only)")
-    if inp.corrupt_lines:
-        lines.append(f"  ! {inp.corrupt_lines} corrupt lines in requests.jsonl were skipped")
+    if inp.cut_line is not None:
+        lines.append(
+            f"  ! requests.jsonl ends with a cut line ({inp.cut_line}: the run stopped "
+            f"mid-write); every whole line before it was read ({inp.records} records)"
+        )
+    if inp.corrupt_lines - (inp.cut_line is not None):
+        lines.append(
+            f"  ! {inp.corrupt_lines - (inp.cut_line is not None)} corrupt lines in "
+            "requests.jsonl were skipped"
+        )
     for diag in summary.diagnostics:
         lines.append(f"  ! {diag.get('code')}: {diag_hint(diag)}")
     return "\n".join(lines)

@@ -258,6 +258,7 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
             corrupt_lines=len(run.corrupt_lines),
             corrupt_line_numbers=run.corrupt_lines[:50],
             run_json="missing or unreadable" if "_meta_error" in run.meta else "ok",
+            cut_line=run.cut_line,
         ),
         phases=phases,
         sync_vs_stream=sync_vs_stream(phases),

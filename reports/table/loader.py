@@ -38,6 +38,8 @@ class Run:
     meta: dict[str, Any]
     records: RecordTable
     corrupt_lines: list[int] = field(default_factory=list)
+    #: the records file's last line, when it was cut short (the run stopped mid-write)
+    cut_line: int | None = None
     _measured: RecordTable | None = field(default=None, repr=False, compare=False)
     #: the target's own metrics as scraped during the run (None: none were)
     server: ServerRun | None = None
@@ -91,9 +93,11 @@ def load_run(path: Path | str) -> Run:
     builder = TableBuilder()
     add = builder.add
     corrupt: list[int] = []
+    last = 0
     for lineno, line in enumerate(recordfile.read_lines(requests_path), start=1):
         if not line.strip():
             continue
+        last = lineno
         try:
             data = _decode(line)
             if not isinstance(data, dict):
@@ -102,6 +106,8 @@ def load_run(path: Path | str) -> Run:
         except (ValueError, TypeError, OverflowError):
             corrupt.append(lineno)
     records = builder.table()
+    # a whole line never fails to decode: a bad last one is where the writing stopped
+    cut = last if corrupt and corrupt[-1] == last else None
     if not len(records):
         detail = f" ({len(corrupt)} corrupt lines)" if corrupt else ""
         raise RunError(f"{requests_path} holds no readable records{detail}: the run is empty")
@@ -114,6 +120,7 @@ def load_run(path: Path | str) -> Run:
         meta=meta,
         records=records,
         corrupt_lines=corrupt,
+        cut_line=cut,
         server=server,
         steady_starts=starts,
     )

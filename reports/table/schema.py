@@ -308,6 +308,8 @@ class InputStats:
     corrupt_lines: int
     corrupt_line_numbers: list[int]  # the first 50
     run_json: str  # "ok" or "missing or unreadable"
+    #: the last line, when it was cut short (the run stopped mid-write): among the corrupt
+    cut_line: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -317,6 +319,7 @@ class InputStats:
             "corrupt_lines": self.corrupt_lines,
             "corrupt_line_numbers": list(self.corrupt_line_numbers),
             "run_json": self.run_json,
+            "cut_line": self.cut_line,
         }
 
     @classmethod
@@ -328,6 +331,7 @@ class InputStats:
             d.get("corrupt_lines", 0),
             list(d.get("corrupt_line_numbers") or []),
             d.get("run_json", "ok"),
+            d.get("cut_line"),
         )
 
 
