@@ -12,6 +12,7 @@ BENCHES: dict[str, str] = {
     "timing-core": "bench.timing_core",
     "gate": "bench.gate_accuracy",
     "gate-grouped": "bench.gate_grouped",
+    "gate-history": "bench.gate_history",
     "replay": "bench.replay",
     "steady": "bench.steady",
     "harness": "bench.harness",

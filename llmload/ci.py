@@ -22,6 +22,7 @@ bundled server (``target_server.launch``), the load generator and the gate
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -137,6 +138,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--baseline", type=Path, default=BASELINE, help="baseline file (the committed one)"
     )
     p.add_argument("--write-baseline", action="store_true", help="write the baseline, no gate")
+    p.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a history CI keeps (artifact or cache): gate against its last comparable runs "
+        "once it holds two (before: the baseline file, saying so), then add this run to it "
+        "when the gate did not fail",
+    )
     p.add_argument("--ttft-ms", type=float, default=SERVER_TTFT_MS, help="server TTFT (200)")
     p.add_argument(
         "--repeat", type=int, default=1, help="run the measured phase N times (1; A/B/A/B paired)"
@@ -177,4 +187,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return reports_main(["baseline", str(out), "--out", str(args.baseline)])
     if args.paired:
         return reports_main(["gate", str(out), *gate_args])
-    return reports_main(["gate", str(out), "--baseline", str(args.baseline), *gate_args])
+    if args.history is None:
+        return reports_main(["gate", str(out), "--baseline", str(args.baseline), *gate_args])
+    return gate_with_history(out, args.history, args.baseline, gate_args)
+
+
+def gate_with_history(out: Path, history: Path, baseline: Path, gate_args: list[str]) -> int:
+    """Gate ``out`` against the history once it has two runs (the file before), then add the
+    run to it unless it failed: a regressed build never becomes the next builds' baseline."""
+    held = len(list(history.glob("*.json"))) if history.is_dir() else 0
+    if held >= 2:
+        code = reports_main(["gate", str(out), "--history", str(history), *gate_args])
+    else:
+        print(
+            f"ci-gate: the history {history} holds {held} runs (2 give a spread): gating "
+            f"against {baseline} this time",
+            flush=True,
+        )
+        code = reports_main(["gate", str(out), "--baseline", str(baseline), *gate_args])
+    if code != 1:
+        label = os.environ.get("GITHUB_SHA", "")[:12]
+        reports_main(["baseline", str(out), "--history", str(history), "--commit", label])
+    return code

@@ -1,4 +1,4 @@
-"""``llmload report {build,compare,baseline,gate}``: read runs, gate CI."""
+"""``llmload report {build,compare,baseline,gate,history}``: read runs, gate CI."""
 
 from __future__ import annotations
 
@@ -48,9 +48,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_baseline(args: argparse.Namespace) -> int:
     from llmload.reports.gate.baseline import write_baseline
+    from llmload.reports.gate.history import append
     from llmload.reports.table.loader import load_run
 
+    if (args.out is None) == (args.history is None):
+        raise ValueError("give --out FILE (one baseline) or --history DIR (append to a history)")
     run = load_run(args.run_dir)
+    if args.history is not None:
+        if run.meta.get("status") not in (None, "completed"):
+            raise ValueError(
+                f"{run.name} did not complete (status {run.meta.get('status')}): a history "
+                "keeps only runs that speak for their build"
+            )
+        path = append(run, args.history, args.label or "", args.commit or "")
+        print(f"added {run.name} to the history {args.history} ({path.name})")
+        return 0
     doc = write_baseline(run, args.out)
     sizes = ", ".join(
         f"{m}/{mode} n={v['n']}" for m, per in doc["metrics"].items() for mode, v in per.items()
@@ -64,11 +76,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from llmload.reports.gate.baseline import read_baseline
     from llmload.reports.gate.capacity import evaluate_capacity
     from llmload.reports.gate.fingerprint import check_allowed
+    from llmload.reports.gate.history import gate_baseline, gate_history
     from llmload.reports.gate.html import render_gate_html
     from llmload.reports.gate.report import render_junit, render_markdown, render_text, to_json
-    from llmload.reports.gate.verdict import GateConfig, evaluate, evaluate_paired
+    from llmload.reports.gate.verdict import GateConfig, evaluate_paired
     from llmload.reports.table.loader import load_run
 
+    if args.last < 2:
+        raise ValueError(f"--last must be at least 2 (runs to estimate a spread), got {args.last}")
     if not 0 < args.percentile < 100:
         raise ValueError(f"--percentile must be between 0 and 100, got {args.percentile:g}")
     if not 0.5 <= args.confidence < 1:
@@ -97,14 +112,20 @@ def cmd_gate(args: argparse.Namespace) -> int:
     )
     if not capacity:
         cfg.specs()  # a bad --metric is bad input (exit 2) before any file is read
-    if args.baseline is None:
+    if args.baseline is not None and args.history is not None:
+        raise ValueError("give --baseline FILE or --history DIR, not both")
+    if args.history is not None:
+        if capacity:
+            raise ValueError("--metric capacity needs --baseline FILE")
+        result, _ = gate_history(load_run(args.run_dir), args.history, cfg, args.last)
+    elif args.baseline is None:
         if capacity:
             raise ValueError("--metric capacity needs --baseline FILE")
         result = evaluate_paired(load_run(args.run_dir), cfg)
     else:
         baseline = read_baseline(args.baseline)
         run = load_run(args.run_dir)
-        result = (evaluate_capacity if capacity else evaluate)(run, baseline, cfg)
+        result = (evaluate_capacity if capacity else gate_baseline)(run, baseline, cfg)
     print(render_text(result))
     md = render_markdown(result)
     if args.summary_md:
@@ -115,6 +136,17 @@ def cmd_gate(args: argparse.Namespace) -> int:
     (args.html or args.run_dir / "gate.html").write_text(render_gate_html(result), "utf-8")
     (args.run_dir / "gate.json").write_text(to_json(result), encoding="utf-8")
     return result.exit_code
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from llmload.reports.gate.trend import render_history, write_history
+
+    md, html = render_history(args.history, args.metric, args.percentile, args.mode, args.seed)
+    out = args.out or args.history
+    write_history(out, md, html, os.environ)
+    print(md)
+    print(f"wrote {out / 'history.md'} and {out / 'history.html'}")
+    return 0
 
 
 def add_gate_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -212,8 +244,29 @@ def parser() -> argparse.ArgumentParser:
 
     bl = sub.add_parser("baseline", help="store what the gate needs of RUN_DIR's distribution")
     bl.add_argument("run_dir", type=Path, help="a good run to compare later runs against")
-    bl.add_argument("--out", type=Path, required=True, help="baseline file to write (JSON)")
+    bl.add_argument("--out", type=Path, default=None, help="baseline file to write (JSON)")
+    bl.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="append the run to this history (a folder CI keeps as an artifact or cache); "
+        "`report gate --history DIR` then judges runs against the spread between its runs",
+    )
+    bl.add_argument("--label", default=None, help="the run's name on the history's axis")
+    bl.add_argument("--commit", default=None, help="the build it measured (e.g. $GITHUB_SHA)")
     bl.set_defaults(func=cmd_baseline)
+
+    h = sub.add_parser(
+        "history", help="a history's gated metrics run by run, and where they shifted"
+    )
+    h.add_argument("history", type=Path, help="a folder `report baseline --history` appends to")
+    h.add_argument("--metric", default="ttft", metavar="LIST", help="as `report gate --metric`")
+    h.add_argument("--percentile", type=float, default=95.0, help="latency percentile (95)")
+    h.add_argument("--mode", default="stream", choices=("stream", "sync"), help="(stream)")
+    h.add_argument("--out", type=Path, default=None, help="folder for history.md/.html (DIR)")
+    h.add_argument("--seed", type=int, default=0, help="the permutation test's seed")
+    h.set_defaults(func=cmd_history)
 
     g = sub.add_parser(
         "gate",
@@ -228,6 +281,15 @@ def parser() -> argparse.ArgumentParser:
         help="baseline file (`report baseline` writes it); without it, a run made with "
         "--baseline-target compares its target's phases with the baseline target's",
     )
+    g.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="judge the run against the last --last comparable runs of this history "
+        "(`report baseline --history`): the spread between runs is part of the verdict",
+    )
+    g.add_argument("--last", type=int, default=10, help="comparable runs of --history to read (10)")
     add_gate_options(g)
     g.set_defaults(func=cmd_gate)
     return p

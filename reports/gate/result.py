@@ -112,3 +112,19 @@ class GateResult:
         if self.verdict == INCONCLUSIVE:
             return INCONCLUSIVE_EXIT[self.config.inconclusive]
         return EXIT[self.verdict]
+
+
+def between_note(base_runs: int, run_runs: int) -> dict[str, Any]:
+    """The note a verdict carries when the between-run variance could not be estimated."""
+    return {
+        "key": "between_run_variance",
+        "baseline": base_runs,
+        "run": run_runs,
+        "blocking": False,
+        "text": (
+            f"between-run variance unknown ({base_runs} baseline run, {run_runs} run): the "
+            "confidence covers the sampling inside these runs only, not how the next run "
+            "of an unchanged build differs; keep a history (`llmload report baseline RUN "
+            "--history DIR`, then `report gate RUN --history DIR`) or run --repeat 3"
+        ),
+    }

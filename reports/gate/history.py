@@ -1,0 +1,396 @@
+"""A baseline as a history of runs, and the gate that holds across runs.
+
+The gate's bootstrap covers the sampling inside one run.  Runs of an unchanged
+build differ by more than that (the machine, warm caches, a server's life), so a
+verdict about the *next* run needs the spread between runs.  Here each gated
+check is decided on **run-level values** — the check's statistic (a latency's
+percentile, a rate's mean per second, the error share) of each run:
+
+* the baseline side is the last ``K`` comparable runs of a history (a folder of
+  baseline files, one per run, that ``llmload report baseline RUN --history DIR``
+  appends to: a CI job keeps it as an artifact or cache), or the one baseline file;
+* the run's side is the run, or each of its ``--repeat`` phases;
+* on the log scale (a share: in points), the difference of the two sides' means
+  is judged against the allowance with a pooled two-sample t interval: the
+  run-level spread ``s`` pooled over both sides (degrees of freedom ``df`` =
+  runs − 2), standard error ``s * sqrt(1/K + 1/N)``.  Each run-level value
+  carries its own run's sampling error and the between-run variation alike, so
+  the interval covers both; with few runs the t quantile says how much wider
+  that makes it (``width``: t over the normal quantile).
+* One verdict for all checks: Holm–Bonferroni over their p-values, as the
+  single-run gate does.
+
+Where neither side has two runs (one baseline run, one run) the between-run
+variance cannot be estimated: ``between_note`` says which variance is missing
+and how to get it, and the gate's bootstrap verdict stands with that caveat.
+
+Assumptions (docs/reports.md): the history's runs are independent and alike
+(stationary) apart from sampling; a shift inside the history (``llmload report
+history`` finds those) or a history from another machine breaks that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmload.reports.gate.baseline import BaselineError, make_baseline, read_baseline
+from llmload.reports.gate.fingerprint import baseline_fingerprint, comparability, fingerprint
+from llmload.reports.gate.holm import bonferroni_level, holm_adjusted
+from llmload.reports.gate.metrics import LATENCY, RATE, SHARE, MetricSpec
+from llmload.reports.gate.result import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    Check,
+    GateConfig,
+    GateResult,
+    between_note,
+)
+from llmload.reports.gate.sides import ALL, BaselineSide, RecordsSide
+from llmload.reports.gate.verdict import evaluate, gated_modes
+from llmload.reports.table.loader import Run
+from llmload.reports.table.tdist import t_ppf, t_sf
+
+#: comparable runs of a history the gate reads (the most recent)
+DEFAULT_LAST = 10
+
+
+# -- the history on disk -------------------------------------------------------------------
+
+
+def append(run: Run, folder: Path, label: str = "", commit: str = "") -> Path:
+    """Add ``run``'s baseline to the history in ``folder``; the new file's path."""
+    doc = make_baseline(run)
+    doc["history"] = {"label": label or run.name, "commit": commit}
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = folder / f"{stamp}-{run.name}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stamp}-{run.name}-{n}.json"
+    path.write_text(json.dumps(doc, separators=(",", ":")) + "\n", encoding="utf-8")
+    return path
+
+
+@dataclass
+class History:
+    """A history's readable entries (oldest first) and what could not be read."""
+
+    folder: Path
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def read(folder: Path) -> History:
+    """Every baseline file in ``folder``, oldest first; a corrupt one is skipped and named."""
+    if not folder.is_dir():
+        raise BaselineError(f"history {folder} is not a folder (`report baseline --history`)")
+    out = History(folder)
+    dated = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            doc = read_baseline(path)
+        except BaselineError as exc:
+            out.skipped.append(f"{path.name}: {exc}")
+            continue
+        dated.append((str(doc.get("created_at", "")), path.name, doc))
+    for _, name, doc in sorted(dated, key=lambda t: (t[0], t[1])):
+        out.entries.append(doc)
+        out.names.append(name)
+    return out
+
+
+def comparable(
+    history: History, meta: dict[str, Any], allow: list[str], last: int
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The last ``last`` entries comparable with a run (``meta``: its run.json), and a note
+    per entry left out, naming the difference."""
+    run_fp = fingerprint(meta)
+    kept, left = [], []
+    for name, doc in zip(history.names, history.entries, strict=True):
+        blocking = [
+            d for d in comparability(run_fp, baseline_fingerprint(doc), allow) if d.blocking
+        ]
+        if blocking:
+            left.append(f"{name} ({'; '.join(d.text for d in blocking)})")
+        else:
+            kept.append(doc)
+    return kept[-last:], left
+
+
+# -- run-level values and the interval ------------------------------------------------------
+
+
+def run_value(side: RecordsSide | BaselineSide, spec: MetricSpec, mode: str) -> float | None:
+    """A side's statistic for a check, over all its requests of ``mode`` (None: it has none)."""
+    kind, name = spec.metric.kind, spec.metric.name
+    if kind == LATENCY:
+        got = side.latency(name, mode, ALL)
+        if got is None or not got.n:
+            return None
+        return float(np.percentile(got.values, float(spec.percentile or 95.0)))
+    if kind == RATE:
+        series = side.rates(name, mode, ALL)
+        return float(np.mean(series)) if series else None
+    counts = side.outcomes(mode, ALL)
+    return None if counts is None or not counts[0] else counts[1] / counts[0]
+
+
+def repeats(run: Run, mode: str) -> list[str]:
+    """The measured phases of ``mode`` on the run's own target (``--repeat``: several)."""
+    return [
+        str(p.get("name"))
+        for p in run.meta.get("phases") or []
+        if p.get("mode") == mode
+        and p.get("name") != "warmup"
+        and not str(p.get("name", "")).startswith("baseline-")
+    ]
+
+
+@dataclass(frozen=True)
+class RunLevel:
+    """A check decided on run-level values: the change, its standard error, the spread."""
+
+    spec: MetricSpec
+    mode: str
+    base: list[float]
+    run: list[float]
+    worse: float  # how much worse the run is, on the check's scale (log ratio or points)
+    se: float
+    df: int
+    spread: float  # the pooled run-to-run standard deviation on that scale
+
+    @property
+    def is_share(self) -> bool:
+        return self.spec.metric.kind == SHARE
+
+    def allowed(self) -> float:
+        """The allowance on the check's scale."""
+        return self.spec.allowed if self.is_share else math.log1p(self.spec.allowed)
+
+    def p_value(self) -> float:
+        """P-value of "no worse than allowed"."""
+        if self.se == 0:
+            return 0.0 if self.worse > self.allowed() else 1.0
+        return t_sf((self.worse - self.allowed()) / self.se, self.df)
+
+    def bounds(self, level: float) -> tuple[float, float]:
+        """The one-sided bounds of ``worse`` at ``level`` each side."""
+        half = t_ppf(1.0 - level, self.df) * self.se
+        return self.worse - half, self.worse + half
+
+    def width(self, level: float) -> float:
+        """How much wider few runs make the interval: the t quantile over the normal's."""
+        return t_ppf(1.0 - level, self.df) / t_ppf(1.0 - level, math.inf)
+
+    def shown(self, x: float) -> str:
+        """A change on the check's scale as people read it: +12.3% (a drop: −), +1.0 points."""
+        if self.is_share:
+            return f"{x * 100:+.1f} points"
+        pct = (math.exp(x) - 1) * 100
+        return f"{-pct if self.spec.metric.harm == 'down' else pct:+.1f}%"
+
+
+def run_level(
+    spec: MetricSpec, mode: str, base: Sequence[float], run: Sequence[float]
+) -> RunLevel | None:
+    """The pooled comparison of run-level values; None when neither side has two runs."""
+    share = spec.metric.kind == SHARE
+    if not share and (min(base, default=0) <= 0 or min(run, default=0) <= 0):
+        return None
+    b = np.asarray(base, float) if share else np.log(np.asarray(base, float))
+    r = np.asarray(run, float) if share else np.log(np.asarray(run, float))
+    df = len(b) + len(r) - 2
+    if df < 1 or not len(b) or not len(r):
+        return None
+    s2 = float(((b - b.mean()) ** 2).sum() + ((r - r.mean()) ** 2).sum()) / df
+    diff = float(r.mean() - b.mean())
+    worse = -diff if spec.metric.harm == "down" else diff
+    se = math.sqrt(s2 * (1.0 / len(b) + 1.0 / len(r)))
+    return RunLevel(spec, mode, list(base), list(run), worse, se, df, math.sqrt(s2))
+
+
+def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
+    """Every run-level check, one family: Holm–Bonferroni on their p-values."""
+    alpha = 1.0 - cfg.confidence
+    m = len(levels)
+    adjusted = holm_adjusted([x.p_value() for x in levels])
+    out = []
+    for lv, p_holm in zip(levels, adjusted, strict=True):
+        level = bonferroni_level(alpha, m)
+        lo, hi = lv.bounds(level)
+        name = f"{lv.spec.name} {lv.mode}"
+        conf = f"{cfg.confidence:.0%}"
+        spread = (
+            f"{lv.spread * 100:.1f} points"
+            if lv.is_share
+            else f"{(math.exp(lv.spread) - 1) * 100:.1f}%"
+        )
+        what = (
+            f"{name}: {len(lv.base)} baseline runs, {len(lv.run)} run(s); change "
+            f"{lv.shown(lv.worse)} ({conf} bounds {lv.shown(lo)} … {lv.shown(hi)}; run-to-run "
+            f"spread {spread}, {lv.df} degrees of freedom: {lv.width(level):.2f}× the width "
+            "a known variance would give)"
+        )
+        nums = {
+            "metric": lv.spec.metric.name,
+            "percentile": lv.spec.percentile,
+            "mode": lv.mode,
+            "scope": ALL,
+            "method": "run-level",
+            "baseline_runs": lv.base,
+            "run_runs": lv.run,
+            "change_pct": _pct(lv, lv.worse),
+            "ci_low_pct": _pct(lv, lo),
+            "ci_high_pct": _pct(lv, hi),
+            "spread_pct": _pct(lv, lv.spread),
+            "df": lv.df,
+            "width_vs_known_variance": lv.width(level),
+            "p_value": lv.p_value(),
+            "p_holm": p_holm,
+            "family": m,
+            "allowed": lv.spec.allowed,
+            "confidence": cfg.confidence,
+        }
+        allowed = f"allowed {lv.spec.allowed_text}"
+        if p_holm <= alpha:
+            out.append(Check(name, FAIL, f"{what}: worse beyond {allowed} across runs", nums))
+        elif hi > 2 * lv.allowed() and lo < 0:
+            out.append(
+                Check(
+                    name,
+                    INCONCLUSIVE,
+                    f"{what}: the runs spread too widely to tell no change from twice the "
+                    f"{allowed}; more runs in the history (or --repeat) narrow it",
+                    nums,
+                )
+            )
+        else:
+            out.append(Check(name, PASS, f"{what}: within {allowed} across runs", nums))
+    return out
+
+
+def _pct(lv: RunLevel, x: float) -> float:
+    return x * 100 if lv.is_share else (math.exp(x) - 1) * 100
+
+
+def evaluate_runs(
+    run: Run,
+    bases: Sequence[dict[str, Any]],
+    cfg: GateConfig,
+    modes: Sequence[str],
+) -> list[RunLevel] | None:
+    """The run-level comparisons of every gated check; None when between-run variance
+    cannot be estimated (one run on each side) or a check has no value."""
+    levels = []
+    for mode in modes:
+        phases = repeats(run, mode)
+        sides = [RecordsSide(run, [p]) for p in phases] if len(phases) > 1 else [RecordsSide(run)]
+        for spec in cfg.specs():
+            base_vals = [v for d in bases if (v := run_value(BaselineSide(d), spec, mode))]
+            run_vals = [v for s in sides if (v := run_value(s, spec, mode)) is not None]
+            level = run_level(spec, mode, base_vals, run_vals)
+            if level is None:
+                return None
+            levels.append(level)
+    return levels
+
+
+def interrupted(run: Run) -> Check | None:
+    """A run that did not complete cannot speak for its build."""
+    status = run.meta.get("status")
+    if status in (None, "completed"):
+        return None
+    return Check(
+        "run complete",
+        INCONCLUSIVE,
+        f"inconclusive: the run's status is {status} (run.json): an interrupted or failed run "
+        "is not a sample of its build",
+    )
+
+
+def gate_history(
+    run: Run, folder: Path, cfg: GateConfig, last: int = DEFAULT_LAST
+) -> tuple[GateResult, History]:
+    """``report gate RUN --history DIR``: the run against the last ``last`` comparable runs."""
+    history = read(folder)
+    bases, left = comparable(history, run.meta, cfg.allow_difference, last)
+    notes: list[dict[str, Any]] = []
+    if history.skipped:
+        notes.append(
+            _note(
+                "history_skipped",
+                f"skipped {len(history.skipped)} unreadable entries: {'; '.join(history.skipped)}",
+            )
+        )
+    if left:
+        notes.append(
+            _note(
+                "history_left_out",
+                f"left out {len(left)} runs not comparable with this one: {'; '.join(left)}",
+            )
+        )
+    name = f"history {folder} ({len(bases)} comparable runs of {len(history.entries)})"
+    if not bases:
+        check = Check(
+            "history",
+            INCONCLUSIVE,
+            f"inconclusive: {folder} holds no run comparable with this one "
+            f"({len(history.entries)} entries)",
+        )
+        return GateResult(cfg, [check], run.name, name, notes), history
+    side = RecordsSide(run)
+    modes = gated_modes(side, BaselineSide(bases[-1]), cfg)
+    levels = evaluate_runs(run, bases, cfg, modes)
+    if levels is None:
+        # one run each side: the bootstrap against the latest, saying what it cannot know
+        result = evaluate(run, bases[-1], cfg)
+        result.baseline_name = name
+        result.differences += [*notes, between_note(1, 1)]
+        return result, history
+    checks = decide(levels, cfg)
+    if (stopped := interrupted(run)) is not None:
+        checks.insert(0, stopped)
+    result = GateResult(cfg, checks, run.name, name, notes)
+    return result, history
+
+
+def _note(key: str, text: str) -> dict[str, Any]:
+    return {"key": key, "baseline": None, "run": None, "blocking": False, "text": text}
+
+
+def gate_baseline(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
+    """``report gate RUN --baseline FILE``: the bootstrap verdict, and where the run has
+    ``--repeat`` phases, the run-level one (its repeats give the between-run spread);
+    with one run on each side, the verdict says the between-run variance is unknown."""
+    result = evaluate(run, baseline, cfg)
+    modes = gated_modes(RecordsSide(run), BaselineSide(baseline), cfg)
+    levels = evaluate_runs(run, [baseline], cfg, modes)
+    if levels is None:
+        result.differences.append(between_note(1, 1))
+        return result
+    if any(d.get("blocking") for d in result.differences):
+        return result  # not comparable: that verdict stands
+    judged = {(lv.spec.metric.name, lv.mode) for lv in levels}
+    others = [  # what the run-level checks do not replace: scenarios, limits, completeness
+        c
+        for c in result.checks
+        if not (
+            c.numbers.get("scope") == ALL
+            and (c.numbers.get("metric"), c.numbers.get("mode")) in judged
+        )
+    ]
+    result.checks = [*decide(levels, cfg), *others]
+    if (stopped := interrupted(run)) is not None:
+        result.checks.insert(0, stopped)
+    return result

@@ -1,0 +1,146 @@
+"""``llmload report history DIR``: each gated metric run by run, and where it shifted.
+
+A slow drift never fails one gate (each run is within the allowance of the last
+few), yet after twenty builds the metric is 40 % worse.  This reads a history
+(``report baseline --history DIR``), takes each gated check's run-level value per
+run (oldest first; the run's label or commit on the axis) and marks where the
+series' distribution shifted (E-Divisive means, ``reports.table.changepoints``) —
+with the run where the shift began.  Markdown (``history.md``, appended to
+``$GITHUB_STEP_SUMMARY`` in a GitHub Actions step) and HTML with a chart per
+metric (``history.html``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from llmload.reports.draw.charts import Axes, Band, Series, render
+from llmload.reports.gate.history import read, run_value
+from llmload.reports.gate.metrics import SHARE, MetricSpec
+from llmload.reports.gate.result import GateConfig
+from llmload.reports.gate.sides import BaselineSide
+from llmload.reports.table.changepoints import ChangePoint, change_points
+
+
+def _axis_name(doc: dict[str, Any], i: int) -> str:
+    h = doc.get("history") or {}
+    commit = str(h.get("commit") or "")[:10]
+    return commit or str(h.get("label") or doc.get("source_run") or f"run {i + 1}")
+
+
+def _series(docs: list[dict[str, Any]], spec: MetricSpec, mode: str) -> list[float | None]:
+    return [run_value(BaselineSide(d), spec, mode) for d in docs]
+
+
+def _shifts(values: list[float | None], spec: MetricSpec, seed: int) -> list[ChangePoint]:
+    """Change points of the runs that have a value (indices into ``values``)."""
+    kept = [
+        (i, v)
+        for i, v in enumerate(values)
+        if v is not None and (v > 0 or spec.metric.kind == SHARE)
+    ]
+    if len(kept) < 6:
+        return []
+    scale = [v if spec.metric.kind == SHARE else math.log(v) for _, v in kept]
+    found = change_points(scale, seed=seed)
+    back = [
+        ChangePoint(
+            kept[c.index][0],
+            c.p_value,
+            c.before if spec.metric.kind == SHARE else math.exp(c.before),
+            c.after if spec.metric.kind == SHARE else math.exp(c.after),
+        )
+        for c in found
+    ]
+    return back
+
+
+def _fmt(v: float | None, spec: MetricSpec) -> str:
+    if v is None:
+        return "–"
+    if spec.metric.kind == SHARE:
+        return f"{v * 100:.2f}%"
+    return f"{v:.1f} {spec.metric.unit}"
+
+
+def render_history(
+    folder: Path,
+    metric: str = "ttft",
+    percentile: float = 95.0,
+    mode: str = "stream",
+    seed: int = 0,
+) -> tuple[str, str]:
+    """The history's Markdown and HTML."""
+    history = read(folder)
+    docs = history.entries
+    specs = GateConfig(metric=metric, percentile=percentile).specs()
+    names = [_axis_name(d, i) for i, d in enumerate(docs)]
+    md = [f"## llmload history: {folder.name} ({len(docs)} runs, mode {mode})", ""]
+    if history.skipped:
+        md.append(
+            f"Skipped {len(history.skipped)} unreadable entries: {'; '.join(history.skipped)}"
+        )
+        md.append("")
+    columns = {spec.name: _series(docs, spec, mode) for spec in specs}
+    shifts = {spec.name: _shifts(columns[spec.name], spec, seed) for spec in specs}
+    for spec in specs:
+        found = shifts[spec.name]
+        if not found:
+            words = "no shift found" if len(docs) >= 6 else "too few runs to look for a shift (6)"
+            md.append(f"- **{spec.name}**: {words}")
+        for c in found:
+            md.append(
+                f"- **{spec.name}**: shifted at run {c.index + 1} ({names[c.index]}), "
+                f"{_fmt(c.before, spec)} → {_fmt(c.after, spec)} (permutation p = {c.p_value:.3f})"
+            )
+    md += ["", "| # | run | created | " + " | ".join(s.name for s in specs) + " |"]
+    md.append("|---|---|---|" + "---|" * len(specs))
+    for i, doc in enumerate(docs):
+        cells = []
+        for spec in specs:
+            mark = " ◀ shift" if any(c.index == i for c in shifts[spec.name]) else ""
+            cells.append(_fmt(columns[spec.name][i], spec) + mark)
+        md.append(
+            f"| {i + 1} | {names[i]} | {doc.get('created_at', '')} | " + " | ".join(cells) + " |"
+        )
+    markdown = "\n".join(md) + "\n"
+    charts = []
+    for k, spec in enumerate(specs):
+        points = [(i + 1.0, v) for i, v in enumerate(columns[spec.name]) if v is not None]
+        if spec.metric.kind == SHARE:
+            points = [(x, y * 100) for x, y in points]
+        bands = [
+            Band(c.index + 0.5, len(docs) + 0.5, f"after the shift at run {c.index + 1}")
+            for c in shifts[spec.name][:1]
+        ]
+        ax = Axes(
+            f"{spec.name} {mode}, run by run",
+            "run (oldest first)",
+            "%" if spec.metric.kind == SHARE else spec.metric.unit,
+            f"history-{k}",
+            [Series(spec.name, points, "line")],
+            bands,
+            y_zero=False,
+        )
+        charts.append(render(ax))
+    html = (
+        "<!doctype html><meta charset=utf-8><title>llmload history</title>"
+        f"<h1>llmload history: {escape(folder.name)}</h1>"
+        + "".join(charts)
+        + f"<pre>{escape(markdown)}</pre>"
+    )
+    return markdown, html
+
+
+def write_history(out: Path, markdown: str, html: str, env: Mapping[str, str]) -> None:
+    """history.md and history.html into ``out``; the Markdown to the step summary in CI."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "history.md").write_text(markdown, encoding="utf-8")
+    (out / "history.html").write_text(html, encoding="utf-8")
+    if summary := env.get("GITHUB_STEP_SUMMARY"):
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(markdown + "\n")

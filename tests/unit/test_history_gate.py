@@ -1,0 +1,90 @@
+"""The statistics of the gate across runs: Student's t, the run-level interval, change points."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmload.reports.gate.history import run_level
+from llmload.reports.gate.metrics import parse_metrics
+from llmload.reports.table.changepoints import change_points
+from llmload.reports.table.tdist import t_ppf, t_sf
+
+TTFT = parse_metrics("ttft", 95.0, 0.10)[0]
+
+
+@pytest.mark.parametrize(
+    ("df", "q95", "q975"),
+    [
+        (1, 6.3138, 12.7062),
+        (2, 2.9200, 4.3027),
+        (4, 2.1318, 2.7764),
+        (9, 1.8331, 2.2622),
+        (30, 1.6973, 2.0423),
+        (math.inf, 1.6449, 1.9600),
+    ],
+)
+def test_t_quantiles_match_the_tables(df: float, q95: float, q975: float) -> None:
+    assert t_ppf(0.95, df) == pytest.approx(q95, abs=1e-3)
+    assert t_ppf(0.975, df) == pytest.approx(q975, abs=1e-3)
+    assert t_sf(q95, df) == pytest.approx(0.05, abs=1e-4)
+
+
+def test_the_run_level_gate_keeps_its_false_alarms_and_finds_a_real_shift() -> None:
+    # run-level values lognormal around 80 ms with the spread measured on the bundled
+    # model (~5 % per 20 s run): an unchanged run fails far below 5 % of the time at the
+    # +10 % allowance; a +20 % one on runs four times steadier is found nearly always
+    rng = np.random.default_rng(3)
+    trials, sigma = 2000, 0.05
+    alarms = sum(
+        run_level(
+            TTFT,
+            "stream",
+            list(80 * np.exp(rng.normal(0, sigma, 5))),
+            [80 * math.exp(rng.normal(0, sigma))],
+        ).p_value()
+        <= 0.05
+        for _ in range(trials)
+    )
+    assert alarms / trials < 0.01
+    # at the boundary (a true +10 %) the test is exact: about 5 % fail
+    edge = sum(
+        run_level(
+            TTFT,
+            "stream",
+            list(np.exp(rng.normal(0, sigma, 5))),
+            [1.1 * math.exp(rng.normal(0, sigma))],
+        ).p_value()
+        <= 0.05
+        for _ in range(trials)
+    )
+    assert 0.03 < edge / trials < 0.07
+    found = sum(
+        run_level(
+            TTFT,
+            "stream",
+            list(np.exp(rng.normal(0, 0.0125, 10))),
+            [1.2 * math.exp(rng.normal(0, 0.0125))],
+        ).p_value()
+        <= 0.05
+        for _ in range(500)
+    )
+    assert found / 500 > 0.95
+
+
+def test_one_run_on_each_side_has_no_between_run_spread() -> None:
+    assert run_level(TTFT, "stream", [80.0], [81.0]) is None
+    three = run_level(TTFT, "stream", [80.0], [79.0, 82.0, 80.5])
+    assert three is not None and three.df == 2 and three.width(0.05) > 1.7  # t(2) / z
+
+
+def test_change_points_find_a_shift_and_leave_noise_alone() -> None:
+    rng = np.random.default_rng(1)
+    shifted = np.r_[rng.normal(80, 3, 12), rng.normal(96, 3, 8)]
+    (c,) = change_points(shifted)
+    assert c.index == 12 and c.after > c.before and c.p_value <= 0.05
+    false = sum(bool(change_points(rng.normal(80, 3, 20), seed=s)) for s in range(40))
+    assert false <= 5  # ~5 % at alpha 0.05
+    assert change_points([80.0] * 5) == []  # too short to split
