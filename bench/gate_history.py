@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", default="20s", help="measured seconds per run (20s)")
     p.add_argument(
         "--regressed",
-        default="--max-concurrency 12",
-        help="server flags of the regressed build B (a smaller batch: --max-concurrency 12)",
+        default="--max-concurrency 18",
+        help="server flags of the regressed build B (a smaller batch: --max-concurrency 18)",
     )
     p.add_argument("--no-write", action="store_true", help="print, do not touch BENCHMARKS.md")
     args = p.parse_args(argv)

@@ -3,7 +3,7 @@
 Per mode (``metrics``) and, when a mode has several scenarios, per scenario
 (``by_scenario``): every latency metric's values (ms; a quantile sketch of
 ``MAX_VALUES`` points when there are more) and, for ITL (a request's gaps, grouped),
-``design_effect`` at ``gate_compare.EFFECT_PERCENTILES``: what the gate counts them
+``design_effect`` at ``bootstrap.EFFECT_PERCENTILES``: what the gate counts them
 as.  ``rates``: throughput and goodput, per second of the measured phases.
 ``outcomes``: requests and failures per scope (the error rate).  ``goodput_slo``:
 the SLO goodput was counted with (the gate counts the run's with the same).

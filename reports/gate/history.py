@@ -297,7 +297,9 @@ def evaluate_runs(
         phases = repeats(run, mode)
         sides = [RecordsSide(run, [p]) for p in phases] if len(phases) > 1 else [RecordsSide(run)]
         for spec in cfg.specs():
-            base_vals = [v for d in bases if (v := run_value(BaselineSide(d), spec, mode))]
+            base_vals = [
+                v for d in bases if (v := run_value(BaselineSide(d), spec, mode)) is not None
+            ]
             run_vals = [v for s in sides if (v := run_value(s, spec, mode)) is not None]
             level = run_level(spec, mode, base_vals, run_vals)
             if level is None:

@@ -88,3 +88,12 @@ def test_change_points_find_a_shift_and_leave_noise_alone() -> None:
     false = sum(bool(change_points(rng.normal(80, 3, 20), seed=s)) for s in range(40))
     assert false <= 5  # ~5 % at alpha 0.05
     assert change_points([80.0] * 5) == []  # too short to split
+
+
+def test_runs_without_errors_are_values_too() -> None:
+    # an error rate of 0 in every run is a run-level value (0.0), not a missing one
+    error_rate = parse_metrics("error-rate", 95.0, 0.01)[0]
+    level = run_level(error_rate, "stream", [0.0, 0.0, 0.0], [0.0])
+    assert level is not None and level.p_value() == 1.0
+    worse = run_level(error_rate, "stream", [0.0, 0.001, 0.0], [0.2])
+    assert worse is not None and worse.p_value() < 0.05
