@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from llmload.reports.gate.baseline import BaselineError, make_baseline, read_baseline
+from llmload.reports.gate.doubt import unless_starved
 from llmload.reports.gate.fingerprint import baseline_fingerprint, comparability, fingerprint
 from llmload.reports.gate.holm import bonferroni_level, holm_adjusted
 from llmload.reports.gate.metrics import LATENCY, RATE, SHARE, MetricSpec
@@ -262,6 +264,9 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
             "allowed": lv.spec.allowed,
             "confidence": cfg.confidence,
         }
+        if lv.spec.metric.kind == LATENCY:  # what the starved-client doubt weighs (ms)
+            nums["baseline_ms"] = math.exp(statistics.fmean(map(math.log, lv.base)))
+            nums["run_ms"] = math.exp(statistics.fmean(map(math.log, lv.run)))
         allowed = f"allowed {lv.spec.allowed_text}"
         if p_holm <= alpha:
             out.append(Check(name, FAIL, f"{what}: worse beyond {allowed} across runs", nums))
@@ -306,6 +311,16 @@ def evaluate_runs(
                 return None
             levels.append(level)
     return levels
+
+
+def judged(run: Run, levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
+    """``decide``'s checks, each failure weighed against a starved load generator (a
+    failure the client may have caused is inconclusive, as in the single-run gate)."""
+    side = RecordsSide(run)
+    return [
+        unless_starved(c, run, side.group(lv.mode), lv.mode, lv.spec, cfg.starved_share)
+        for c, lv in zip(decide(levels, cfg), levels, strict=True)
+    ]
 
 
 def interrupted(run: Run) -> Check | None:
@@ -360,7 +375,7 @@ def gate_history(
         result.baseline_name = name
         result.differences += [*notes, between_note(1, 1)]
         return result, history
-    checks = decide(levels, cfg)
+    checks = judged(run, levels, cfg)
     if (stopped := interrupted(run)) is not None:
         checks.insert(0, stopped)
     result = GateResult(cfg, checks, run.name, name, notes)
@@ -383,16 +398,16 @@ def gate_baseline(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateRe
         return result
     if any(d.get("blocking") for d in result.differences):
         return result  # not comparable: that verdict stands
-    judged = {(lv.spec.metric.name, lv.mode) for lv in levels}
+    replaced = {(lv.spec.metric.name, lv.mode) for lv in levels}
     others = [  # what the run-level checks do not replace: scenarios, limits, completeness
         c
         for c in result.checks
         if not (
             c.numbers.get("scope") == ALL
-            and (c.numbers.get("metric"), c.numbers.get("mode")) in judged
+            and (c.numbers.get("metric"), c.numbers.get("mode")) in replaced
         )
     ]
-    result.checks = [*decide(levels, cfg), *others]
+    result.checks = [*judged(run, levels, cfg), *others]
     if (stopped := interrupted(run)) is not None:
         result.checks.insert(0, stopped)
     return result
