@@ -245,7 +245,12 @@ class PhaseLoop:
     def _check_phase(self, phase: Phase, issued: int, driver: Driver) -> None:
         stats = self.status.current
         got = stats.requests if stats is not None else 0
-        if got != issued:
+        if got != issued and self.stopped_by is not None:
+            self._warn(
+                f"phase {phase.name}: {issued - got} of its {issued} requests were in flight "
+                "when the run stopped for a failed write: cut, with no record"
+            )
+        elif got != issued:
             self._warn(f"phase {phase.name}: {issued} requests issued but {got} records arrived")
         users, rate = phase.load(self.load.users, self.load.rate)
         if (rate is None and not phase.timed) or self.interrupted or stats is None:
