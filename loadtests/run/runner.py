@@ -13,7 +13,10 @@ to finish, and those still running after it are cancelled — each one
 ``disconnect`` record, error ``cancelled by the client: run stopped``.  Ctrl-C
 (or SIGTERM) stops the run at once: in-flight requests are cancelled and
 recorded the same way, the files are written, the run's status is
-``interrupted`` and the exit code 130.
+``interrupted`` and the exit code 130.  A write of the run's own files that fails
+(a disk that fills, ``loadtests.run.writer``) stops it the same way, with status
+``failed`` and exit code 4; an ``--out`` that cannot be written is refused before
+the target is asked (``loadtests.run.outdir``, exit 2).
 """
 
 from __future__ import annotations
@@ -228,6 +231,8 @@ def run(
     env.stop_timeout = opts.load.drain_timeout
     loop = PhaseLoop(opts, hub, status)
     writer.on_failure = lambda failure: loop.stop_for(failure.sentence())
+    if writer.failure is not None:  # run.json's first write already failed: send nothing
+        loop.stop_for(writer.failure.sentence())
     loop.after_phase.append(lambda phase: save_locust_stats(env, out_dir, phase))
     loop.install_signals()
     driver: Driver

@@ -71,9 +71,11 @@ DEFAULT_LAST = 10
 def append(run: Run, folder: Path, label: str = "", commit: str = "") -> Path:
     """Add ``run``'s baseline to the history in ``folder``; the new file's path."""
     doc = make_baseline(run)
-    doc["history"] = {"label": label or run.name, "commit": commit}
+    now = time.time()
+    # the order runs were added in: created_at has whole seconds, CI can add two in one
+    doc["history"] = {"label": label or run.name, "commit": commit, "appended_at": now}
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
     path = folder / f"{stamp}-{run.name}.json"
     n = 1
     while path.exists():
@@ -94,7 +96,8 @@ class History:
 
 
 def read(folder: Path) -> History:
-    """Every baseline file in ``folder``, oldest first; a corrupt one is skipped and named."""
+    """Every baseline file in ``folder`` in the order it was added (a file from elsewhere:
+    by its ``created_at``, before those); a corrupt one is skipped and named."""
     if not folder.is_dir():
         raise BaselineError(f"history {folder} is not a folder (`report baseline --history`)")
     out = History(folder)
@@ -105,8 +108,10 @@ def read(folder: Path) -> History:
         except BaselineError as exc:
             out.skipped.append(f"{path.name}: {exc}")
             continue
-        dated.append((str(doc.get("created_at", "")), path.name, doc))
-    for _, name, doc in sorted(dated, key=lambda t: (t[0], t[1])):
+        added = (doc.get("history") or {}).get("appended_at")
+        order = float(added) if isinstance(added, int | float) else 0.0
+        dated.append((order, str(doc.get("created_at", "")), path.name, doc))
+    for *_, name, doc in sorted(dated, key=lambda t: (t[0], t[1], t[2])):
         out.entries.append(doc)
         out.names.append(name)
     return out
