@@ -1,4 +1,4 @@
-"""llmload reports: statistics, comparison tables, HTML/Markdown/JSON/JUnit output, the CI gate.
+"""llmload reports: statistics, sync-vs-stream tables, HTML/Markdown/JSON/JUnit output, the CI gate.
 
 The runner calls ``build_run(run_dir, slo)`` at the end of a run and prints
 ``render_terminal(summary)``.  Imports are lazy so ``import llmload.reports`` stays cheap.

@@ -39,7 +39,7 @@ def trust_markdown(summary: Summary) -> str:
 
 
 def render_markdown(summary: Summary) -> str:
-    """``summary.md``: the comparison table first, then per phase and per scenario detail."""
+    """``summary.md``: the sync-vs-stream table first, then per phase and per scenario detail."""
     run = summary.run
     out = [f"# llmload run `{summary.run_id}`" + (f" — {summary.label}" if summary.label else "")]
     facts = [

@@ -1,4 +1,4 @@
-"""Rows and phrases the renderers share: the phase and comparison tables, diagnostic hints.
+"""Rows and phrases the renderers share: the phase and sync-vs-stream tables, diagnostic hints.
 
 Pure functions of the typed summary (``reports.table.schema``); ``reports.page.markdown``,
 ``reports.page.html``,

@@ -1,7 +1,7 @@
 """The server's side beside the client's where two runs meet: ``report compare`` and the gate.
 
 ``rows(a, b)`` gives a phase's server rows for ``report compare`` (values, not
-text: the comparison formats them as its own rows).  ``mode_means(run)`` is what
+text: ``report compare`` formats them as its own rows).  ``mode_means(run)`` is what
 a baseline keeps of the server per mode (exact means, from the histogram sums),
 and ``gate_lines`` what the gate prints beside its verdict.
 """

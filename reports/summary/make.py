@@ -1,5 +1,5 @@
 """Build the typed summary (``reports.table.schema.Summary``; ``to_json()`` is ``summary.json``):
-per phase and per scenario statistics, comparison, diagnostics, harness health, trust."""
+per phase and per scenario statistics, sync vs stream, diagnostics, harness health, trust."""
 
 from __future__ import annotations
 

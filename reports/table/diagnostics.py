@@ -142,25 +142,7 @@ class Diagnostic:
         return asdict(self)
 
 
-# -- one record (the rules; ``_Facts`` applies them to a whole phase at once) --------------
-
-
-def burst_share(record: RequestRecord) -> float | None:
-    """Fraction of a record's inter-event gaps shorter than ``BURST_GAP_S`` (None: too few)."""
-    share = _Facts(RecordTable.of([record])).burst_share()[0]
-    return None if np.isnan(share) else float(share)
-
-
-def held_back(record: RequestRecord) -> bool | None:
-    """Whether the first token reached the client much later than the server sent it."""
-    held = _Facts(RecordTable.of([record])).held_back()
-    return None if np.isnan(held[0]) else bool(held[0])
-
-
-def is_buffered(record: RequestRecord) -> bool | None:
-    """A streamed response that arrived in bursts after being held back (None: cannot tell)."""
-    value = _Facts(RecordTable.of([record])).buffered()[0]
-    return None if np.isnan(value) else bool(value)
+# -- the per-record rules (module docstring), decided for a whole phase at once ---------
 
 
 def stall_then_burst(gaps: Sequence[float]) -> float | None:
@@ -175,18 +157,12 @@ def stall_then_burst(gaps: Sequence[float]) -> float | None:
     return longest
 
 
-def stutters(record: RequestRecord) -> bool | None:
-    """A streamed response whose tokens arrived in clumps after stalls (None: too few gaps)."""
-    value = _Facts(RecordTable.of([record])).stutters()[0]
-    return None if np.isnan(value) else bool(value)
-
-
 class _Facts:
     """The per-record rules over a table of records, as arrays (NaN: cannot tell).
 
-    The same decisions as the one-record functions above, taken for a million
-    records at once: burst shares from each record's count of short gaps, stalls
-    looked for only where a long gap is followed by a burst.
+    Each record's decision (buffered, stutters) taken for a million records at
+    once: burst shares from each record's count of short gaps, stalls looked for
+    only where a long gap is followed by a burst (``stall_then_burst`` judges those).
     """
 
     def __init__(self, t: RecordTable) -> None:

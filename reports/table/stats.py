@@ -95,14 +95,6 @@ def _histogram_array(
     return [lo + i * width for i in range(bins + 1)], counts
 
 
-def downsample(items: Sequence[object], limit: int) -> list[object]:
-    """Every k-th item so that at most ``limit`` remain (deterministic, keeps order)."""
-    if len(items) <= limit:
-        return list(items)
-    step = len(items) / limit
-    return [items[int(i * step)] for i in range(limit)]
-
-
 def bin_width(span_s: float, max_bins: int = 240) -> float:
     """A readable time-bin width (1, 2, 5, 10, ... seconds) giving at most ``max_bins`` bins."""
     for width in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600):

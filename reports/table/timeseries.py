@@ -94,7 +94,7 @@ def latency_over_time(records: Sequence[RequestRecord], t0: float) -> list[Serie
 
 
 def _sample(xs: np.ndarray, ys: np.ndarray, limit: int) -> list[tuple[float, float]]:
-    """``reports.table.stats.downsample`` of the points ``(xs[i], ys[i])``: every k-th, in order."""
+    """The points ``(xs[i], ys[i])``, every k-th so at most ``limit`` remain (in order)."""
     n = len(xs)
     if n <= limit:
         index: list[int] | np.ndarray = range(n)  # type: ignore[assignment]  # a range stands in for the index list without copying

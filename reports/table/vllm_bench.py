@@ -40,14 +40,6 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 MS = 1000.0
 
 
-def vllm_tpot_s(r: RequestRecord) -> float | None:
-    """vLLM's TPOT: ``(e2e - ttft) / (output_tokens - 1)``; None below two tokens."""
-    n = r.output_tokens or 0
-    if r.e2e_s is None or r.ttft_s is None or n <= 1:
-        return None
-    return (r.e2e_s - r.ttft_s) / (n - 1)
-
-
 def _stats(name: str, values: np.ndarray, out: dict[str, Any], inplace: bool = False) -> None:
     xs = finite_scaled_sorted(values, MS, inplace)
     if not len(xs):

@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmload.loadtests.measure.record import RequestRecord
 from llmload.reports.draw.charts import nice_ticks
+from llmload.reports.table import timeseries
 from llmload.reports.table.schema import MetricStats
-from llmload.reports.table.stats import bin_width, downsample, ecdf_points, histogram, percentile
+from llmload.reports.table.stats import bin_width, ecdf_points, histogram, percentile
 
 
 @pytest.mark.parametrize(
@@ -130,11 +132,30 @@ def test_histogram_bins_as_value_by_value(values: list[float], bins: int) -> Non
     assert counts == by_value
 
 
-def test_downsample_and_bins() -> None:
-    items = list(range(1000))
-    ds = downsample(items, 100)
-    assert len(ds) == 100 and ds[0] == 0 and ds == sorted(ds)
-    assert downsample(items[:5], 100) == items[:5]
+def _ok(i: int) -> RequestRecord:
+    return RequestRecord(
+        request_id=f"r{i}",
+        phase="stream",
+        scenario="s",
+        mode="stream",
+        endpoint="/v1/chat/completions",
+        started_at=100.0 + i,
+        status="ok",
+        ttft_s=0.1,
+        e2e_s=0.5,
+    )
+
+
+def test_a_scatter_keeps_every_kth_point_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timeseries, "MAX_SCATTER", 10)
+    ttft = timeseries.latency_over_time([_ok(i) for i in range(1000)], 100.0)[0]
+    assert ttft.name == "stream TTFT" and len(ttft.points) == 10
+    assert [x for x, _ in ttft.points] == [100.0 * k for k in range(10)]
+    few = timeseries.latency_over_time([_ok(i) for i in range(5)], 100.0)[0]
+    assert [x for x, _ in few.points] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_bins() -> None:
     assert bin_width(30) == 1.0
     assert bin_width(3600) == 15.0
     assert 3600 / bin_width(3600) <= 240

@@ -12,7 +12,7 @@ import pytest
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.reports import build_run
 from llmload.reports.table.loader import load_run
-from llmload.reports.table.vllm_bench import PERCENTILES, vllm_result, vllm_tpot_s
+from llmload.reports.table.vllm_bench import PERCENTILES, vllm_result
 
 T = 1_700_000_000.0
 #: the keys ``vllm bench serve --save-result`` writes (vllm/benchmarks/serve.py) without
@@ -104,7 +104,6 @@ def test_numbers_are_vllms_arithmetic() -> None:
         assert result[f"std_{name}_ms"] == pytest.approx(np.std(xs) * 1000)
         for p in PERCENTILES:
             assert result[f"p{p}_{name}_ms"] == pytest.approx(np.percentile(xs, p) * 1000)
-    assert vllm_tpot_s(ok[-1]) is None
 
 
 def test_peaks_count_overlaps_and_events_per_second() -> None:
