@@ -7,6 +7,8 @@ Per mode (``metrics``) and, when a mode has several scenarios, per scenario
 as.  ``rates``: throughput and goodput, per second of the measured phases.
 ``outcomes``: requests and failures per scope (the error rate).  ``goodput_slo``:
 the SLO goodput was counted with (the gate counts the run's with the same).
+``repeats``: with ``--repeat N``, each repeat's ``metrics``, ``rates`` and ``outcomes`` on
+its own (the run-level values the gate reads; ``reports.gate.history``).
 ``fingerprint``: what shapes the numbers (``reports.gate.fingerprint``), compared with
 the run's before anything else.  A schema-1 file (pooled values only) still gates
 what it holds.
@@ -28,7 +30,7 @@ from llmload.reports.capacity.curve import capacity_doc
 from llmload.reports.gate.bootstrap import design_effects
 from llmload.reports.gate.fingerprint import fingerprint
 from llmload.reports.gate.metrics import LATENCY_METRICS, RATE_METRICS
-from llmload.reports.gate.sides import ALL, RecordsSide
+from llmload.reports.gate.sides import ALL, RecordsSide, repeat_phases
 from llmload.reports.server.versus import mode_means
 from llmload.reports.table.arraystats import percentile_sorted
 from llmload.reports.table.loader import Run
@@ -99,6 +101,17 @@ def _groups(side: RecordsSide) -> dict[str, Any]:
     return {"metrics": metrics, "by_scenario": by_scenario, "rates": rates, "outcomes": counts}
 
 
+def _repeats(run: Run) -> list[dict[str, Any]]:
+    """Each ``--repeat`` phase's groups on its own (a mode with one phase has none): the
+    run-level values a gate reads of this baseline (``reports.gate.history``)."""
+    out = []
+    for mode in sorted({str(p.get("mode")) for p in run.meta.get("phases") or []}):
+        phases = repeat_phases(run.meta, mode)
+        if len(phases) > 1:
+            out += [{"phase": p, **_groups(RecordsSide(run, [p]))} for p in phases]
+    return out
+
+
 def make_baseline(run: Run) -> dict[str, Any]:
     """The baseline document for ``run`` (warm-up excluded)."""
     measured = run.measured
@@ -129,6 +142,7 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "run": meta,
         "fingerprint": fingerprint(run.meta),
         **_groups(side),
+        **({"repeats": reps} if (reps := _repeats(run)) else {}),
         "goodput_slo": format_slo(side.slo),
         **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),
         **({"server": server} if (server := mode_means(run)) else {}),

@@ -9,6 +9,7 @@ percentile, a rate's mean per second, the error share) of each run:
 * the baseline side is the last ``K`` comparable runs of a history (a folder of
   baseline files, one per run, that ``llmload report baseline RUN --history DIR``
   appends to: a CI job keeps it as an artifact or cache), or the one baseline file;
+  a baseline made of a ``--repeat N`` run gives each of its repeats (``baseline_runs``);
 * the run's side is the run, or each of its ``--repeat`` phases;
 * on the log scale (a share: in points), the difference of the two sides' means
   is judged against the allowance with a pooled two-sample t interval: the
@@ -56,7 +57,7 @@ from llmload.reports.gate.result import (
     GateResult,
     between_note,
 )
-from llmload.reports.gate.sides import ALL, BaselineSide, RecordsSide
+from llmload.reports.gate.sides import ALL, BaselineSide, RecordsSide, repeat_phases
 from llmload.reports.gate.verdict import evaluate, gated_modes
 from llmload.reports.table.loader import Run
 from llmload.reports.table.tdist import t_ppf, t_sf
@@ -151,17 +152,6 @@ def run_value(side: RecordsSide | BaselineSide, spec: MetricSpec, mode: str) -> 
         return float(np.mean(series)) if series else None
     counts = side.outcomes(mode, ALL)
     return None if counts is None or not counts[0] else counts[1] / counts[0]
-
-
-def repeats(run: Run, mode: str) -> list[str]:
-    """The measured phases of ``mode`` on the run's own target (``--repeat``: several)."""
-    return [
-        str(p.get("name"))
-        for p in run.meta.get("phases") or []
-        if p.get("mode") == mode
-        and p.get("name") != "warmup"
-        and not str(p.get("name", "")).startswith("baseline-")
-    ]
 
 
 @dataclass(frozen=True)
@@ -294,6 +284,13 @@ def _pct(lv: RunLevel, x: float) -> float:
     return x * 100 if lv.is_share else (math.exp(x) - 1) * 100
 
 
+def baseline_runs(doc: dict[str, Any], mode: str) -> list[BaselineSide]:
+    """A baseline's run-level sides for ``mode``: each ``--repeat`` it stored, else itself."""
+    got = [BaselineSide(r) for r in doc.get("repeats") or [] if isinstance(r, dict)]
+    got = [s for s in got if mode in s.modes()]
+    return got if len(got) > 1 else [BaselineSide(doc)]
+
+
 def evaluate_runs(
     run: Run,
     bases: Sequence[dict[str, Any]],
@@ -304,12 +301,11 @@ def evaluate_runs(
     cannot be estimated (one run on each side) or a check has no value."""
     levels = []
     for mode in modes:
-        phases = repeats(run, mode)
+        phases = repeat_phases(run.meta, mode)
         sides = [RecordsSide(run, [p]) for p in phases] if len(phases) > 1 else [RecordsSide(run)]
+        stored = [s for d in bases for s in baseline_runs(d, mode)]
         for spec in cfg.specs():
-            base_vals = [
-                v for d in bases if (v := run_value(BaselineSide(d), spec, mode)) is not None
-            ]
+            base_vals = [v for s in stored if (v := run_value(s, spec, mode)) is not None]
             run_vals = [v for s in sides if (v := run_value(s, spec, mode)) is not None]
             level = run_level(spec, mode, base_vals, run_vals)
             if level is None:

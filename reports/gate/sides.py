@@ -82,6 +82,17 @@ class RecordsSide:
         return (n, bad) if n else None
 
 
+def repeat_phases(meta: dict[str, Any], mode: str) -> list[str]:
+    """The measured phases of ``mode`` on the run's own target (``--repeat``: several)."""
+    return [
+        str(p.get("name"))
+        for p in meta.get("phases") or []
+        if p.get("mode") == mode
+        and p.get("name") != "warmup"
+        and not str(p.get("name", "")).startswith("baseline-")
+    ]
+
+
 def _run_slo(meta: dict[str, Any]) -> str | None:
     config = meta.get("config")
     slo = config.get("slo") if isinstance(config, dict) else None

@@ -97,3 +97,18 @@ def test_runs_without_errors_are_values_too() -> None:
     assert level is not None and level.p_value() == 1.0
     worse = run_level(error_rate, "stream", [0.0, 0.001, 0.0], [0.2])
     assert worse is not None and worse.p_value() < 0.05
+
+
+def test_a_baseline_of_repeats_gives_each_repeat_as_a_run() -> None:
+    from llmload.reports.gate.history import baseline_runs, run_value
+
+    def doc(*values: float) -> dict[str, object]:
+        return {"metrics": {"ttft": {"stream": {"n": len(values), "values_ms": list(values)}}}}
+
+    pooled = {**doc(10, 12, 20, 22), "repeats": [doc(10, 12), doc(20, 22), doc()]}
+    values = [run_value(s, TTFT, "stream") for s in baseline_runs(pooled, "stream")]
+    # each repeat its own run (the empty one has no value); the pooled values are not a run
+    assert values == [pytest.approx(11.9), pytest.approx(21.9), None]
+    # a mode the repeats do not have, or one repeat: the document itself
+    assert [s.doc for s in baseline_runs(pooled, "sync")] == [pooled]
+    assert len(baseline_runs(doc(5, 6), "stream")) == 1
