@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from llmload.common.embedded import tokenizer_file
 from llmload.loadtests.workload.items import Item
 from llmload.loadtests.workload.tokencount import Codec, load_codec
-from llmload.target_server.model.embedded import tokenizer_file
 
 SCENARIO = "random"
 INPUT_LEN = 1024

@@ -26,7 +26,7 @@ def sentencepiece_style(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A differently built tokenizer (Metaspace, as Llama/Mistral), saved as tokenizer.json."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from llmload.target_server.model.embedded import corpus_text
+    from llmload.common.embedded import corpus_text
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -187,11 +187,12 @@ def test_embedded_tokenizer_alone_is_the_models(
 ) -> None:
     """On a slim install the tokenizer is trained alone; it must split text as the model's does."""
     pytest.importorskip("transformers")
+    from llmload.common import embedded as recipe
     from llmload.target_server.model import embedded
 
     monkeypatch.setenv("LLMLOAD_CACHE", str(tmp_path))
-    alone = embedded.tokenizer_file()
-    assert alone.is_relative_to(tmp_path / "tokenizers") and embedded.tokenizer_file() == alone
-    text = embedded.corpus_text()[:4000] + " 首字延迟 and code: def f(x): return x"
+    alone = recipe.tokenizer_file()
+    assert alone.is_relative_to(tmp_path / "tokenizers") and recipe.tokenizer_file() == alone
+    text = recipe.corpus_text()[:4000] + " 首字延迟 and code: def f(x): return x"
     model_tok = embedded.build_tokenizer()
     assert load_codec(alone).encode(text) == model_tok.encode(text, add_special_tokens=False)
