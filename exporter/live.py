@@ -204,7 +204,7 @@ class LiveMetrics:
             kind="gauge",
             registry=reg,
         )
-        self._lean = (
+        self._lock_free = (
             self._ttft,
             self._ttfo,
             self._itl,
@@ -246,8 +246,8 @@ class LiveMetrics:
             self._plain.register(metric)
 
     def render(self) -> bytes:
-        """The ``/metrics`` body: the lean families rendered directly, then the plain metrics."""
-        return "".join(f.render() for f in self._lean).encode() + generate_latest(self._plain)
+        """The ``/metrics`` body: lock-free families rendered directly, then plain metrics."""
+        return "".join(f.render() for f in self._lock_free).encode() + generate_latest(self._plain)
 
     def describe_run(self, *, run: str, label: str, model: str, target: str) -> None:
         """Set ``llmload_run_info``: run id, label, model and the target's host:port only."""

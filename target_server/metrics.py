@@ -3,7 +3,7 @@
 Every request is counted exactly once in ``llmserve_requests_total`` with one
 of ``STATUSES``; latency histograms are observed when the request finishes
 (ITL gaps as they happen), on ``llmload.common.buckets.LATENCY_BUCKETS``, the
-grid the client-side exporter uses too.  Counters and histograms are the lean
+grid the client-side exporter uses too.  Counters and histograms are the lock-free
 families of ``llmload.common.families`` (no locks, no ``*_created`` series, a
 scrape rendered in about a millisecond); running/waiting gauges and the
 engine's extra gauges are read at scrape time, so they are never stale.

@@ -1,4 +1,4 @@
-"""Lean labelled metric families for hot paths, exposed as Collectors (client and server).
+"""Lock-free labelled metric families for hot paths, exposed as Collectors (client and server).
 
 The load generator's exporter and the bundled server both count with these
 (the exporter imports this module; the server imports no harness code).

@@ -1,4 +1,4 @@
-"""The lean metric families expose exactly what prometheus_client's own would."""
+"""The lock-free metric families expose exactly what prometheus_client's own would."""
 
 from __future__ import annotations
 
@@ -29,15 +29,15 @@ values = st.lists(st.floats(min_value=0, max_value=120, allow_nan=False), max_si
 @given(values, values, st.sampled_from([LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS]))
 def test_histogram_matches_prometheus_client(a: list[float], b: list[float], bounds) -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    lean = LabelledHistogram("x_seconds", "x", ["mode"], bounds, registry=ours)
+    ours_h = LabelledHistogram("x_seconds", "x", ["mode"], bounds, registry=ours)
     ref = Histogram("x_seconds", "x", ["mode"], buckets=bounds, registry=theirs)
     for mode in ("stream", "sync"):  # both label sets exist, even with no observation
-        lean.labels(mode)
+        ours_h.labels(mode)
         ref.labels(mode)
     for v in a:
-        lean.labels("stream").observe(v)
+        ours_h.labels("stream").observe(v)
         ref.labels("stream").observe(v)
-    lean.labels("sync").observe_many(b)
+    ours_h.labels("sync").observe_many(b)
     for v in b:
         ref.labels("sync").observe(v)
     got, want = samples(ours), samples(theirs)
