@@ -50,9 +50,3 @@ def latency_bounds() -> tuple[float, ...]:
 
 #: TTFT, ITL, TPOT, e2e and queue time, on both sides (241 bounds)
 LATENCY_BUCKETS: tuple[float, ...] = latency_bounds()
-
-
-def max_ratio(bounds: tuple[float, ...], lo: float, hi: float) -> float:
-    """The widest ``upper / lower`` of the buckets between ``lo`` and ``hi``: 1 + worst error."""
-    inside = [b for b in bounds if lo <= b <= hi]
-    return max(b / a for a, b in zip(inside, inside[1:], strict=False))

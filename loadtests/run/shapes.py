@@ -46,11 +46,6 @@ class PhaseShape:
             return None
         return self.users_at(t), self.spawn_rate
 
-    def peak_users(self) -> int:
-        """The most users this shape ever asks for."""
-        steps = max(1, int(self.duration * 10))
-        return max(self.users_at(self.duration * i / steps) for i in range(steps))
-
     def describe(self) -> dict[str, Any]:
         """JSON-able parameters for ``run.json``."""
         return {"kind": self.kind, **vars(self)}

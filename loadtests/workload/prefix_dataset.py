@@ -80,10 +80,6 @@ class PrefixPrompts:
             min_tokens=self.output_len,
         )
 
-    def expected_share(self, group: int) -> float:
-        """The share of requests drawn from ``group`` (0-based)."""
-        return self._weights[group] / sum(self._weights)
-
     def describe(self) -> dict[str, Any]:
         """What ``run.json`` records about the generator."""
         return {
