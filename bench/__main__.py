@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 
@@ -32,6 +33,11 @@ BENCHES: dict[str, str] = {
 }
 
 
+#: sections that need something outside the repository (vLLM's own venv): run when named,
+#: or when what they need is given (the flag or its variable); else skipped, saying so
+NEEDS: dict[str, tuple[str, str]] = {"vllm-cpu": ("--vllm-python", "LLMLOAD_VLLM_PYTHON")}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("names", nargs="*", help=f"subset of: {', '.join(BENCHES)}")
@@ -42,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
     failed = 0
     for name in names:
+        flag, env = NEEDS.get(name, ("", ""))
+        if flag and not args.names and flag not in rest and not os.environ.get(env):
+            print(f"== bench {name}: skipped (needs {flag} PY or ${env}; name it to run it)")
+            continue
         t0 = time.monotonic()
         print(f"== bench {name}", flush=True)
         rc = importlib.import_module(BENCHES[name]).main(rest)

