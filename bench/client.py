@@ -32,11 +32,12 @@ def gevent_client(url: str, tokens: int) -> BenchClient:
     monkey.patch_all()
     from llmload.loadtests.measure.adapters import get_adapter
     from llmload.loadtests.measure.adapters.base import Prompt
+    from llmload.loadtests.options import ConnectionOptions
     from llmload.loadtests.transport.target import Target
 
     os.sched_setaffinity(0, {0})
     adapter = get_adapter("openai-chat")
-    target = Target(url, {}, request_timeout=120, stall_timeout=60)
+    target = Target(ConnectionOptions(target=url, request_timeout=120, stall_timeout=60), {})
     model = target.detect_model() or "default"
     prompt = Prompt("bench", "p", prompt="hello", max_tokens=tokens)
     call = adapter.build(prompt, mode="stream", model=model, options={"ignore_eos": True})

@@ -42,6 +42,7 @@ from llmload.dashboards.annotations import GrafanaAnnotations
 from llmload.exporter import LiveMetrics
 from llmload.loadtests.options import OutputOptions, RunOptions
 from llmload.loadtests.run import cli, runner
+from llmload.loadtests.run.context import ResolvedRun
 from llmload.loadtests.run.distributed import worker_main
 from llmload.loadtests.run.sinks import RecordSink
 from llmload.webui import LiveTab
@@ -76,14 +77,11 @@ def sinks(opts: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
     return out
 
 
-def run_sinks(opts: RunOptions) -> runner.SinkFactory:
-    """``sinks``, and the scraper of the target's own metrics (``--server-metrics``)."""
-
-    def factory(o: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
-        scrape = servermetrics.scraper(opts, Path(o.out or "."))
-        return [*sinks(o, info), *([scrape] if scrape is not None else [])]
-
-    return factory
+def run_sinks(run: ResolvedRun, info: dict[str, Any]) -> list[RecordSink]:
+    """``sinks``, and the scraper of the target's own metrics (``--server-metrics``): the
+    runner's ``SinkFactory``."""
+    scrape = servermetrics.scraper(run)
+    return [*sinks(run.opts.output, info), *([scrape] if scrape is not None else [])]
 
 
 def report(out_dir: Path, slo: str | None) -> str:
@@ -93,7 +91,7 @@ def report(out_dir: Path, slo: str | None) -> str:
 
 def run(opts: RunOptions, argv: list[str], extra_info: dict[str, Any] | None = None) -> int:
     """``llmload run``: the run, wired to its sinks and report; the exit code."""
-    return runner.run(opts, argv, extra_info, sinks=run_sinks(opts), report=report)
+    return runner.run(opts, argv, extra_info, sinks=run_sinks, report=report)
 
 
 #: what runs once the target is there: ``run``, or another plan (``llmload.capacity.command``)

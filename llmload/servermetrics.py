@@ -14,14 +14,12 @@ then holds only that reason, for the report.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from llmload.loadtests import serverfamilies
-from llmload.loadtests.options import RunOptions
 from llmload.loadtests.redact import redact_url
+from llmload.loadtests.run.context import ResolvedRun
 from llmload.loadtests.run.scrape import ServerScraper
-from llmload.loadtests.transport.target import Target
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -29,12 +27,11 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return parts.scheme, (parts.hostname or "").lower(), parts.port
 
 
-def scraper(opts: RunOptions, out_dir: Path) -> ServerScraper | None:
+def scraper(run: ResolvedRun) -> ServerScraper | None:
     """The started scraper the options ask for, or None (off, or nothing to scrape)."""
-    o = opts.output
+    o, target, out_dir = run.opts.output, run.target, run.out_dir
     if o.server_metrics == "off":
         return None
-    target = Target.from_options(opts.connection)
     url = target.base_url + "/metrics" if o.server_metrics == "auto" else o.server_metrics
     own = _origin(url) == _origin(target.base_url)
     names = [*serverfamilies.known_names(), *o.server_metrics_family]

@@ -24,10 +24,11 @@ from typing import Any
 import llmload.run as wiring  # before locust: gevent-patches the process
 from llmload.capacity.plan import OPEN_LOOP_CAP, CapacityOptions, CapacitySearch
 from llmload.loadtests.durations import parse_duration, parse_fraction
-from llmload.loadtests.options import AGENT, OutputOptions, RunOptions, trace_file
+from llmload.loadtests.options import AGENT, RunOptions, trace_file
 from llmload.loadtests.run import cli as loadtests_cli
 from llmload.loadtests.run import runner
 from llmload.loadtests.run.capacity import SearchConfig
+from llmload.loadtests.run.context import ResolvedRun
 from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import RecordSink
 from llmload.loadtests.workload.agent import STEPS as AGENT_STEPS
@@ -224,8 +225,8 @@ def search(
     """Run the search against ``opts.target``; the exit code of the run."""
     plan = CapacitySearch(copts, opts)
 
-    def sinks(o: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
-        out = [*wiring.run_sinks(opts)(o, info), plan]
+    def sinks(run: ResolvedRun, info: dict[str, Any]) -> list[RecordSink]:
+        out = [*wiring.run_sinks(run, info), plan]
         plan.server = next((s for s in out if isinstance(s, ServerScraper)), None)
         return out
 

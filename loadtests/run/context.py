@@ -1,16 +1,23 @@
 """What a load-generating process needs before its users start: a reachable target and a context.
 
-``LoadContext`` is the per-process state the users read (``loadtests.run.users``);
-``connect_target`` and ``build_context`` are shared by the local runner and
-by every distributed worker (``loadtests.run.distributed``); ``UsageError`` is the
-one way either reports a bad option or an unreachable target (exit code 2).
+``prepare`` resolves a run once, up front, into one frozen ``ResolvedRun``: the
+options as given, where the files go, the connected target (and the
+``--baseline-target``), the model, what the target says of itself
+(``TargetFacts``: context length, adapter options, its ``/tokenize``; its
+version) and this process's ``LoadContext``, the per-process state the users read
+(``loadtests.run.users``).  The run reads that value; nothing is discovered
+again.  A distributed worker builds its own context from the facts the master
+resolved (``build_context(..., facts=...)``), so every process sends alike.
+``UsageError`` is the one way any of it reports a bad option or an unreachable
+target (exit code 2).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from llmload.loadtests.measure.adapters.base import Prompt
@@ -19,9 +26,9 @@ from llmload.loadtests.redact import redact_url
 from llmload.loadtests.run.phases import BASELINE, RUN, Phase, shard_share
 from llmload.loadtests.run.shapes import ArrivalSchedule
 from llmload.loadtests.run.sinks import RecordSink
-from llmload.loadtests.transport.discovery import discover, server_version
+from llmload.loadtests.transport.discovery import TargetFacts, discover, server_version
 from llmload.loadtests.transport.target import Target, TargetUnreachable, clock
-from llmload.loadtests.transport.tokenize import RemoteCounter
+from llmload.loadtests.transport.tokenize import RemoteCounter, TokenizeRoute
 from llmload.loadtests.workload import tokencount
 from llmload.loadtests.workload.build import build_workload
 from llmload.loadtests.workload.fit import ContextFit
@@ -225,12 +232,13 @@ class UsageError(Exception):
     """A problem with the options or the target: one line to the user, exit code 2."""
 
 
-def connect_target(opts: RunOptions) -> Target:
-    """The target, its reachability checked (and this process's client warmed up)."""
-    if not opts.connection.target:
+def connect_target(connection: ConnectionOptions, url: str = "") -> Target:
+    """The target (``url``: another one with the same connection settings), its
+    reachability checked (and this process's client warmed up)."""
+    if not (url or connection.target):
         raise UsageError("--target URL is required (`loadtest` starts the bundled server)")
     try:
-        target = Target.from_options(opts.connection)
+        target = Target.from_options(connection, url)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
@@ -240,18 +248,73 @@ def connect_target(opts: RunOptions) -> Target:
     return target
 
 
-def add_baseline_target(opts: RunOptions, ctx: LoadContext) -> dict[str, Any] | None:
-    """``--baseline-target``: connect it, give its phases to ``ctx``; what run.json says of it."""
-    url = opts.connection.baseline_target
-    if not url:
-        return None
-    base = connect_target(opts.with_(target=url))
-    model = opts.connection.model or base.detect_model() or "default"
-    ctx.targets[BASELINE] = (base, model)
-    info: dict[str, Any] = {"target": redact_url(base.base_url), "model": model}
-    if opts.connection.protocol != "gradio" and (server := server_version(base)) is not None:
-        info["server"] = server
-    return info
+@dataclass(frozen=True)
+class ResolvedRun:
+    """A run resolved once, before any user starts (``prepare``); what the run reads."""
+
+    opts: RunOptions
+    #: where the run's files go (``--out``, or the default the runner chose)
+    out_dir: Path
+    target: Target
+    model: str
+    facts: TargetFacts
+    #: this process's users' state (mutable: phases, budgets; the reference is fixed)
+    ctx: LoadContext
+    #: the target's version where it says one (run.json; the gate's fingerprint)
+    server: dict[str, Any] | None = None
+    #: ``--baseline-target``: what run.json says of it
+    baseline: dict[str, Any] | None = None
+
+
+def prepare(opts: RunOptions, out_dir: Path, sink: RecordSink) -> ResolvedRun:
+    """Resolve the run: connect its target(s), name the model, ask the target about
+    itself once, build this process's context (``UsageError``: a bad option or target)."""
+    connection = opts.connection
+    target = connect_target(connection)
+    base_url = connection.baseline_target
+    base = connect_target(connection, base_url) if base_url else None
+    model = connection.model or target.detect_model() or "default"
+    facts = _discover(target, connection, model)
+    for note in facts.notes:
+        print(note, file=sys.stderr, flush=True)
+    ctx = build_context(opts, target, model, sink, facts=facts)
+    gradio = connection.protocol == "gradio"
+    server = None if gradio else server_version(target)
+    baseline: dict[str, Any] | None = None
+    if base is not None:
+        base_model = connection.model or base.detect_model() or "default"
+        ctx.targets[BASELINE] = (base, base_model)
+        baseline = {"target": redact_url(base.base_url), "model": base_model}
+        if not gradio and (version := server_version(base)) is not None:
+            baseline["server"] = version
+    return ResolvedRun(opts, out_dir, target, model, facts, ctx, server, baseline)
+
+
+def _discover(target: Target, connection: ConnectionOptions, model: str) -> TargetFacts:
+    try:
+        return discover(target, connection.protocol, model, connection.api_name)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def facts_message(facts: TargetFacts) -> dict[str, Any]:
+    """``facts`` as the master sends them to its workers (JSON; notes stay with the master)."""
+    route = facts.tokenize
+    return {
+        "adapter_options": facts.adapter_options,
+        "context_limit": facts.context_limit,
+        "tokenize": None if route is None else asdict(route),
+    }
+
+
+def facts_of(message: dict[str, Any]) -> TargetFacts:
+    """What ``facts_message`` sent."""
+    route = message.get("tokenize")
+    return TargetFacts(
+        adapter_options=dict(message.get("adapter_options") or {}),
+        context_limit=message.get("context_limit"),
+        tokenize=None if route is None else TokenizeRoute(**route),
+    )
 
 
 def build_context(
@@ -262,20 +325,19 @@ def build_context(
     worker: str = "local",
     shard: int = 0,
     shards: int = 1,
+    *,
+    facts: TargetFacts,
 ) -> LoadContext:
-    """What this process's users need: workload, tokenizer, target, sink."""
+    """What this process's users need: workload, tokenizer, target, sink; ``facts``: what
+    the target said of itself (``prepare``; a worker: the master's)."""
     tokenizer = None
     w = opts.workload
     try:
         workload = build_workload(w, opts.load.seed)
         if w.tokenizer:
             tokenizer = tokencount.load(w.tokenizer)
-        facts = discover(target, opts.connection.protocol, model, opts.connection.api_name)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
-    if worker == "local":
-        for note in facts.notes:
-            print(note, file=sys.stderr, flush=True)
     limit = facts.context_limit
     # the target counts prompt tokens itself when it can (/tokenize): preferred to any estimate
     remote = None if facts.tokenize is None else RemoteCounter(target, facts.tokenize, model)

@@ -44,7 +44,15 @@ from llmload.common import gcpolicy
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.options import RunOptions
 from llmload.loadtests.run import limits
-from llmload.loadtests.run.context import LoadContext, UsageError, build_context, connect_target
+from llmload.loadtests.run.context import (
+    LoadContext,
+    ResolvedRun,
+    UsageError,
+    build_context,
+    connect_target,
+    facts_message,
+    facts_of,
+)
 from llmload.loadtests.run.health import HealthSampler
 from llmload.loadtests.run.hub import RecordHub
 from llmload.loadtests.run.masterqueue import MasterQueue
@@ -120,9 +128,8 @@ class Forwarder(NullSink):
 class MasterDriver:
     """The master: spawns local workers if asked, sets them up, runs phases on them."""
 
-    def __init__(
-        self, environment: Any, opts: RunOptions, hub: RecordHub, model: str, loop: Any
-    ) -> None:
+    def __init__(self, environment: Any, run: ResolvedRun, hub: RecordHub, loop: Any) -> None:
+        opts = run.opts
         self.env = environment
         self.opts = opts
         self.hub = hub
@@ -179,7 +186,14 @@ class MasterDriver:
             # registered: a setup sent then was dropped as an unknown message, and the run
             # timed out waiting for it.  Its ``llmload_hello`` says the handlers are there.
             self._wait(lambda: len(self.hello) >= self.expect, "workers to connect")
-            setup = {"options": opts.flat(), "model": model, "shards": self.expect}
+            # the run as the master resolved it: every worker sends to the same model with
+            # the same facts (context length, adapter options, /tokenize), none rediscovers
+            setup = {
+                "options": opts.flat(),
+                "model": run.model,
+                "facts": facts_message(run.facts),
+                "shards": self.expect,
+            }
             for shard, client_id in enumerate(sorted(self.hello)[: self.expect]):
                 self.names[client_id] = f"worker-{shard}"
                 self.runner.send_message("llmload_setup", {**setup, "shard": shard}, client_id)
@@ -420,11 +434,12 @@ class WorkerState:
             found = limits.check(share)  # this worker's users, on this host
             if found.errors:
                 raise UsageError(f"{self.name}: {found.errors[0]}")
-            target = connect_target(opts)
+            target = connect_target(opts.connection)
             self.forwarder = Forwarder(self.runner, self.name)
             shard, shards = data["shard"], data["shards"]
+            facts = facts_of(data["facts"])
             self.ctx = build_context(
-                opts, target, data["model"], self.forwarder, self.name, shard, shards
+                opts, target, data["model"], self.forwarder, self.name, shard, shards, facts=facts
             )
         except (UsageError, ValueError) as exc:
             self.runner.send_message("llmload_failed", {"worker": self.name, "error": str(exc)})

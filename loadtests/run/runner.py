@@ -36,16 +36,10 @@ from locust.env import Environment
 
 from llmload.common import gcpolicy
 from llmload.loadtests import calibrate
-from llmload.loadtests.options import OutputOptions, RunOptions
+from llmload.loadtests.options import RunOptions
 from llmload.loadtests.redact import redact_argv, redact_url
 from llmload.loadtests.run import limits, outdir
-from llmload.loadtests.run.context import (
-    LoadContext,
-    UsageError,
-    add_baseline_target,
-    build_context,
-    connect_target,
-)
+from llmload.loadtests.run.context import LoadContext, ResolvedRun, UsageError, prepare
 from llmload.loadtests.run.distributed import MasterDriver
 from llmload.loadtests.run.health import HealthSampler
 from llmload.loadtests.run.hub import RecordHub
@@ -55,7 +49,6 @@ from llmload.loadtests.run.sinks import RecordSink, WebTab
 from llmload.loadtests.run.status import StatusLine, error_rate_breach
 from llmload.loadtests.run.users import LLMUser
 from llmload.loadtests.run.writer import RunWriter
-from llmload.loadtests.transport.discovery import server_version
 from llmload.loadtests.workload.replay import TraceReplay
 
 log = logging.getLogger("llmload.loadtests")
@@ -77,18 +70,26 @@ def default_out(label: str) -> Path:
     return Path("runs") / f"{stamp}-{label or 'run'}"
 
 
-def run_info(opts: RunOptions, argv: list[str], run_id: str, model: str, workload: Any) -> dict:
+def run_info(run: ResolvedRun, argv: list[str]) -> dict:
     """The static part of ``run.json``."""
-    return {
-        "run_id": run_id,
+    opts = run.opts
+    info = {
+        "run_id": run.out_dir.name,
         "label": opts.output.label or "run",
         "target": redact_url(opts.connection.target),
-        "model": model,
+        "model": run.model,
         "protocol": opts.connection.protocol,
         "command": redact_argv(argv),
         "config": opts.config(),
-        "workload": workload.describe(),
+        "workload": run.ctx.workload.describe(),
     }
+    # what the gate's fingerprint compares: the server's build, this machine's speed
+    if run.server is not None:
+        info["server"] = run.server
+    info["calibration"] = calibrate.quick()
+    if run.baseline is not None:
+        info["baseline_target"] = run.baseline
+    return info
 
 
 class LocalDriver:
@@ -153,10 +154,10 @@ def _health(hub: RecordHub, ctx: LoadContext | None, source: str = "local") -> H
     return sampler
 
 
-#: builds the sinks beyond the run's own writer and status line (exporter, annotations),
-#: given the options and ``run_info`` (run_id, label, redacted target, model: what
-#: run.json starts with); ``llmload.run`` is the one place that supplies it
-SinkFactory = Callable[[OutputOptions, dict[str, Any]], Sequence[RecordSink]]
+#: builds the sinks beyond the run's own writer and status line (exporter, annotations,
+#: the target's own metrics), given the resolved run and ``run_info`` (run_id, label,
+#: redacted target, model: what run.json starts with); ``llmload.run`` supplies it
+SinkFactory = Callable[[ResolvedRun, dict[str, Any]], Sequence[RecordSink]]
 #: builds the report of a finished run directory and returns its terminal text
 ReportFn = Callable[[Path, str | None], str]
 
@@ -200,29 +201,19 @@ def run(
         return EXIT_USAGE
     hub = RecordHub()
     try:
-        target = connect_target(opts)
-        model = opts.connection.model or target.detect_model() or "default"
-        ctx = build_context(opts, target, model, hub)
-        baseline = add_baseline_target(opts, ctx)
+        resolved = prepare(opts, out_dir, hub)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
+    target, model, ctx, baseline = resolved.target, resolved.model, resolved.ctx, resolved.baseline
     if (out_dir / "run.json").exists():
         print(f"warning: replacing the previous run in {out_dir}", file=sys.stderr, flush=True)
-    info = {**run_info(opts, argv, out_dir.name, model, ctx.workload), **(extra_info or {})}
-    # what the gate's fingerprint compares: the server's build, this machine's speed
-    if opts.connection.protocol != "gradio" and (server := server_version(target)) is not None:
-        info["server"] = server
-    info["calibration"] = calibrate.quick()
-    if baseline is not None:
-        info["baseline_target"] = baseline
+    info = {**run_info(resolved, argv), **(extra_info or {})}
     writer = RunWriter(out_dir, info, opts.output.records_compression)
     status = StatusLine()
     hub.add(writer)
     hub.add(status)
-    # the factory sees where the run's files go (``--out``, or the default just chosen)
-    out_opts = opts.with_(out=str(out_dir)).output
-    extra = list(sinks(out_opts, info)) if sinks is not None else []
+    extra = list(sinks(resolved, info)) if sinks is not None else []
     for sink in extra:
         hub.add(sink)
     env = Environment(user_classes=[LLMUser], host=target.base_url)
@@ -230,6 +221,8 @@ def run(
     # cancelled request is one record); a master sends it to its workers with each start
     env.stop_timeout = opts.load.drain_timeout
     loop = PhaseLoop(opts, hub, status)
+    timed = ctx.workload.count if isinstance(ctx.workload, TraceReplay) else None
+    plan = plan_phases(opts.load, timed, baseline is not None)
     writer.on_failure = lambda failure: loop.stop_for(failure.sentence())
     if writer.failure is not None:  # run.json's first write already failed: send nothing
         loop.stop_for(writer.failure.sentence())
@@ -243,7 +236,7 @@ def run(
     gcpolicy.settle()  # start-up is done: keep the collector out of the records' timings
     try:
         if distributed:
-            driver = master = MasterDriver(env, opts, hub, model, loop)
+            driver = master = MasterDriver(env, resolved, hub, loop)
             sampler = _health(hub, None, "master")
         else:
             ctx.watch(env)
@@ -260,8 +253,6 @@ def run(
             print(f"web UI: http://{opts.output.web_host}:{opts.output.web_port}", file=sys.stderr)
         try:
             previous: Phase | None = None
-            timed = ctx.workload.count if isinstance(ctx.workload, TraceReplay) else None
-            plan = plan_phases(opts.load, timed, baseline is not None)
             if note := outdir.space_note(out_dir, opts, plan):
                 print(f"warning: {note}", file=sys.stderr, flush=True)
             for phase in phases if phases is not None else plan:

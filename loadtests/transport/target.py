@@ -37,7 +37,7 @@ import httpcore
 import httpx
 
 from llmload.loadtests.measure.adapters.base import HttpCall
-from llmload.loadtests.measure.caps import MAX_BODY_BYTES, MAX_EVENT_BYTES, OverCap, body_over
+from llmload.loadtests.measure.caps import OverCap, body_over
 from llmload.loadtests.measure.timing import StreamTimer
 from llmload.loadtests.options import ConnectionOptions
 from llmload.loadtests.redact import redact_url
@@ -73,24 +73,51 @@ class _RequestDeadline(Exception):
 class Target:
     """Where requests go: base URL (path prefix kept), headers, TLS, timeouts.
 
-    ``base_url`` never holds credentials: ``user:pass@`` in ``url`` becomes the
-    clients' basic auth, so what is printed or logged about the target is clean.
+    It reads its timeouts, TLS settings, client and read caps from the run's
+    ``ConnectionOptions`` (declared there once); ``url`` is the connection's target
+    unless given (``--baseline-target``), ``headers`` the resolved ones (``--header``
+    and the API key, ``from_options``).  ``base_url`` never holds credentials:
+    ``user:pass@`` in the URL becomes the clients' basic auth, so what is printed or
+    logged about the target is clean.
     """
 
-    url: str = field(repr=False)
-    headers: dict[str, str] = field(repr=False)
-    request_timeout: float = 300.0
-    stall_timeout: float = 60.0
-    ca_bundle: str | None = None
-    insecure: bool = False
-    #: ``http1`` (``loadtests.transport.http1``) or ``httpx``: which client ``session()``
-    #: gives each user
-    http_client: str = "http1"
-    #: what one SSE event and one (decoded) response body may hold (``loadtests.measure.caps``)
-    max_event_bytes: int = MAX_EVENT_BYTES
-    max_body_bytes: int = MAX_BODY_BYTES
+    connection: ConnectionOptions = field(repr=False)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    url: str = field(default="", repr=False)
+
+    @property
+    def request_timeout(self) -> float:
+        return float(self.connection.request_timeout)
+
+    @property
+    def stall_timeout(self) -> float:
+        return float(self.connection.stall_timeout)
+
+    @property
+    def ca_bundle(self) -> str | None:
+        return self.connection.ca_bundle
+
+    @property
+    def insecure(self) -> bool:
+        return bool(self.connection.insecure)
+
+    @property
+    def http_client(self) -> str:
+        """``http1`` (``loadtests.transport.http1``) or ``httpx``: each user's client."""
+        return str(self.connection.http_client)
+
+    @property
+    def max_event_bytes(self) -> int:
+        """What one SSE event may hold (``loadtests.measure.caps``)."""
+        return int(self.connection.max_event_bytes)
+
+    @property
+    def max_body_bytes(self) -> int:
+        """What one (decoded) response body may hold (``loadtests.measure.caps``)."""
+        return int(self.connection.max_body_bytes)
 
     def __post_init__(self) -> None:
+        self.url = self.url or self.connection.target
         parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"target must be an http(s) URL with a host: {redact_url(self.url)!r}")
@@ -120,8 +147,9 @@ class Target:
         _redact_httpx_log()
 
     @classmethod
-    def from_options(cls, opts: ConnectionOptions) -> Target:
-        """Build from the run's connection options (reads the API key from its variable)."""
+    def from_options(cls, opts: ConnectionOptions, url: str = "") -> Target:
+        """Build from the run's connection options (reads the API key from its variable);
+        ``url``: another target than ``opts.target`` with the same connection settings."""
         headers = opts.headers_dict()
         env = opts.api_key_env
         if env:
@@ -132,17 +160,7 @@ class Target:
                 headers["Authorization"] = f"Bearer {key}"
         if opts.ca_bundle and not os.path.isfile(opts.ca_bundle):
             raise ValueError(f"--ca-bundle {opts.ca_bundle}: no such file")
-        return cls(
-            url=opts.target,
-            headers=headers,
-            request_timeout=opts.request_timeout,
-            stall_timeout=opts.stall_timeout,
-            ca_bundle=opts.ca_bundle,
-            insecure=opts.insecure,
-            http_client=opts.http_client,
-            max_event_bytes=opts.max_event_bytes,
-            max_body_bytes=opts.max_body_bytes,
-        )
+        return cls(opts, headers, url)
 
     def ssl_context(self) -> ssl.SSLContext:
         """One TLS context per process, shared by every client (building one costs ms)."""

@@ -29,6 +29,7 @@ import pytest
 from llmload.loadtests.measure.adapters import get_adapter
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
+from llmload.loadtests.options import ConnectionOptions
 from llmload.loadtests.transport.target import Target, clock, perform
 from llmload.reports.table.diagnostics import detect
 from tests.fixtures.drive import drive
@@ -136,7 +137,7 @@ def test_records_say_when_a_request_paid_for_a_new_connection(
     # a server that keeps the connection: only the first request of a client opens one
     server = start_server(ttft_ms=5, itl_ms=1)
     model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
-    target = Target(server.url, {}, request_timeout=30, stall_timeout=30)
+    target = Target(ConnectionOptions(target=server.url, request_timeout=30, stall_timeout=30), {})
     adapter = get_adapter("openai-chat")
     prompt = Prompt("s", "p", prompt="hi", max_tokens=3)
     connects = []
@@ -184,12 +185,14 @@ def test_over_tls_the_request_still_leaves_in_one_send(tmp_path: Path, http_clie
     server = CloseServer(tls=ctx)
     try:
         target = Target(
-            server.url,
+            ConnectionOptions(
+                target=server.url,
+                request_timeout=30,
+                stall_timeout=30,
+                ca_bundle=str(cert),
+                http_client=http_client,
+            ),
             {},
-            request_timeout=30,
-            stall_timeout=30,
-            ca_bundle=str(cert),
-            http_client=http_client,
         )
         adapter = get_adapter("openai-chat")
         prompt = Prompt("s", "p", prompt="hi", max_tokens=3)

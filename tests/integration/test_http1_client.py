@@ -24,6 +24,7 @@ from llmload.loadtests.measure.adapters import get_adapter
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.measure.record import Mode, RequestRecord
 from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
+from llmload.loadtests.options import ConnectionOptions
 from llmload.loadtests.transport.http1 import Http1Client
 from llmload.loadtests.transport.target import Target, clock, perform
 
@@ -69,7 +70,10 @@ def test_same_records_from_both_paths_against_the_bundled_server(
 ) -> None:
     server = start_server(ttft_ms=20, itl_ms=2)
     target = Target(
-        server.url, {"X-Team": "a"}, request_timeout=30, stall_timeout=10, http_client=http_client
+        ConnectionOptions(
+            target=server.url, request_timeout=30, stall_timeout=10, http_client=http_client
+        ),
+        {"X-Team": "a"},
     )
     model = target.detect_model() or ""
     with target.user_client() as client:
@@ -101,7 +105,11 @@ def test_reference_server_both_paths_interleaved() -> None:
     proc, url = _reference(5, ttft_ms=10)
     try:
         targets = {
-            c: Target(url, {}, request_timeout=30, stall_timeout=10, http_client=c) for c in CLIENTS
+            c: Target(
+                ConnectionOptions(target=url, request_timeout=30, stall_timeout=10, http_client=c),
+                {},
+            )
+            for c in CLIENTS
         }
         sessions = {c: t.user_client() for c, t in targets.items()}
         for _ in range(2):
@@ -201,13 +209,9 @@ CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encod
 
 
 def http1_target(url: str, **kw: Any) -> Target:
-    return Target(
-        url,
-        {},
-        request_timeout=kw.pop("request_timeout", 10),
-        stall_timeout=kw.pop("stall_timeout", 10),
-        **kw,
-    )
+    kw.setdefault("request_timeout", 10)
+    kw.setdefault("stall_timeout", 10)
+    return Target(ConnectionOptions(target=url, **kw), {})
 
 
 @pytest.mark.parametrize("http_client", CLIENTS)
@@ -267,7 +271,9 @@ def test_http1_keeps_alive_sends_cookies_and_auth(scripted: Callable[..., Script
 
     server = scripted(script)
     url = server.url.replace("http://", "http://user:pa%40ss@") + "/llm/v1?key=abc"
-    target = Target(url, {"X-Team": "a"}, request_timeout=10, stall_timeout=10)
+    target = Target(
+        ConnectionOptions(target=url, request_timeout=10, stall_timeout=10), {"X-Team": "a"}
+    )
     with target.user_client() as client:
         assert [run(target, client).status for _ in range(3)] == ["ok"] * 3
     assert server.connections == 1
@@ -305,10 +311,12 @@ import json, sys, time
 import gevent
 from llmload.loadtests.measure.adapters import get_adapter
 from llmload.loadtests.measure.adapters.base import Prompt
+from llmload.loadtests.options import ConnectionOptions
 from llmload.loadtests.transport.target import Target, clock, perform
+from llmload.loadtests.options import ConnectionOptions
 from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
 
-target = Target(sys.argv[1], {}, request_timeout=3, stall_timeout=0.5)
+target = Target(ConnectionOptions(target=sys.argv[1], request_timeout=3, stall_timeout=0.5), {})
 adapter = get_adapter("openai-chat")
 out = []
 

@@ -54,6 +54,7 @@ def conn_level():
 def exchange_level():
     from bench.harness import _reference
     from llmload.loadtests.transport.target import Target
+    from llmload.loadtests.options import ConnectionOptions
     from llmload.loadtests.transport.http1 import Http1Client
     from tests.integration.test_http1_client import run
 
@@ -61,7 +62,10 @@ def exchange_level():
     # first (for TCP a read carries the stamp of the last segment it took)
     proc, url = _reference(600, 100)
     try:
-        target = Target(url, {}, request_timeout=30, stall_timeout=10, http_client="http1")
+        conn = ConnectionOptions(
+            target=url, request_timeout=30, stall_timeout=10, http_client="http1"
+        )
+        target = Target(conn, {})
         client = target.user_client()
         assert isinstance(client, Http1Client)
         out = []

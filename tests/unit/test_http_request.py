@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from llmload.loadtests.measure.adapters.base import HttpCall
+from llmload.loadtests.options import ConnectionOptions
 from llmload.loadtests.transport.connect import Connector
 from llmload.loadtests.transport.target import Target
 
@@ -16,7 +17,9 @@ from llmload.loadtests.transport.target import Target
     "url", ["http://127.0.0.1:9", "https://user:pw@example.test/llm/v1?key=abc&x=1"]
 )
 def test_the_fast_request_equals_httpx_build_request(url: str) -> None:
-    target = Target(url, {"X-Team": "a"}, request_timeout=60, stall_timeout=30)
+    target = Target(
+        ConnectionOptions(target=url, request_timeout=60, stall_timeout=30), {"X-Team": "a"}
+    )
     body = {"model": "m", "messages": [{"role": "user", "content": "春天"}], "stream": True}
     call = HttpCall("POST", "/v1/chat/completions", body, {"X-Call": "b"}, stream=True)
     timeout = httpx.Timeout(60, connect=10, read=30)
@@ -31,7 +34,9 @@ def test_the_fast_request_equals_httpx_build_request(url: str) -> None:
 
 
 def test_a_client_holding_cookies_sends_them_back() -> None:
-    target = Target("http://127.0.0.1:9", {}, request_timeout=60, stall_timeout=30)
+    target = Target(
+        ConnectionOptions(target="http://127.0.0.1:9", request_timeout=60, stall_timeout=30), {}
+    )
     call = HttpCall("POST", "/v1/chat/completions", {"a": 1}, stream=True)
     with target.httpx_client() as client:
         client.cookies.set("AWSALB", "sticky", domain="127.0.0.1")
@@ -87,7 +92,9 @@ def test_the_cookie_jar_reads_only_responses_that_set_cookies(
 ) -> None:
     from llmload.loadtests.transport.target import SetCookieJar
 
-    target = Target("http://127.0.0.1:9", {}, request_timeout=60, stall_timeout=30)
+    target = Target(
+        ConnectionOptions(target="http://127.0.0.1:9", request_timeout=60, stall_timeout=30), {}
+    )
     with target.httpx_client() as client:
         jar = client.cookies
         assert isinstance(jar, SetCookieJar)

@@ -17,6 +17,7 @@ import httpcore
 import httpx
 from packaging.requirements import Requirement
 
+from llmload.loadtests.options import ConnectionOptions
 from llmload.loadtests.transport.connect import CoalescingStream
 from llmload.loadtests.transport.target import SetCookieJar, Target
 
@@ -43,7 +44,9 @@ def test_the_private_hooks_are_where_the_fallback_path_sets_them() -> None:
     assert issubclass(CoalescingStream, SyncStream)
     transport = httpx.HTTPTransport()
     assert isinstance(transport._pool, httpcore.ConnectionPool)
-    target = Target("http://127.0.0.1:9", {}, request_timeout=5, stall_timeout=5)
+    target = Target(
+        ConnectionOptions(target="http://127.0.0.1:9", request_timeout=5, stall_timeout=5), {}
+    )
     with target.httpx_client() as client:
         assert isinstance(client._cookies, SetCookieJar)
         assert isinstance(client._transport._pool, httpcore.ConnectionPool)  # type: ignore[attr-defined]  # an attribute the stubs do not declare

@@ -82,10 +82,11 @@ def test_config_never_holds_secrets() -> None:
 
 
 def test_target_keeps_the_prefix_and_query_and_accepts_a_v1_base() -> None:
+    from llmload.loadtests.options import ConnectionOptions
     from llmload.loadtests.transport.target import Target
 
     for url in ("https://h.example/qwen", "https://h.example/qwen/v1/", "h.example/qwen"):
-        target = Target(url + "?api-version=2", {})
+        target = Target(ConnectionOptions(target=url + "?api-version=2"), {})
         with target.httpx_client() as client:
             req = client.build_request("POST", "/v1/chat/completions")
         assert req.url.path == "/qwen/v1/chat/completions"
