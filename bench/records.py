@@ -225,6 +225,11 @@ def measure(run_dir: Path) -> dict[str, Any]:
         + ["--metric", GATE_METRICS]
     )
     result["gate_history"] = {"s": wall, "rss": rss, "rc": p.returncode}
+    # the run as Parquet tables (requests, content events, scrapes): issue 37's goal
+    export = run_dir / "export"
+    wall, rss, p = _child([*cli, "report", "export", str(run_dir), "--out", str(export)])
+    size = sum(f.stat().st_size for f in export.glob("*")) if export.is_dir() else 0
+    result["export"] = {"s": wall, "rss": rss, "rc": p.returncode, "bytes": size}
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser:
         page = (run_dir / "report.html").resolve().as_uri()
@@ -233,6 +238,14 @@ def measure(run_dir: Path) -> dict[str, Any]:
         )
         result["chromium"] = {"s": wall, "rc": p.returncode, "dom_bytes": len(p.stdout)}
     return result
+
+
+def _export(x: dict[str, Any] | None) -> str:
+    if not x:
+        return "–"
+    if x["rc"] != 0:
+        return f"exit {x['rc']}"
+    return f"{x['s']:.1f} s ({_mib(x['rss'])}, {_mib(x['bytes'])})"
 
 
 def _gate(g: dict[str, Any] | None) -> str:
@@ -257,13 +270,14 @@ def section(n: int, rows: list[dict[str, Any]], load_before: str, load_after: st
         "into columns; summary = every distribution, exact; html = charts and page; vLLM = "
         f"`vllm_bench_<phase>.json`), `report baseline` and `report gate --metric "
         f"{GATE_METRICS}` against that baseline (its exit code after the time), and against a "
-        f"history of {HISTORY_RUNS} copies of it (`--history`, the gate across runs). Peak RSS is "
+        f"history of {HISTORY_RUNS} copies of it (`--history`, the gate across runs), and "
+        "`report export` (Parquet: requests, one row per content event, scrapes). Peak RSS is "
         "the process's own (`ru_maxrss`); a step's is the peak up to its end.",
         "",
         "| compression | file | write | `report build` | peak RSS | load | summary | html "
         "| vLLM JSON | report.html | baseline (RSS) | gate (RSS, exit) | gate --history (RSS, "
-        "exit) | Chromium opens it |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "exit) | export Parquet (RSS, size) | Chromium opens it |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         m, st = r["measure"], r["measure"]["steps"]
@@ -278,7 +292,7 @@ def section(n: int, rows: list[dict[str, Any]], load_before: str, load_after: st
             f"| {st['vllm']['s']:.1f} s | {m['html_bytes'] / 1000:,.0f} kB "
             f"| {m['baseline']['s']:.1f} s ({_mib(m['baseline']['rss'])}) "
             f"| {m['gate']['s']:.1f} s ({_mib(m['gate']['rss'])}, exit {m['gate']['rc']}) "
-            f"| {_gate(m.get('gate_history'))} | {opened} |"
+            f"| {_gate(m.get('gate_history'))} | {_export(m.get('export'))} | {opened} |"
         )
     best = min(rows, key=lambda r: r["measure"]["build"]["s"])
     b = best["measure"]["build"]
@@ -306,6 +320,16 @@ def section(n: int, rows: list[dict[str, Any]], load_before: str, load_after: st
             f"The gate's goal at {n:,} records (≤ {GOAL_S:.0f} s, against a baseline or a "
             f"history): **{'met' if worst <= GOAL_S else 'not met'}** here (slowest "
             f"{worst:.0f} s).",
+        ]
+    exports = [r["measure"]["export"] for r in rows if r["measure"].get("export")]
+    if exports:
+        worst_x = max(exports, key=lambda x: x["s"])
+        ok = all(x["rc"] == 0 and x["s"] <= GOAL_S and x["rss"] <= GOAL_RSS for x in exports)
+        lines += [
+            "",
+            f"The export's goal at {n:,} records (`report export`, Parquet, ≤ {GOAL_S:.0f} s "
+            f"and ≤ 2 GiB RSS): **{'met' if ok else 'not met'}** here (slowest "
+            f"{worst_x['s']:.0f} s, {_mib(worst_x['rss'])}).",
         ]
     if not (met and html_ok):
         lines += ["", limits(n, best)]

@@ -46,6 +46,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from llmload.reports.export.tables import ExportError, export_run
+
+    try:
+        counts = export_run(args.run_dir, args.format, args.out)
+    except ExportError as exc:
+        print(f"reports export: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    folder = counts.files[0].parent
+    skipped = f"; {counts.corrupt_lines} corrupt lines skipped" if counts.corrupt_lines else ""
+    print(
+        f"exported {counts.requests} requests, {counts.events} content events, "
+        f"{counts.scrapes} scraped values ({args.format}) -> {folder}{skipped}"
+    )
+    return 0
+
+
 def cmd_baseline(args: argparse.Namespace) -> int:
     from llmload.reports.gate.baseline import write_baseline
     from llmload.reports.gate.history import append
@@ -241,6 +258,19 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, default=None, help="folder for compare.md/html (RUN_B)")
     c.add_argument("--slo", default=None, help=slo_help)
     c.set_defaults(func=cmd_compare)
+
+    x = sub.add_parser(
+        "export", help="RUN_DIR as tables: requests, content events, scrapes (Parquet or CSV)"
+    )
+    x.add_argument("run_dir", type=Path, help="a run directory")
+    x.add_argument(
+        "--format",
+        default="parquet",
+        choices=("parquet", "csv"),
+        help="parquet (needs the parquet extra: pyarrow) or csv (parquet)",
+    )
+    x.add_argument("--out", type=Path, default=None, help="folder for the tables (RUN_DIR/export)")
+    x.set_defaults(func=cmd_export)
 
     bl = sub.add_parser("baseline", help="store what the gate needs of RUN_DIR's distribution")
     bl.add_argument("run_dir", type=Path, help="a good run to compare later runs against")

@@ -70,7 +70,7 @@ class Run:
         return str(self.meta.get("run_id") or self.path.name)
 
 
-def _decode(line: bytes) -> Any:
+def decode_line(line: bytes) -> Any:
     """One line's JSON: orjson, or ``json`` for what orjson refuses and ``json`` reads
     (NaN, integers past 64 bits, invalid UTF-8 read as replacement characters)."""
     try:
@@ -99,7 +99,7 @@ def load_run(path: Path | str) -> Run:
             continue
         last = lineno
         try:
-            data = _decode(line)
+            data = decode_line(line)
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
             add(data)

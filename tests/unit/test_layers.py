@@ -58,6 +58,7 @@ LAYER: dict[str, float] = {
     "reports.table": 5.1,
     "reports.server": 5.2,
     "reports.workloads": 5.2,
+    "reports.export": 5.2,
     "reports.capacity": 5.3,
     "reports.summary": 5.4,
     "reports.page": 5.5,
