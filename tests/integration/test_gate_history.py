@@ -24,7 +24,12 @@ from bench.procs import start_server_process
 from llmload.target_server.launch import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-LOAD = ("--users", "6", "--spawn-rate", "60", "--pacing", "0.05s", "--duration", "2s")
+#: long enough that a run's TTFT p95 holds within a few % on a loaded 2-core machine (2 s
+#: runs spread 10 % there beside other jobs, and the unchanged build came out inconclusive)
+LOAD = (
+    *("--users", "6", "--spawn-rate", "60", "--pacing", "0.05s"),
+    *("--duration", "4s", "--warmup", "0.5s"),
+)
 
 
 def llmload(*args: str | Path) -> subprocess.CompletedProcess[str]:
