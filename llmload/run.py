@@ -34,6 +34,7 @@ import httpx
 
 from llmload import (
     bundled,
+    gpumetrics,
     reports,
     servermetrics,
     speedcheck,
@@ -77,11 +78,16 @@ def sinks(opts: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
 
 
 def run_sinks(opts: RunOptions) -> runner.SinkFactory:
-    """``sinks``, and the scraper of the target's own metrics (``--server-metrics``)."""
+    """``sinks``, and the scrapers of the target's own metrics (``--server-metrics``) and of
+    its GPUs (``--gpu-metrics``)."""
 
     def factory(o: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
-        scrape = servermetrics.scraper(opts, Path(o.out or "."))
-        return [*sinks(o, info), *([scrape] if scrape is not None else [])]
+        # the capacity search finds the server's by its file (gpu_metrics.jsonl is the other)
+        scrapes = [
+            servermetrics.scraper(opts, Path(o.out or ".")),
+            gpumetrics.scraper(opts, Path(o.out or ".")),
+        ]
+        return [*sinks(o, info), *(s for s in scrapes if s is not None)]
 
     return factory
 
