@@ -1,0 +1,142 @@
+"""GPU telemetry on the run's timeline: ``llmload run --gpu-metrics URL``, the bundled server.
+
+This machine has no GPU: the exporter is ``tests.fixtures.gpu_exporter``, a real
+HTTP server serving dcgm-exporter's (or AMD's) documented families and labels
+for two GPUs drawing a constant 300 W and 200 W, their energy counters the
+integral of that power.  So a phase's energy is known from the window the
+report says it measured: 500 W times its length; joules per output token follow
+from the output tokens in ``requests.jsonl``.  Also: an exporter that dies
+mid-run (after 6 scrapes: the probe, the phase's start, ~1 s of the phase; the
+gap is named, the energy unknown, no record lost), energy counters that reset
+(never a negative energy; the phase says so), and an exporter without an energy
+counter (power integrated, and said so).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.gpu_exporter import WATTS, FakeExporter, serve
+from tests.fixtures.loadtests import ROOT
+
+INTERVAL_S = 0.25
+#: the tolerance on energies: the exporter answers a few ms after the scrape is sent
+REL = 0.03
+
+
+def llmload_run(
+    out: Path, target: str, gpu: str, duration: str = "3s"
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llmload", "run", "--out", str(out), "--status-interval", "60"]
+        + ["--target", target, "--users", "4", "--pacing", "0s", "--duration", duration]
+        + ["--modes", "stream", "--max-tokens", "16", "--ignore-eos"]
+        + ["--gpu-metrics", gpu, "--server-metrics-interval", f"{INTERVAL_S}s"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def read(out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    records = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    return records, json.loads((out / "summary.json").read_text())
+
+
+def span(block: dict[str, Any]) -> float:
+    return block["window"]["to"] - block["window"]["from"]
+
+
+def test_energy_per_token_is_what_the_exporters_counters_imply(start_server_proc, tmp_path) -> None:
+    server = start_server_proc("--ttft-ms", "40", "--itl-ms", "10")
+    out = tmp_path / "run"
+    with serve(FakeExporter()) as fake:
+        done = llmload_run(out, server.url, fake.url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "NVIDIA dcgm-exporter, 2 GPU(s)" in done.stderr
+    records, summary = read(out)
+    block = summary["phases"]["stream"]["gpu"]
+    assert block["exporter"] == "dcgm" and block["window"]["exact"]
+    assert set(block["gpus"]) == {"fakehost/0", "fakehost/1"}
+    for key, watts in zip(("fakehost/0", "fakehost/1"), WATTS, strict=True):
+        g = block["gpus"][key]
+        assert g["energy_source"] == "counter" and g["resets"] == 0
+        assert g["energy_j"] == pytest.approx(watts * span(block), rel=REL)
+        assert g["power_w_mean"] == watts
+    expected = sum(WATTS) * span(block)
+    assert block["energy_j"] == pytest.approx(expected, rel=REL)
+    tokens = sum(
+        r["output_tokens"] for r in records if r["phase"] == "stream" and not r.get("warmup")
+    )
+    assert tokens and block["output_tokens"] == tokens
+    assert block["joules_per_output_token"] == pytest.approx(expected / tokens, rel=REL)
+    assert block["output_tokens_per_joule"] == pytest.approx(tokens / expected, rel=REL)
+    assert 0 < block["in_flight_mean"] <= 4
+    assert block["watts_per_request_in_flight"] == pytest.approx(
+        sum(WATTS) / block["in_flight_mean"]
+    )
+    assert block["gaps"] == [] and block["notes"] == []
+    assert summary["gpu_metrics"]["gpus"] == ["fakehost/0", "fakehost/1"]
+    assert "J/output token" in done.stdout and "J/output token" in (out / "summary.md").read_text()
+    lines = (out / "gpu_metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["meta"]["status"] == "scraping"
+    assert "g" in json.loads(lines[1]) and "end" in json.loads(lines[-1])
+
+
+def test_an_exporter_that_dies_mid_run_is_a_named_gap(start_server_proc, tmp_path) -> None:
+    server = start_server_proc("--ttft-ms", "40", "--itl-ms", "10")
+    out = tmp_path / "run"
+    with serve(FakeExporter(die_after=6)) as fake:
+        done = llmload_run(out, server.url, fake.url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    records, summary = read(out)
+    assert records and all(r["status"] == "ok" for r in records)  # nothing of the client lost
+    phase = summary["phases"]["stream"]
+    assert phase["count"] == len([r for r in records if r["phase"] == "stream"])
+    assert "server" in phase  # the server's side is untouched
+    block = phase["gpu"]
+    assert block["energy_j"] is None and block["joules_per_output_token"] is None
+    assert block["gaps"] and block["gaps"][-1]["to_s"] is None
+    assert 0 < block["gaps"][0]["from_s"] < 3
+    assert any("did not answer" in n for n in block["notes"])
+    assert any("energy unknown" in n for n in block["notes"])
+    assert summary["gpu_metrics"]["failed"] >= 1
+
+
+def test_a_counter_reset_is_said_never_a_negative_energy(start_server_proc, tmp_path) -> None:
+    server = start_server_proc("--ttft-ms", "40", "--itl-ms", "10")
+    out = tmp_path / "run"
+    with serve(FakeExporter(reset_after=6)) as fake:
+        done = llmload_run(out, server.url, fake.url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, summary = read(out)
+    block = summary["phases"]["stream"]["gpu"]
+    assert block["all"]["resets"] == 2  # both GPUs' counters restarted once
+    assert any("reset" in n for n in block["notes"])
+    # what was drawn between the last scrape before the restart and the restart is unseen:
+    # at most one interval of power
+    most = sum(WATTS) * span(block)
+    assert most * (1 - REL) - sum(WATTS) * INTERVAL_S <= block["energy_j"] <= most * (1 + REL)
+
+
+def test_amd_without_an_energy_counter_integrates_power(start_server_proc, tmp_path) -> None:
+    server = start_server_proc("--ttft-ms", "40", "--itl-ms", "10")
+    out = tmp_path / "run"
+    with serve(FakeExporter(kind="amd", energy=False)) as fake:
+        done = llmload_run(out, server.url, fake.url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "AMD device metrics exporter, 2 GPU(s)" in done.stderr
+    _, summary = read(out)
+    block = summary["phases"]["stream"]["gpu"]
+    assert block["energy_source"] == "power integrated"
+    assert block["energy_j"] == pytest.approx(sum(WATTS) * span(block), rel=REL)
+    assert block["all"]["util_pct_mean"] == pytest.approx(80.5)
+    assert any("integrated" in n for n in block["notes"])
