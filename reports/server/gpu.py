@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from llmload.loadtests import gpufamilies
+from llmload.reports.draw.charts import Series
 from llmload.reports.draw.fmt import fmt_num
 from llmload.reports.table.loader import Run
 from llmload.reports.table.scrapes import Scrape, ServerRun
@@ -316,3 +317,30 @@ def gpu_lines(phases: dict[str, Any]) -> list[str]:
         if block:
             out += phase_lines(name, block)
     return out
+
+
+def series(gr: ServerRun, t0: float) -> tuple[list[Series], list[Series]]:
+    """Power (W: each GPU, and their sum) and utilization (%: each GPU) per scrape, on the
+    client charts' axis (seconds since ``t0``); empty when the exporter gave neither."""
+    exp = gpufamilies.detect(gr.names())
+    if exp is None:
+        return [], []
+    have = gr.names()
+    keys = sorted({k for s in gr.scrapes for per in s.sample.per.values() for k in per})
+    out: list[list[Series]] = []
+    for role in ("power", "util"):
+        f = _family(exp, role, have)
+        drawn: list[Series] = []
+        if f is not None:
+            for key in keys:
+                pts = [(t - t0, v * f.scale) for t, v in _points(gr.scrapes, f.name, key)]
+                drawn.append(Series(f"GPU {key}", pts, "line"))
+            if role == "power" and len(keys) > 1:
+                pts = [
+                    (s.t - t0, s.sample.values[f.name] * f.scale)
+                    for s in gr.scrapes
+                    if f.name in s.sample.values
+                ]
+                drawn.append(Series("all GPUs", pts, "line", "#d62728", dashed=True))
+        out.append([s for s in drawn if s.points])
+    return out[0], out[1]

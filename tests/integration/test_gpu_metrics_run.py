@@ -85,6 +85,8 @@ def test_energy_per_token_is_what_the_exporters_counters_imply(start_server_proc
     assert block["gaps"] == [] and block["notes"] == []
     assert summary["gpu_metrics"]["gpus"] == ["fakehost/0", "fakehost/1"]
     assert "J/output token" in done.stdout and "J/output token" in (out / "summary.md").read_text()
+    page = (out / "report.html").read_text()
+    assert "chart-gpu-power" in page and "chart-gpu-util" in page and "all GPUs" in page
     lines = (out / "gpu_metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[0])["meta"]["status"] == "scraping"
     assert "g" in json.loads(lines[1]) and "end" in json.loads(lines[-1])
@@ -102,6 +104,7 @@ def test_an_exporter_that_dies_mid_run_is_a_named_gap(start_server_proc, tmp_pat
     phase = summary["phases"]["stream"]
     assert phase["count"] == len([r for r in records if r["phase"] == "stream"])
     assert "server" in phase  # the server's side is untouched
+    assert "chart-gpu-power" in (out / "report.html").read_text()  # what was seen is drawn
     block = phase["gpu"]
     assert block["energy_j"] is None and block["joules_per_output_token"] is None
     assert block["gaps"] and block["gaps"][-1]["to_s"] is None
