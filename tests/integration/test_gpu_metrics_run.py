@@ -143,3 +143,30 @@ def test_amd_without_an_energy_counter_integrates_power(start_server_proc, tmp_p
     assert block["energy_j"] == pytest.approx(sum(WATTS) * span(block), rel=REL)
     assert block["all"]["util_pct_mean"] == pytest.approx(80.5)
     assert any("integrated" in n for n in block["notes"])
+
+
+def test_report_compare_shows_energy_per_token(start_server_proc, tmp_path) -> None:
+    """Run B's GPUs draw twice the power for the same load: ``report compare`` says its
+    joules per output token are about twice A's, and worse."""
+    server = start_server_proc("--ttft-ms", "40", "--itl-ms", "10")
+    for name, watts in (("a", WATTS), ("b", tuple(2 * w for w in WATTS))):
+        with serve(FakeExporter(watts=watts)) as fake:
+            done = llmload_run(tmp_path / name, server.url, fake.url)
+        assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run(
+        [sys.executable, "-m", "llmload", "report", "compare"]
+        + [str(tmp_path / "a"), str(tmp_path / "b")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    per_token = {
+        n: read(tmp_path / n)[1]["phases"]["stream"]["gpu"]["joules_per_output_token"]
+        for n in ("a", "b")
+    }
+    assert per_token["b"] / per_token["a"] == pytest.approx(2.0, rel=0.15)
+    text = (tmp_path / "b" / "compare.md").read_text().splitlines()
+    row = next(x for x in text if "GPU joules per output token" in x)
+    assert "worse" in row, row
