@@ -344,3 +344,32 @@ def series(gr: ServerRun, t0: float) -> tuple[list[Series], list[Series]]:
                 drawn.append(Series("all GPUs", pts, "line", "#d62728", dashed=True))
         out.append([s for s in drawn if s.points])
     return out[0], out[1]
+
+
+def cumulative_energy(gr: ServerRun) -> tuple[np.ndarray, np.ndarray]:
+    """The GPUs' summed energy since the first scrape, J, at each scrape's time: each GPU's
+    counter increase (reset-safe), or its power integrated where it has no counter — the
+    curve the gate's ``energy`` metric reads a second at a time (empty: no exporter)."""
+    exp = gpufamilies.detect(gr.names())
+    scrapes = gr.scrapes
+    if exp is None or len(scrapes) < 2:
+        return np.zeros(0), np.zeros(0)
+    have = gr.names()
+    counter, power = _family(exp, "energy", have), _family(exp, "power", have)
+    keys = sorted({k for s in scrapes for per in s.sample.per.values() for k in per})
+    steps = np.zeros(len(scrapes) - 1)
+    for key in keys:
+        for i, (a, b) in enumerate(zip(scrapes, scrapes[1:], strict=False)):
+            if counter is not None and key in a.sample.per.get(counter.name, {}):
+                va = a.sample.per[counter.name][key]
+                vb = b.sample.per.get(counter.name, {}).get(key)
+                if vb is not None:
+                    steps[i] += increase([va, vb])[0] * counter.scale
+                    continue
+            if power is not None:
+                pa = a.sample.per.get(power.name, {}).get(key)
+                pb = b.sample.per.get(power.name, {}).get(key)
+                if pa is not None and pb is not None:
+                    steps[i] += integrate([(a.t, pa * power.scale), (b.t, pb * power.scale)])
+    times = np.asarray([s.t for s in scrapes])
+    return times, np.concatenate([[0.0], np.cumsum(steps)])

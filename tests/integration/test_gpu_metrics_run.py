@@ -212,3 +212,34 @@ def test_capacity_curve_has_tokens_per_joule_at_each_step(start_server_proc, tmp
         tokens = sum(r["output_tokens"] or 0 for r in records if r["phase"] == p["phase"])
         assert near(tokens / p["output_tokens_per_joule"], sum(WATTS), block, out)
     assert "out tok/J (GPU)" in (out / "summary.md").read_text()
+
+
+def test_gate_metric_energy_fails_a_run_whose_gpus_draw_twice_the_power(
+    start_server_proc, tmp_path
+) -> None:
+    """``report gate --metric energy``: the same load on GPUs drawing the same power passes; on
+    GPUs drawing twice as much (twice the joules per output token) it fails."""
+    server = start_server_proc("--ttft-ms", "40", "--itl-ms", "10")
+    for name, watts in (("a", WATTS), ("same", WATTS), ("hot", tuple(2 * w for w in WATTS))):
+        with serve(FakeExporter(watts=watts)) as fake:
+            done = llmload_run(tmp_path / name, server.url, fake.url, duration="8s")
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    def report(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "llmload", "report", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    base = tmp_path / "base.json"
+    done = report("baseline", str(tmp_path / "a"), "--out", str(base))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(base.read_text())["rates"]["energy"]["stream"]["all"]
+    same = report("gate", str(tmp_path / "same"), "--baseline", str(base), "--metric", "energy")
+    assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
+    hot = report("gate", str(tmp_path / "hot"), "--baseline", str(base), "--metric", "energy")
+    assert hot.returncode == 1, hot.stdout[-3000:] + hot.stderr[-3000:]
+    assert "GPU energy per output token" in hot.stdout + hot.stderr

@@ -64,3 +64,23 @@ def test_gaps_are_grouped_between_answers() -> None:
 def test_auto_is_dcgm_exporters_port_on_the_target_host() -> None:
     assert auto_url("https://gpu-box.example:8000/v1") == "http://gpu-box.example:9400/metrics"
     assert auto_url("http://[::1]:8000") == "http://[::1]:9400/metrics"
+
+
+def test_cumulative_energy_sums_gpus_across_a_reset_and_integrates_without_a_counter() -> None:
+    from llmload.reports.server.gpu import cumulative_energy
+
+    energy, power = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_POWER_USAGE"
+
+    def scrape(t: float, mj: float | None, watts: float) -> Scrape:
+        per = {power: {"h/0": watts, "h/1": watts}}
+        if mj is not None:
+            per[energy] = {"h/0": mj}  # GPU 1 has no energy counter
+        values = {name: sum(v.values()) for name, v in per.items()}  # the sum, as scraped
+        return Scrape(t, Sample(values=values, per=per))
+
+    sr = ServerRun(meta={}, scrapes=[scrape(0.0, 1000.0, 100.0), scrape(1.0, 101000.0, 100.0)])
+    sr.scrapes.append(scrape(2.0, 50000.0, 300.0))  # GPU 0's counter restarted: 50 J since
+    times, joules = cumulative_energy(sr)
+    assert times.tolist() == [0.0, 1.0, 2.0]
+    # GPU 0: 100 J, then 50 J; GPU 1 (power integrated): 100 J, then 200 J
+    assert joules.tolist() == pytest.approx([0.0, 200.0, 450.0])
