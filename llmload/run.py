@@ -83,11 +83,14 @@ def run_sinks(opts: RunOptions) -> runner.SinkFactory:
 
     def factory(o: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
         # the capacity search finds the server's by its file (gpu_metrics.jsonl is the other)
-        scrapes = [
-            servermetrics.scraper(opts, Path(o.out or ".")),
-            gpumetrics.scraper(opts, Path(o.out or ".")),
-        ]
-        return [*sinks(o, info), *(s for s in scrapes if s is not None)]
+        server = servermetrics.scraper(opts, Path(o.out or "."))
+        gpu = gpumetrics.scraper(opts, Path(o.out or "."))
+        scrapes = [server, gpu]
+        out = sinks(o, info)
+        for sink in out:
+            if gpu is not None and isinstance(sink, LiveMetrics):
+                sink.watch_gpu(gpu)  # the GPUs' figures on llmload's own /metrics too
+        return [*out, *(s for s in scrapes if s is not None)]
 
     return factory
 

@@ -243,3 +243,39 @@ def test_gate_metric_energy_fails_a_run_whose_gpus_draw_twice_the_power(
     hot = report("gate", str(tmp_path / "hot"), "--baseline", str(base), "--metric", "energy")
     assert hot.returncode == 1, hot.stdout[-3000:] + hot.stderr[-3000:]
     assert "GPU energy per output token" in hot.stdout + hot.stderr
+
+
+def test_llmloads_own_exporter_pushes_the_gpus_energy(start_server_proc, pushgateway, tmp_path):
+    """``--pushgateway``: the run's final push holds each GPU's power and its energy since the
+    run began — at 300 W and 200 W, in that ratio, and what the GPU scrapes' span implies."""
+    server = start_server_proc("--ttft-ms", "40", "--itl-ms", "10")
+    out = tmp_path / "run"
+    with serve(FakeExporter()) as fake:
+        done = subprocess.run(
+            [sys.executable, "-m", "llmload", "run", "--out", str(out), "--status-interval", "60"]
+            + ["--target", server.url, "--users", "2", "--duration", "2s", "--max-tokens", "8"]
+            + ["--modes", "stream", "--gpu-metrics", fake.url, "--pushgateway", pushgateway.url]
+            + ["--server-metrics-interval", f"{INTERVAL_S}s", "--no-report"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    pushed: dict[str, float] = {}
+    for line in pushgateway.metrics().splitlines():
+        if line.startswith("llmload_gpu_"):
+            name, value = line.rsplit(" ", 1)
+            pushed[name.split("{")[0] + "/" + name.split('gpu="')[1].split('"')[0]] = float(value)
+    assert pushed["llmload_gpu_power_watts/fakehost/0"] == WATTS[0]
+    assert pushed["llmload_gpu_power_watts/fakehost/1"] == WATTS[1]
+    e0 = pushed["llmload_gpu_energy_joules_total/fakehost/0"]
+    e1 = pushed["llmload_gpu_energy_joules_total/fakehost/1"]
+    assert e0 > 0 and e0 / e1 == pytest.approx(WATTS[0] / WATTS[1], rel=1e-6)
+    scrapes = [
+        json.loads(x)
+        for x in (out / "gpu_metrics.jsonl").read_text().splitlines()
+        if '"rtt_ms"' in x
+    ]
+    # the push comes before the scraper's last word: at most the span of its scrapes
+    assert e0 <= WATTS[0] * (scrapes[-1]["t"] - scrapes[0]["t"] + 0.5)
