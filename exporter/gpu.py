@@ -71,7 +71,9 @@ class GpuCollector(Collector):
         last = samples[-1][1]
         for family, role in ((power, "power"), (util, "util")):
             f = fams[role]
-            for gpu, value in sorted(last.per.get(f.name, {}).items()) if f else ():
+            if f is None:
+                continue
+            for gpu, value in sorted(last.per.get(f.name, {}).items()):
                 family.add_metric([gpu], value * f.scale)
         for gpu, value in sorted(joules.items()):
             energy.add_metric([gpu], value)
