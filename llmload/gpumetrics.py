@@ -4,7 +4,9 @@
 target's host (``http://HOST:9400/metrics``) and says nothing when it is not
 there: most targets have no exporter beside them.  A URL is scraped as given
 (NVIDIA dcgm-exporter or AMD's device metrics exporter) and one line says what
-it found or why there is nothing; ``off`` scrapes nothing.  The target's
+it found or why there is nothing; ``nvml`` reads this host's GPUs through NVML
+(``llmload.nvml``: the target runs beside the load generator); ``off`` scrapes
+nothing.  The target's
 headers and credentials never go to the exporter.
 
 The scraper is ``loadtests.run.scrape.ServerScraper`` again — a second
@@ -18,6 +20,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from llmload import nvml
 from llmload.loadtests import gpufamilies
 from llmload.loadtests.options import RunOptions
 from llmload.loadtests.redact import redact_url
@@ -40,7 +43,16 @@ def scraper(opts: RunOptions, out_dir: Path) -> ServerScraper | None:
     if o.gpu_metrics == "off":
         return None
     auto = o.gpu_metrics == "auto"
-    url = auto_url(Target.from_options(opts.connection).base_url) if auto else o.gpu_metrics
+    if o.gpu_metrics == "nvml":
+        try:
+            url = nvml.serve()
+        except nvml.NvmlUnavailable as exc:
+            print(f"GPU metrics: none (nvml: {exc})", file=sys.stderr, flush=True)
+            return None
+    elif auto:
+        url = auto_url(Target.from_options(opts.connection).base_url)
+    else:
+        url = o.gpu_metrics
     scrape = ServerScraper(
         url,
         out_dir,

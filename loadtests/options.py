@@ -662,8 +662,9 @@ class OutputOptions:
         "auto",
         "scrape a GPU exporter (NVIDIA dcgm-exporter, AMD device metrics exporter) into "
         "gpu_metrics.jsonl beside --server-metrics, on its clock and period: auto (the "
-        "target host's dcgm-exporter port 9400, when it answers), a URL, or off",
-        metavar="URL|auto|off",
+        "target host's dcgm-exporter port 9400, when it answers), a URL, nvml (this host's "
+        "GPUs through nvidia-ml-py), or off",
+        metavar="URL|auto|nvml|off",
         compare=NOTED,
     )
     web: bool = option(False, "serve locust's web UI, with the llmload tabs", compare=IGNORED)

@@ -29,7 +29,7 @@ INTERVAL_S = 0.25
 
 
 def llmload_run(
-    out: Path, target: str, gpu: str, duration: str = "3s"
+    out: Path, target: str, gpu: str, duration: str = "3s", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "llmload", "run", "--out", str(out), "--status-interval", "60"]
@@ -37,6 +37,7 @@ def llmload_run(
         + ["--modes", "stream", "--max-tokens", "16", "--ignore-eos"]
         + ["--gpu-metrics", gpu, "--server-metrics-interval", f"{INTERVAL_S}s"],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -279,3 +280,57 @@ def test_llmloads_own_exporter_pushes_the_gpus_energy(start_server_proc, pushgat
     ]
     # the push comes before the scraper's last word: at most the span of its scrapes
     assert e0 <= WATTS[0] * (scrapes[-1]["t"] - scrapes[0]["t"] + 0.5)
+
+
+STUB = ROOT / "tests" / "fixtures" / "nvml_stub"
+
+
+def test_nvml_reads_this_hosts_gpus(start_server_proc, tmp_path) -> None:
+    """``--gpu-metrics nvml`` with the stand-in ``pynvml`` (no GPU here): GPU 0's energy from its
+    counter, GPU 1 (no counter) its power integrated, the sum and the note say so."""
+    import os
+
+    from tests.fixtures.nvml_stub.pynvml import WATTS as NVML_WATTS
+
+    server = start_server_proc("--ttft-ms", "40", "--itl-ms", "10")
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": f"{STUB}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "llmload", "run", "--out", str(out), "--status-interval", "60"]
+        + ["--target", server.url, "--users", "2", "--duration", "2s", "--max-tokens", "8"]
+        + ["--modes", "stream", "--gpu-metrics", "nvml"]
+        + ["--server-metrics-interval", f"{INTERVAL_S}s"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "NVIDIA dcgm-exporter, 2 GPU(s)" in done.stderr
+    _, summary = read(out)
+    block = summary["phases"]["stream"]["gpu"]
+    g0, g1 = block["gpus"].values()
+    assert g0["energy_source"] == "counter" and near(g0["energy_j"], NVML_WATTS[0], block, out)
+    assert g1["energy_source"] == "power integrated"
+    assert g1["energy_j"] == pytest.approx(NVML_WATTS[1] * span(block), rel=1e-6)
+    assert block["energy_source"] == "mixed" and any("integrated" in n for n in block["notes"])
+    assert g0["mem_used_mib_max"] == 40 * 1024 and g1["temp_c_max"] == 61
+
+
+def test_nvml_without_nvidia_ml_py_is_one_line(start_server_proc, tmp_path) -> None:
+    """Where ``pynvml`` cannot be imported (forced, whatever this machine has installed): one
+    line says so and the run goes on without GPU figures."""
+    import os
+
+    server = start_server_proc("--ttft-ms", "40", "--itl-ms", "10")
+    out = tmp_path / "run"
+    absent = ROOT / "tests" / "fixtures" / "nvml_absent"
+    env = {**os.environ, "PYTHONPATH": f"{absent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = llmload_run(out, server.url, "nvml", duration="1s", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [x for x in done.stderr.splitlines() if x.startswith("GPU metrics:")]
+    assert lines == [
+        "GPU metrics: none (nvml: nvidia-ml-py is not installed (pip install 'llmload[gpu]'))"
+    ]
+    assert not (out / "gpu_metrics.jsonl").exists() and (out / "summary.json").exists()
