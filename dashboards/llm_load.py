@@ -8,7 +8,7 @@ from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.models import dashboard as dm
 
-from llmload.dashboards import servers
+from llmload.dashboards import gpus, servers
 from llmload.dashboards.names import PHASE_TAG, TITLE, UID
 from llmload.dashboards.panels import (
     CLIENT,
@@ -444,6 +444,7 @@ def build() -> dict[str, Any]:
     grid.add_row("Workloads: prefix cache, agent sessions", workloads())
     grid.add_row("Server", server())
     grid.add_row("Is the target saturated?", saturation())
+    grid.add_row("GPUs (dcgm-exporter, AMD exporter): energy per token", gpus.row())
     grid.add_row("Harness health", harness())
     for known in servers.SERVERS:
         grid.add_row(f"{known.name} (its own /metrics)", servers.row(known))

@@ -28,6 +28,8 @@ What feeds what:
 * The field's workloads (``exporter.workloads``): prefix-cache prompt tokens and hits
   (``--dataset prefix``, any run whose target reports ``cached_tokens``), agent
   TTFT by session step (``--dataset agent``; steps capped like scenarios).
+* ``--gpu-metrics``: the GPUs' power, utilization and energy since the run began
+  (``exporter.gpu``, ``watch_gpu``).
 * ``llmload_run_info{run,label,model,target_host} 1`` names the run
   (``describe_run``), so a dashboard can tell runs apart.
 * Harness health is the maximum over the load-generator processes that
@@ -50,10 +52,12 @@ from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest, p
 
 from llmload.common.families import Cell, HistogramChild, LabelledHistogram, LabelledValue
 from llmload.exporter.buckets import LATENCY_BUCKETS, SCHEDULE_DELAY_BUCKETS
+from llmload.exporter.gpu import GpuCollector
 from llmload.exporter.labels import CappedLabel, target_host
 from llmload.exporter.server import MetricsServer
 from llmload.exporter.workloads import WorkloadMetrics
 from llmload.loadtests.measure.record import RequestRecord
+from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import HarnessHealth
 
 log = logging.getLogger(__name__)
@@ -371,6 +375,10 @@ class LiveMetrics:
             self._health[source] = (snapshot, now)
             self._lags.append((now, snapshot.loop_lag_s))
             self._prune_lags(now)
+
+    def watch_gpu(self, scraper: ServerScraper) -> None:
+        """Export the GPU scraper's figures too (``exporter.gpu``: power, utilization, energy)."""
+        self.registry.register(GpuCollector(scraper))
 
     def on_phase(self, name: str, mode: str, event: str, at: float) -> None:
         """Phases are marked by Grafana annotations, not metrics: label sets stay fixed."""

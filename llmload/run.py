@@ -34,6 +34,7 @@ import httpx
 
 from llmload import (
     bundled,
+    gpumetrics,
     reports,
     servermetrics,
     speedcheck,
@@ -78,10 +79,16 @@ def sinks(opts: OutputOptions, info: dict[str, Any]) -> list[RecordSink]:
 
 
 def run_sinks(run: ResolvedRun, info: dict[str, Any]) -> list[RecordSink]:
-    """``sinks``, and the scraper of the target's own metrics (``--server-metrics``): the
-    runner's ``SinkFactory``."""
-    scrape = servermetrics.scraper(run)
-    return [*sinks(run.opts.output, info), *([scrape] if scrape is not None else [])]
+    """``sinks``, and the scrapers of the target's own metrics (``--server-metrics``) and of
+    its GPUs (``--gpu-metrics``): the runner's ``SinkFactory``."""
+    # the capacity search finds the server's by its file (gpu_metrics.jsonl is the other)
+    server = servermetrics.scraper(run)
+    gpu = gpumetrics.scraper(run)
+    out = sinks(run.opts.output, info)
+    for sink in out:
+        if gpu is not None and isinstance(sink, LiveMetrics):
+            sink.watch_gpu(gpu)  # the GPUs' figures on llmload's own /metrics too
+    return [*out, *(s for s in (server, gpu) if s is not None)]
 
 
 def report(out_dir: Path, slo: str | None) -> str:

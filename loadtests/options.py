@@ -658,6 +658,15 @@ class OutputOptions:
         parse=_as_list,
         compare=IGNORED,
     )
+    gpu_metrics: str = option(
+        "auto",
+        "scrape a GPU exporter (NVIDIA dcgm-exporter, AMD device metrics exporter) into "
+        "gpu_metrics.jsonl beside --server-metrics, on its clock and period: auto (the "
+        "target host's dcgm-exporter port 9400, when it answers), a URL, nvml (this host's "
+        "GPUs through nvidia-ml-py), or off",
+        metavar="URL|auto|nvml|off",
+        compare=NOTED,
+    )
     web: bool = option(False, "serve locust's web UI, with the llmload tabs", compare=IGNORED)
     web_host: str = option("127.0.0.1", "web UI interface", compare=IGNORED)
     web_port: int = option(8089, "web UI port", compare=IGNORED)
@@ -908,7 +917,7 @@ class RunOptions:
         if data["baseline_target"]:
             data["baseline_target"] = redact_url(data["baseline_target"])
         data["header"] = [redact_header(h) for h in self.connection.header]
-        for key in ("pushgateway", "grafana_url", "server_metrics"):
+        for key in ("pushgateway", "grafana_url", "server_metrics", "gpu_metrics"):
             if data[key]:
                 data[key] = redact_url(data[key])
         data["extra_body"] = redact_value(data["extra_body"])

@@ -29,6 +29,7 @@ from llmload.loadtests.run import cli as loadtests_cli
 from llmload.loadtests.run import runner
 from llmload.loadtests.run.capacity import SearchConfig
 from llmload.loadtests.run.context import ResolvedRun
+from llmload.loadtests.run.scrape import FILE as SERVER_FILE
 from llmload.loadtests.run.scrape import ServerScraper
 from llmload.loadtests.run.sinks import RecordSink
 from llmload.loadtests.workload.agent import STEPS as AGENT_STEPS
@@ -227,7 +228,9 @@ def search(
 
     def sinks(run: ResolvedRun, info: dict[str, Any]) -> list[RecordSink]:
         out = [*wiring.run_sinks(run, info), plan]
-        plan.server = next((s for s in out if isinstance(s, ServerScraper)), None)
+        plan.server = next(
+            (s for s in out if isinstance(s, ServerScraper) and s.path.name == SERVER_FILE), None
+        )
         return out
 
     return runner.run(opts, argv, extra_info, sinks=sinks, report=wiring.report, phases=plan)

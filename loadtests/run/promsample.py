@@ -20,6 +20,10 @@ are parsed a chunk at a time, and ``pause()`` runs between chunks (the scraper
 passes a zero sleep: under gevent the load generator's users read their
 streams between two chunks, not after the whole parse).
 
+A GPU exporter's families are also kept per device: ``Sampler(names, split=labels)``
+adds ``per`` (``"g"`` in the file), each gauge or counter by the values of those labels
+(``loadtests.gpufamilies.ID_LABELS``: host and GPU index), beside the sum.
+
 A histogram's buckets are kept compactly: the bounds where the cumulative count
 rises, each with the bound below it (so every bucket that holds observations is
 known by both its ends) — ``Histo.count_at`` reads the count at any bound.
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +92,8 @@ class Sample:
     series: dict[str, int] = field(default_factory=dict)
     histograms: dict[str, Histo] = field(default_factory=dict)
     full: bool = False
+    #: gauges and counters per device (``Sampler(split=...)``): family -> device key -> value
+    per: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def names(self) -> set[str]:
         return set(self.values) | set(self.histograms)
@@ -101,6 +107,8 @@ class Sample:
             out["s"] = multi
         if self.histograms:
             out["h"] = {k: h.to_json() for k, h in self.histograms.items()}
+        if self.per:
+            out["g"] = self.per
         return out
 
 
@@ -122,7 +130,9 @@ def _compact(buckets: dict[float, float]) -> tuple[list[float], list[float]]:
 class Sampler:
     """Chooses and parses the lines of the families ``names`` (see the module docstring)."""
 
-    def __init__(self, names: Iterable[str]) -> None:
+    def __init__(self, names: Iterable[str], split: Sequence[str] = ()) -> None:
+        #: labels whose values, joined with ``/``, key a series per device (a GPU); none: no split
+        self.split = tuple(split)
         given = set(names)
         #: as given, and counters' ``_total`` dropped (the parser names a counter without it)
         self.names = given | {family_name(n) for n in given}
@@ -200,6 +210,10 @@ class Sampler:
             if s.name in wanted and math.isfinite(s.value):
                 out.values[name] = out.values.get(name, 0.0) + s.value
                 out.series[name] = out.series.get(name, 0) + 1
+                key = "/".join(s.labels[x] for x in self.split if x in s.labels)
+                if key:
+                    per = out.per.setdefault(name, {})
+                    per[key] = per.get(key, 0.0) + s.value
 
 
 def read_sample(d: dict[str, Any]) -> Sample:
@@ -207,4 +221,5 @@ def read_sample(d: dict[str, Any]) -> Sample:
     values = {str(k): float(v) for k, v in (d.get("v") or {}).items()}
     series = {str(k): int(v) for k, v in (d.get("s") or {}).items()}
     hist = {str(k): Histo.from_json(v) for k, v in (d.get("h") or {}).items()}
-    return Sample(values, series, hist, bool(d.get("full")))
+    per = {str(k): {str(g): float(x) for g, x in v.items()} for k, v in (d.get("g") or {}).items()}
+    return Sample(values, series, hist, bool(d.get("full")), per)

@@ -28,6 +28,10 @@ The cost stays bounded: a light scrape parses a few dozen lines, a full one
 yields to the users between chunks (``promsample.CHUNK_LINES``), and a slow
 endpoint is never asked twice at once.  What it costs is measured in
 BENCHMARKS.md ("Server metrics scrape").
+
+The same class, a second instance, scrapes a GPU exporter into ``gpu_metrics.jsonl``
+(``llmload.gpumetrics``): same clock, same phase marks, same format, with each
+family also kept per GPU (``split``; ``"g"`` in a scrape's line).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +91,15 @@ class ServerScraper(NullSink):
         headers: Mapping[str, str] | None = None,
         auth: httpx.Auth | None = None,
         verify: bool | str | ssl.SSLContext = True,
+        file: str = FILE,
+        split: Sequence[str] = (),
+        what: str = "server metrics",
     ) -> None:
         self.url = url
-        self.path = Path(out_dir) / FILE
-        self.sampler = Sampler(names)
+        self.path = Path(out_dir) / file
+        self.sampler = Sampler(names, split)
+        #: what the log lines call it (``server metrics``, ``GPU metrics``)
+        self.what = what
         self.interval_s = interval_s
         timeout = max(1.0, min(5.0, interval_s))
         self.client = httpx.Client(
@@ -145,7 +154,7 @@ class ServerScraper(NullSink):
             self._file = self.path.open("w", encoding="utf-8")
         except OSError as exc:
             self.write_error = f"{self.path} ({exc.strerror or exc})"
-            log.warning("server metrics: cannot write %s", self.write_error)
+            log.warning("%s: cannot write %s", self.what, self.write_error)
         self._line({"meta": self.meta("absent" if absent else "scraping", absent)})
         if absent:
             self._close_file()
@@ -202,7 +211,7 @@ class ServerScraper(NullSink):
             try:
                 self._scrape(full=full)
             except Exception:  # a scrape must never end the run
-                log.exception("server metrics: scrape failed")
+                log.exception("%s: scrape failed", self.what)
             # after a slow scrape, the next one comes an interval later (no burst of catch-ups)
             next_at = max(next_at + self.interval_s, time.monotonic()) if not full else next_at
 
@@ -252,7 +261,7 @@ class ServerScraper(NullSink):
             # the run's disk is full or gone: one line, not a traceback per scrape; the
             # lines before it are whole (each was flushed on its own)
             self.write_error = f"{self.path} ({exc.strerror or exc})"
-            log.warning("server metrics: stopped writing %s", self.write_error)
+            log.warning("%s: stopped writing %s", self.what, self.write_error)
             self._close_file()
 
     def _close_file(self) -> None:

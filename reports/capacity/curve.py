@@ -15,10 +15,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from llmload.loadtests.measure.record import RequestRecord
 from llmload.loadtests.run.capacity import RATIO_CAP
 from llmload.reports.capacity.judge import Criterion, judge, scores
 from llmload.reports.draw.fmt import fmt_ms
+from llmload.reports.server import gpu
 from llmload.reports.server.saturation import server_saturation
 from llmload.reports.table.columns import RecordTable
 from llmload.reports.table.steady import steady_part
@@ -230,6 +233,8 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
             point["saturated"] += server_saturation(
                 scrapes, window[0], last, window[1], growing=open_loop
             )
+        if run.gpu is not None and window is not None and recs is not None:
+            point.update(_energy(run, str(step["phase"]), window, recs))
         extra = {k: step.get(k) for k in ("phase", "load", "why", "search_verdict", "starved")}
         if step.get("plateau"):
             point["plateau"] = step["plateau"]
@@ -257,6 +262,20 @@ def capacity_summary(run: Any) -> dict[str, Any] | None:
         "steps": len(curve),
         "knee": knee([(p["load"], p["ratio"]) for p in curve if p.get("ratio") is not None]),
         "curve": curve,
+    }
+
+
+def _energy(run: Any, phase: str, window: tuple[float, float], recs: RecordTable) -> dict[str, Any]:
+    """A step's GPU energy per token (``reports.server.gpu``): ``{}`` when none was measured."""
+    ok = recs.where(recs.ok())
+    tokens = int(np.nansum(ok.num("output_tokens"))) if len(ok) else 0
+    block = gpu.phase_block(run.gpu, phase, *window, tokens, None)
+    if block is None or block["output_tokens_per_joule"] is None:
+        return {}
+    return {
+        "output_tokens_per_joule": block["output_tokens_per_joule"],
+        "joules_per_output_token": block["joules_per_output_token"],
+        "gpu_power_w_mean": block["all"].get("power_w_mean"),
     }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from llmload.reports.capacity.curve import SPEEDUP, client_note, is_open_loop, load_text
 from llmload.reports.draw.charts import Axes, Series, render
-from llmload.reports.draw.fmt import fmt_ms, fmt_rate, table
+from llmload.reports.draw.fmt import fmt_ms, fmt_num, fmt_rate, table
 from llmload.reports.table.schema import Summary
 
 HEADER = [
@@ -31,14 +31,23 @@ HEADER = [
 ]
 #: a search over agent sessions: after the E2E column
 SESSION_HEADER = "session p50 / p95 (ms)"
+#: a search with a GPU exporter (``--gpu-metrics``): after the out tok/s column
+ENERGY_HEADER = "out tok/J (GPU)"
 
 
 def header(cap: dict[str, Any]) -> list[str]:
-    """The table's columns (a session column when the steps ran agent sessions)."""
-    if not _has_sessions(cap):
-        return list(HEADER)
-    at = HEADER.index("E2E p95 (ms)") + 1
-    return [*HEADER[:at], SESSION_HEADER, *HEADER[at:]]
+    """The table's columns (a session column when the steps ran agent sessions, a tokens per
+    joule column when the GPUs were scraped)."""
+    out = list(HEADER)
+    if _has_energy(cap):
+        out.insert(out.index("out tok/s") + 1, ENERGY_HEADER)
+    if _has_sessions(cap):
+        out.insert(out.index("E2E p95 (ms)") + 1, SESSION_HEADER)
+    return out
+
+
+def _has_energy(cap: dict[str, Any]) -> bool:
+    return any(p.get("output_tokens_per_joule") is not None for p in cap["curve"])
 
 
 def _has_sessions(cap: dict[str, Any]) -> bool:
@@ -120,6 +129,8 @@ def rows(cap: dict[str, Any]) -> list[list[str]]:
             "–" if p.get("ratio") is None else f"{p['ratio']:.2f}",
             "; ".join(notes),
         ]
+        if _has_energy(cap):
+            row.insert(7, fmt_num(p.get("output_tokens_per_joule")))
         if sessions:
             row.insert(5, _session_cell(p.get("sessions")))
         out.append(row)

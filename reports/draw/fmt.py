@@ -16,6 +16,13 @@ def fmt_rate(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}" if value < 100 else f"{value:.0f}"
 
 
+def fmt_num(value: float | None) -> str:
+    """A measured quantity to three significant figures (``412``, ``1.23``, ``0.0451``)."""
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def fmt_pct(value: float | None) -> str:
     """An improvement: ``↓77%`` when streaming is faster, ``↑12%`` when slower."""
     if value is None:

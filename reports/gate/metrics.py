@@ -9,6 +9,8 @@ load generator could have moved it.  Three kinds:
 * ``rate`` — a per-second series over the measured phases (``throughput``:
   output tokens arriving per second; ``goodput``: requests meeting every SLO,
   per second of completion), compared by its mean; harm is a *drop*;
+  ``energy`` is a rate too: the GPUs' joules per output token in each second
+  (``--gpu-metrics``; ``energy_per_second``), compared by its mean; harm is up;
 * ``share`` — each request's outcome (``error-rate``: the share that failed),
   compared as a difference in percentage points; harm is up.
 
@@ -28,8 +30,10 @@ from typing import Any
 import numpy as np
 
 from llmload.loadtests.measure.record import RequestRecord
+from llmload.reports.server import gpu
 from llmload.reports.summary.make import meets_slo
 from llmload.reports.table.columns import RecordTable
+from llmload.reports.table.scrapes import ServerRun
 
 LATENCY, RATE, SHARE = "latency", "rate", "share"
 UP, DOWN = "up", "down"
@@ -95,6 +99,8 @@ REGISTRY: dict[str, GateMetric] = {
         GateMetric("throughput", "throughput", RATE, DOWN, "tokens/s", LAG),
         GateMetric("goodput", "goodput", RATE, DOWN, "req/s", LAG),
         GateMetric("error-rate", "error rate", SHARE, UP, "%", LAG, allowed=ERROR_RATE_ALLOWED),
+        # the GPUs' joules per output token, a second at a time (``energy_per_second``)
+        GateMetric("energy", "GPU energy per output token", RATE, UP, "J/token", LAG),
     )
 }
 #: the names ``--metric`` accepts (``capacity`` is a gate of its own: ``reports.gate.capacity``)
@@ -348,3 +354,30 @@ def per_second(
         good = meets_slo(t, slo) & ~np.isnan(e2e)
         _bin(windows, bins, (t.num("started_at") + e2e)[good], 1.0)
     return [x for counts in bins for x in counts.tolist()]
+
+
+def energy_per_second(
+    records: Iterable[RequestRecord], gr: ServerRun | None, windows: Sequence[Window]
+) -> list[float]:
+    """The GPUs' joules per output token in every whole second of ``windows`` that the GPU
+    scrapes cover and in which tokens arrived (the same seconds and tokens as
+    ``throughput``): the energy is the scrapes' cumulative energy
+    (``reports.server.gpu.cumulative_energy``) read at the second's edges, linearly between
+    scrapes.  Empty without GPU scrapes."""
+    if gr is None:
+        return []
+    times, joules = gpu.cumulative_energy(gr)
+    if len(times) < 2:
+        return []
+    t = RecordTable.of(records)
+    windows = settled(windows, t)
+    bins = [np.zeros(int(end - start)) for start, end in windows]
+    for at, tokens in _events(t):
+        _bin(windows, bins, at, tokens)
+    out = []
+    for (start, _), tokens in zip(windows, bins, strict=True):
+        edges = start + np.arange(len(tokens) + 1, dtype=np.float64)
+        energy = np.diff(np.interp(edges, times, joules))
+        covered = (edges[:-1] >= times[0]) & (edges[1:] <= times[-1]) & (tokens > 0)
+        out += (energy[covered] / tokens[covered]).tolist()
+    return out

@@ -18,6 +18,7 @@ from llmload.loadtests.slo import parse_slo
 from llmload.reports.gate.bootstrap import Side
 from llmload.reports.gate.metrics import (
     REGISTRY,
+    energy_per_second,
     gap_groups,
     latency_ms,
     outcomes,
@@ -74,6 +75,10 @@ class RecordsSide:
     def rates(self, metric: str, mode: str, scope: str) -> list[float] | None:
         phases = sorted(self.phases(mode))
         windows = phase_windows(self.run.meta, phases, self.run.steady_starts)
+        if metric == "energy":  # the GPUs cannot tell one scenario's joules from another's
+            group = self.group(mode)
+            series = energy_per_second(group, self.run.gpu, windows) if scope == ALL else []
+            return series or None
         series = per_second(self.group(mode, scope), REGISTRY[metric], windows, self.slo)
         return series or None
 

@@ -145,6 +145,11 @@ def _sample(side: Sided, spec: MetricSpec, mode: str, scope: str) -> Side | None
 def _missing(spec: MetricSpec, mode: str, scope: str, which: str) -> str:
     where = f"mode {mode}" + ("" if scope == ALL else f", scenario {scope}")
     metric = spec.metric.name
+    if metric == "energy":
+        return (
+            f"the {which} has no GPU energy for {where}: it needs a GPU exporter scraped during "
+            "the run (--gpu-metrics) with every second's tokens"
+        )
     if which == "baseline":
         why = f"the baseline has no {metric} values for {where}"
         if metric.endswith("_from_intended"):
@@ -345,7 +350,9 @@ def evaluate_sides(
     items: list[tuple[Comparison | Check, MetricSpec, str]] = []
     for mode in gated_modes(side, base, cfg):
         for spec in specs:
-            for scope in _scopes(side, base, mode):
+            # the GPUs' joules are the whole load's: no scenario has its own
+            scopes = [ALL] if spec.metric.name == "energy" else _scopes(side, base, mode)
+            for scope in scopes:
                 items.append((_one(spec, mode, scope, side, base, cfg), spec, mode))
     decided = iter(decide_family([x for x, _, _ in items if isinstance(x, Comparison)], cfg))
     checks: list[Check] = []

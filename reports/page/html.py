@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from llmload.reports.capacity.view import capacity_html
-from llmload.reports.draw.charts import Axes, Series, render
+from llmload.reports.draw.charts import Axes, Band, Series, render
 from llmload.reports.draw.fmt import fmt_ms, fmt_rate
 from llmload.reports.draw.htmltable import table as _table
 from llmload.reports.page.rows import (
@@ -21,6 +21,7 @@ from llmload.reports.page.rows import (
     phase_rows,
     sync_vs_stream_rows,
 )
+from llmload.reports.server.gpu import series as gpu_series
 from llmload.reports.server.view import server_html
 from llmload.reports.table import timeseries as ts
 from llmload.reports.table.answers import answer_lines
@@ -177,6 +178,38 @@ def _cards(summary: Summary) -> str:
 MODES = ("sync", "stream", "mixed")
 
 
+def _gpu_charts(run: Run, t0: float, bands: list[Band]) -> list[Axes]:
+    """The GPU exporter's power and utilization on the client charts' axis (none: no exporter)."""
+    if run.gpu is None:
+        return []
+    power, util = gpu_series(run.gpu, t0)
+    out = []
+    if power:
+        out.append(
+            Axes(
+                "GPU power over time",
+                "seconds since start",
+                "W",
+                "chart-gpu-power",
+                power,
+                bands,
+                note="From the GPU exporter (gpu_metrics.jsonl), per scrape.",
+            )
+        )
+    if util:
+        out.append(
+            Axes(
+                "GPU utilization over time",
+                "seconds since start",
+                "%",
+                "chart-gpu-util",
+                util,
+                bands,
+            )
+        )
+    return out
+
+
 def _charts(run: Run) -> str:
     recs = run.measured if len(run.measured) else run.records
     t0 = ts.origin(run.records, run.meta)
@@ -227,6 +260,7 @@ def _charts(run: Run) -> str:
             [inflight],
             bands,
         ),
+        *_gpu_charts(run, t0, bands),
         Axes(
             "Inter-token latency distribution",
             "ms",

@@ -14,6 +14,7 @@ from llmload.reports.page.rows import (
     phase_rows,
     sync_vs_stream_rows,
 )
+from llmload.reports.server.gpu import gpu_lines
 from llmload.reports.server.view import server_lines
 from llmload.reports.summary.repeats import spread_lines
 from llmload.reports.table.answers import answer_lines
@@ -172,6 +173,15 @@ def _extras(summary: Summary) -> list[str]:
             "## The server's side\n\nFrom its `/metrics` on the records' clock "
             "(`server_metrics.jsonl`; histogram figures are bucket-exact in report.html).\n\n"
             + "\n".join(f"- {line}" for line in server)
+        )
+    gpus = gpu_lines(summary.phases)
+    if gpus:
+        out.append(
+            "## The GPUs\n\nFrom their exporter on the records' clock (`gpu_metrics.jsonl`; "
+            "energy from the energy counter, else power integrated, as each line says).\n\n"
+            + "\n".join(
+                f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}" for line in gpus
+            )
         )
     out.append(f"Percentiles: {summary.percentile_method}.")
     diags = summary.diagnostics

@@ -10,6 +10,7 @@ from llmload.reports.page.rows import (
     open_loop_phases,
     sync_vs_stream_rows,
 )
+from llmload.reports.server.gpu import gpu_lines
 from llmload.reports.server.view import server_lines
 from llmload.reports.summary.repeats import spread_lines
 from llmload.reports.table.answers import answer_lines
@@ -69,6 +70,10 @@ def render_terminal(summary: Summary) -> str:
         lines.append("answers (reasoning, tool calls, no visible output):")
         lines += [f"  {line}" for line in answers]
     lines += workloads_terminal(summary)
+    gpus = gpu_lines(summary.phases)
+    if gpus:
+        lines.append("the GPUs (their exporter, on the records' clock):")
+        lines += [f"  {line}" for line in gpus]
     server = server_lines(summary)
     if server:
         lines.append("the server's side (its /metrics, on the records' clock):")

@@ -6,14 +6,14 @@ from html import escape
 from typing import Any
 
 from llmload.reports.draw.charts import Axes, Series, render
-from llmload.reports.draw.fmt import fmt_ms, fmt_rate, table
+from llmload.reports.draw.fmt import fmt_ms, fmt_num, fmt_rate, table
 from llmload.reports.page.html import CSS
 from llmload.reports.server.versus import rows as server_rows
 from llmload.reports.table import timeseries as ts
 from llmload.reports.table.loader import Run
 from llmload.reports.table.schema import PhaseStats, Summary
 
-#: (label, (distribution, statistic) or (PhaseStats field,), "ms"|"rate"|"pct"|"int",
+#: (label, (distribution, statistic) or (PhaseStats field,), "ms"|"rate"|"pct"|"int"|"num",
 #: lower is better; None: neutral)
 ROWS: list[tuple[str, tuple[str, ...], str, bool | None]] = [
     ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ms", True),
@@ -42,6 +42,8 @@ def _fmt(v: float | None, kind: str) -> str:
         return "–"
     if kind == "int":
         return f"{v:.0f}"
+    if kind == "num":
+        return fmt_num(v)
     return fmt_ms(v) if kind == "ms" else f"{v:.1%}" if kind == "pct" else fmt_rate(v)
 
 

@@ -1,11 +1,13 @@
 """Put the server's side into a summary: each phase's ``server`` block and diagnostics, and
-the run's ``server_metrics`` block (what was scraped, what could not be seen)."""
+the run's ``server_metrics`` block (what was scraped, what could not be seen); the same for
+the GPU exporter's ``gpu`` blocks and ``gpu_metrics``."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
+from llmload.reports.server import gpu
 from llmload.reports.server.diagnose import moved, phase_diagnostics
 from llmload.reports.server.phase import family_for, phase_block
 from llmload.reports.table.loader import Run
@@ -36,6 +38,37 @@ def run_block(sr: ServerRun) -> dict[str, Any]:
     return out
 
 
+def _phase_times(run: Run) -> dict[str, tuple[float, float]]:
+    times: dict[str, tuple[float, float]] = {}
+    for ph in run.meta.get("phases") or []:
+        try:
+            times.setdefault(str(ph["name"]), (float(ph["started_at"]), float(ph["ended_at"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return times
+
+
+def attach_gpu(
+    run: Run, phases: dict[str, PhaseStats]
+) -> tuple[dict[str, PhaseStats], dict[str, Any] | None]:
+    """The phases with their ``gpu`` blocks (``reports.server.gpu``), and the run's
+    ``gpu_metrics`` block (None: the run has no ``gpu_metrics.jsonl``)."""
+    gr = run.gpu
+    if gr is None:
+        return phases, None
+    times = _phase_times(run)
+    out = dict(phases)
+    for name, stats in phases.items():
+        if name not in times:
+            continue
+        t0, t1 = times[name]
+        flight = gpu.in_flight_mean(run, name, t0, t1)
+        block = gpu.phase_block(gr, name, t0, t1, stats.output_tokens_total, flight)
+        if block is not None:
+            out[name] = replace(stats, extra={**stats.extra, "gpu": block})
+    return out, gpu.run_block(gr)
+
+
 def _labels(run: Run) -> dict[str, str]:
     """A capacity step's phase -> its load in words (``8 req/s``; a trace's pace ``3×``)."""
     cap = run.meta.get("capacity")
@@ -57,12 +90,7 @@ def attach(
     sr = run.server
     if sr is None:
         return phases, None
-    times: dict[str, tuple[float, float]] = {}
-    for ph in run.meta.get("phases") or []:
-        try:
-            times.setdefault(str(ph["name"]), (float(ph["started_at"]), float(ph["ended_at"])))
-        except (KeyError, TypeError, ValueError):
-            continue
+    times = _phase_times(run)
     out = dict(phases)
     for name, stats in phases.items():
         if name not in times:

@@ -1,9 +1,10 @@
 """The server's side beside the client's where two runs meet: ``report compare`` and the gate.
 
-``rows(a, b)`` gives a phase's server rows for ``report compare`` (values, not
-text: ``report compare`` formats them as its own rows).  ``mode_means(run)`` is what
-a baseline keeps of the server per mode (exact means, from the histogram sums),
-and ``gate_lines`` what the gate prints beside its verdict.
+``rows(a, b)`` gives a phase's server rows, and its GPU rows (energy per token), for
+``report compare`` (values, not text: ``report compare`` formats them as its own
+rows).  ``mode_means(run)`` is what a baseline keeps of the server per mode (exact
+means, from the histogram sums), and ``gate_lines`` what the gate prints beside its
+verdict.
 """
 
 from __future__ import annotations
@@ -52,16 +53,29 @@ ROWS: list[tuple[str, Getter, str, bool | None]] = [
 ]
 
 
+#: the same, on a phase's ``gpu`` block (``reports.server.gpu``); ``num``: three figures
+GPU_ROWS: list[tuple[str, Getter, str, bool | None]] = [
+    ("GPU joules per output token", _at("joules_per_output_token"), "num", True),
+    ("GPU output tokens per joule", _at("output_tokens_per_joule"), "num", False),
+    ("GPU energy (J)", _at("energy_j"), "num", True),
+    ("GPU power mean (W, all GPUs)", _at("all", "power_w_mean"), "num", True),
+    ("GPU watts per request in flight", _at("watts_per_request_in_flight"), "num", True),
+    ("GPU utilization mean (%)", _at("all", "util_pct_mean"), "num", None),
+]
+
+
 def rows(
     a: PhaseStats, b: PhaseStats
 ) -> list[tuple[str, float | None, float | None, str, bool | None]]:
-    """A phase's server rows present in either run: (label, A, B, kind, lower is better)."""
-    sa, sb = a.extra.get("server") or {}, b.extra.get("server") or {}
+    """A phase's server and GPU rows present in either run: (label, A, B, kind, lower is
+    better)."""
     out = []
-    for label, get, kind, lower in ROWS:
-        va, vb = get(sa), get(sb)
-        if va is not None or vb is not None:
-            out.append((label, va, vb, kind, lower))
+    for block, table in (("server", ROWS), ("gpu", GPU_ROWS)):
+        sa, sb = a.extra.get(block) or {}, b.extra.get(block) or {}
+        for label, get, kind, lower in table:
+            va, vb = get(sa), get(sb)
+            if va is not None or vb is not None:
+                out.append((label, va, vb, kind, lower))
     return out
 
 

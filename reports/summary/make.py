@@ -16,6 +16,7 @@ from llmload.loadtests.redact import redact_value
 from llmload.loadtests.slo import format_slo, parse_slo
 from llmload.reports.capacity.curve import capacity_summary
 from llmload.reports.server.attach import attach as attach_server
+from llmload.reports.server.attach import attach_gpu
 from llmload.reports.summary.repeats import repeats_of, report_spread
 from llmload.reports.table import diagnostics
 from llmload.reports.table.answers import answer_stats
@@ -242,6 +243,7 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
             extra={**stats.extra, **phase_blocks(recs), **extra},
         )
     phases, server = attach_server(run, phases)
+    phases, gpu = attach_gpu(run, phases)
     codes = {d.get("code"): d for p in phases.values() for d in p.diagnostics or []}
     meta = redact_value({k: v for k, v in run.meta.items() if not k.startswith("_")})
     summary = Summary(
@@ -265,7 +267,10 @@ def build_summary(run: Run, slo_spec: str | None = None) -> Summary:
         diagnostics=list(codes.values()),
         capacity=capacity_summary(run),
         run=meta,
-        extra={"server_metrics": server} if server is not None else {},
+        extra={
+            **({"server_metrics": server} if server is not None else {}),
+            **({"gpu_metrics": gpu} if gpu is not None else {}),
+        },
     )
     spread = report_spread(phases) if repeats_of(run.meta) > 1 else []
     blocks: dict[str, Any] = {"repeats": spread} if spread else {}

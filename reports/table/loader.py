@@ -18,7 +18,7 @@ import orjson
 from llmload.loadtests import recordfile
 from llmload.loadtests.redact import redact_url
 from llmload.reports.table.columns import RecordTable, TableBuilder
-from llmload.reports.table.scrapes import ServerRun, read_server_run
+from llmload.reports.table.scrapes import GPU_FILE, ServerRun, read_server_run
 from llmload.reports.table.steady import is_auto, steady_states
 
 
@@ -43,6 +43,8 @@ class Run:
     _measured: RecordTable | None = field(default=None, repr=False, compare=False)
     #: the target's own metrics as scraped during the run (None: none were)
     server: ServerRun | None = None
+    #: the GPU exporter's scrapes during the run (``gpu_metrics.jsonl``; None: none were)
+    gpu: ServerRun | None = None
     #: ``--warmup auto``: where each phase's steady state began (wall time;
     #: ``reports.table.steady``)
     steady_starts: dict[str, float] = field(default_factory=dict)
@@ -122,6 +124,7 @@ def load_run(path: Path | str) -> Run:
         corrupt_lines=corrupt,
         cut_line=cut,
         server=server,
+        gpu=read_server_run(run_dir, GPU_FILE),
         steady_starts=starts,
     )
 

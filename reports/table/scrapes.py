@@ -1,4 +1,4 @@
-"""Read ``server_metrics.jsonl`` (written by ``loadtests.run.scrape``), tolerating bad lines."""
+"""Read ``server_metrics.jsonl`` or ``gpu_metrics.jsonl`` (``loadtests.run.scrape``)."""
 
 from __future__ import annotations
 
@@ -53,10 +53,14 @@ class ServerRun:
         return [s for s in self.scrapes if t0 <= s.t <= t1]
 
 
-def read_server_run(run_dir: Path | str) -> ServerRun | None:
-    """The run's ``server_metrics.jsonl``, or None when the run has none (an older run,
-    or ``--server-metrics off``)."""
-    path = Path(run_dir) / FILE
+#: the GPU exporter's scrapes (``llmload.gpumetrics``): the same format, per GPU too
+GPU_FILE = "gpu_metrics.jsonl"
+
+
+def read_server_run(run_dir: Path | str, file: str = FILE) -> ServerRun | None:
+    """The run's ``server_metrics.jsonl`` (or ``file``: ``GPU_FILE``), or None when the run
+    has none (an older run, or ``--server-metrics off``)."""
+    path = Path(run_dir) / file
     if not path.is_file():
         return None
     out = ServerRun(meta={})

@@ -10,7 +10,8 @@ some values picked (``$mode`` -> ``(stream)``), and
 
 Not covered: Grafana itself (no Grafana server can run here) — how it renders the
 panels and expands ``label_values(...)``; the latter is replayed with Prometheus's
-series API.  GPU and vLLM panels have no data here and are allow-listed below.
+series API.  The GPU row reads a fake dcgm-exporter (``tests.fixtures.gpu_exporter``: no
+GPU here); the CUDA memory, AMD and vLLM panels have no data here and are allow-listed below.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from llmload.dashboards import llm_load, servers, validate
+from llmload.dashboards.panels import CLIENT, RATE
+from llmload.loadtests import gpufamilies
 from llmload.target_server.serving import ThreadedServer, start_server_thread
+from tests.fixtures.gpu_exporter import WATTS, FakeExporter, serve
 from tests.fixtures.grafana import STANDIN_TOKEN, GrafanaStandIn
 from tests.fixtures.loadtests import harness_slack
 from tests.fixtures.prometheus import Prometheus
@@ -45,6 +50,10 @@ ALLOW_EMPTY = {
     "tgi_": "the bundled server is not TGI",
     "llmserve_gpu_memory_": "no CUDA device on these machines",
     "llmload_agent_step_": "the run is a mix, not agent sessions (test_workload_exporter.py)",
+    **{
+        f.name: "the fake GPU exporter here is dcgm-exporter's, not AMD's"
+        for f in gpufamilies.AMD.families
+    },
 }
 #: Metrics whose quantiles are NaN in a closed-loop run, and why.
 NAN_OK = {"llmload_schedule_delay_seconds": "closed loop: no schedule delay is observed"}
@@ -87,9 +96,16 @@ def scraped_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScrapedRun
     grafana = GrafanaStandIn()
     threading.Thread(target=grafana.serve_forever, daemon=True).start()
     port = _free_port()
+    # no GPU here: a fake dcgm-exporter (two GPUs, 300 W and 200 W) fills the GPU row
+    gpu = ExitStack()
+    fake = gpu.enter_context(serve(FakeExporter()))
     prom = Prometheus(
         tmp / "prometheus",
-        {"target": [server.url.removeprefix("http://")], "llmload": [f"127.0.0.1:{port}"]},
+        {
+            "target": [server.url.removeprefix("http://")],
+            "llmload": [f"127.0.0.1:{port}"],
+            "gpu": [fake.url.removeprefix("http://").removesuffix("/metrics")],
+        },
         scrape_interval="1s",
         rule_files=[ROOT / "compose/prometheus/rules/*.yml"],
     )
@@ -139,6 +155,7 @@ def scraped_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScrapedRun
         yield ScrapedRun(prom, server, grafana, start, end, done.stdout + done.stderr, tmp / "run")
     finally:
         prom.stop()
+        gpu.close()
         server.stop()
         grafana.shutdown()
         grafana.server_close()
@@ -149,7 +166,7 @@ PICKED = {
     **SUBSTITUTE,
     "$mode": "(stream)",
     "$scenario": "(short_qa|code_gen)",
-    "$job": "(llmload|target)",
+    "$job": "(llmload|target|gpu)",
 }
 
 
@@ -211,6 +228,13 @@ def test_key_panels_show_the_run(scraped_run: ScrapedRun) -> None:
     assert peak("Engine batch size") >= 1
     assert 0 < peak("Engine busy") <= 1 and 0 < peak("Engine busy ratio") <= 1
     assert peak("Engine queue depth") == 0
+    # the fake exporter's GPUs draw a constant 300 W and 200 W: tokens per joule is the
+    # client's tokens per second over 500 W at every step
+    assert peak("GPU power") == max(WATTS)
+    tokens = f"sum(rate(llmload_output_tokens_total{{{CLIENT}}}[{RATE}]))"
+    per_s = run.prom.query_range(_concrete(tokens), run.start, at, step=1.0)
+    top = max(v for v in _values(per_s) if math.isfinite(v))
+    assert peak("Output tokens per joule (GPU)") == pytest.approx(top / sum(WATTS))
     gap = run.prom.query_range(
         _concrete(exprs[("Client - server TTFT (streaming)", "A")]), run.start, at, step=1.0
     )

@@ -24,6 +24,7 @@ from llmload.dashboards import build as builder
 from llmload.dashboards import llm_load, validate
 from llmload.dashboards.grafana import credential_from_env
 from llmload.dashboards.push import payload
+from llmload.loadtests import gpufamilies
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Metrics the dashboards read that neither registry below defines, and why.
@@ -32,6 +33,10 @@ ALLOWED_PREFIXES = {
     "sglang:": "SGLang's own metrics (loadtests/serverfamilies.py)",
     "tgi_": "TGI's own metrics (loadtests/serverfamilies.py)",
     "llmserve_gpu_memory_": "engine gauges, exported only by the transformers engine on CUDA",
+    **{
+        name: "a GPU exporter's families (loadtests/gpufamilies.py)"
+        for name in gpufamilies.known_names()
+    },
 }
 
 
@@ -115,6 +120,7 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Workloads: prefix cache, agent sessions",
         "Server",
         "Is the target saturated?",
+        "GPUs (dcgm-exporter, AMD exporter): energy per token",
         "Harness health",
         "vLLM (its own /metrics)",
         "SGLang (its own /metrics)",
@@ -149,6 +155,8 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Schedule delay (open loop)",
         "Prefix-cache hit rate: client vs server",
         "Agent sessions: TTFT by step",
+        "GPU power",
+        "Output tokens per joule (GPU)",
     ):
         assert needed in titles
 
