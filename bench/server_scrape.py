@@ -87,7 +87,7 @@ def _run_child(url: str, scrape: bool) -> dict[str, Any]:
 class _Static(BaseHTTPRequestHandler):
     body = b""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # http.server's name
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.send_header("Content-Length", str(len(self.body)))

@@ -137,7 +137,7 @@ def _workers(settings: Settings) -> int:
                     sock,
                     lambda: os.write(wfd, b"."),
                 )
-            except BaseException:  # noqa: BLE001 - a worker never returns into the parent's code
+            except BaseException:  # a worker never returns into the parent's code
                 log.exception("worker %d failed", i)
             finally:
                 os._exit(code)

@@ -87,7 +87,7 @@ class Steps(PhaseShape):
         every: float,
         duration: float,
         spawn_rate: float,
-        max: int | None = None,  # noqa: A002 (the spec's own word)
+        max: int | None = None,  # the spec's own word
     ) -> None:
         super().__init__(duration, spawn_rate)
         if every <= 0 or start < 0 or step < 0:

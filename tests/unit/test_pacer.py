@@ -79,7 +79,7 @@ def test_one_pacer_serves_two_event_loops_at_once() -> None:
     def run() -> None:
         try:
             asyncio.run(pacer.until(deadline, exact=True))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=run, daemon=True) for _ in range(2)]
