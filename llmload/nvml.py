@@ -102,7 +102,7 @@ def serve() -> str:
     lock = threading.Lock()  # NVML calls from one thread at a time
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+        def do_GET(self) -> None:  # http.server's name
             with lock:
                 body = exposition(nv, host).encode()
             self.send_response(200)

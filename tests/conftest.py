@@ -100,7 +100,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class ModuleGroups(LoadScopeScheduling):  # type: ignore[misc]  # a frozen value or an untyped base, on purpose
+    class ModuleGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
             return "one-at-a-time" if Path(module).name in ONE_AT_A_TIME else module

@@ -189,7 +189,7 @@ class TableBuilder:
                     codes[i] = s.index[name][v] = new
                     s.values[name].append(v)
         for column, code in zip(self._codes, codes, strict=True):
-            column.append(code)  # type: ignore[arg-type]  # (no None left)
+            column.append(code)  # type: ignore[arg-type]  # every None was replaced just above
         s.numbers.extend([_NAN if v is None else v for v in nums])
         s.request_ids.append(texts[0])
         for name, text in zip(TEXTS[1:], texts[1:], strict=True):

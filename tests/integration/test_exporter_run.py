@@ -210,7 +210,7 @@ def test_runs_seen_by_prometheus_match_the_records(
         [r.server_ttft_s for r in served],
         run,
         (0.5, 0.9, 0.95),
-    )  # type: ignore[misc]  # a frozen value or an untyped base, on purpose
+    )
     info = prom.query_range("llmload_run_info", run.began, run.ended + 1, step=0.5)
     assert [s["metric"]["target_host"] for s in info] == [hostport(server.url)]
     assert info[0]["metric"]["run"] == "local" and info[0]["metric"]["label"] == "run"

@@ -108,14 +108,14 @@ def test_the_counter_asks_once_per_prompt_and_gives_up_after_failures() -> None:
     client = server({"/tokenize": vllm}, seen)
     counter = RemoteCounter(
         None, TokenizeRoute("/tokenize", "messages"), "m", client=lambda: client
-    )  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
+    )
     p = Prompt("s", "p", messages=MESSAGES * 3)
     assert counter(p) == 30 and counter(p) == 30 and len(seen) == 1
     assert counter(Prompt("s", "q", prompt="hi")) == 10 and len(seen) == 2
     broken = server({"/tokenize": lambda body: (500, {"error": "down"})}, seen)
     counter = RemoteCounter(
         None, TokenizeRoute("/tokenize", "messages"), "m", client=lambda: broken
-    )  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
+    )
     for i in range(MAX_FAILURES):
         assert counter(Prompt("s", str(i), prompt=str(i))) is None
     assert not counter.enabled and counter(p) is None  # no more asking

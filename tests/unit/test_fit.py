@@ -19,7 +19,7 @@ from llmload.loadtests.workload.fit import estimate_tokens as est
 def _prompt(text: str, max_tokens: int = 256, **kw: object) -> Prompt:
     return Prompt(
         "s", "p", messages=[{"role": "user", "content": text}], max_tokens=max_tokens, **kw
-    )  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
+    )
 
 
 OVERHEAD = PER_MESSAGE_TOKENS + PER_REQUEST_TOKENS

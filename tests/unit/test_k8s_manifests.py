@@ -28,7 +28,7 @@ def _docs() -> dict[str, dict[str, Any]]:
 
 def _container(doc: dict[str, Any]) -> dict[str, Any]:
     (container,) = doc["spec"]["template"]["spec"]["containers"]
-    return container  # type: ignore[no-any-return]  # parsed JSON/YAML is Any
+    return container
 
 
 def _argv(container: dict[str, Any]) -> list[str]:

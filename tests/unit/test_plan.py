@@ -134,7 +134,7 @@ def test_each_option_is_declared_once_and_validate_returns_a_new_frozen_value() 
     assert all(isinstance(d.spec, Spec) and d.spec.help for d in DECLARED.values())
     with pytest.raises(TypeError, match="unknown run option"):
         RunOptions.of(userz=3)
-    raw = RunOptions.of(pacing="2s", modes="stream", header="X-Team: infra")  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
+    raw = RunOptions.of(pacing="2s", modes="stream", header="X-Team: infra")
     opts = raw.validate()
     assert raw.load.pacing == "2s" and opts.load.pacing == 2.0 and opts.load.modes == ["stream"]
     assert opts.load.pacing == 2.0 and opts.connection.headers_dict() == {"X-Team": "infra"}

@@ -32,7 +32,7 @@ def rec(
         phase=phase,
         scenario=kw.pop("scenario", "short"),
         mode=mode,
-        endpoint="/v1/chat/completions",  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
+        endpoint="/v1/chat/completions",
         started_at=kw.pop("started_at", T + i),
         status=kw.pop("status", "ok"),
         ttft_s=ttft,

@@ -160,7 +160,7 @@ def test_prompts_have_the_traces_lengths_and_its_shared_blocks(embedded: Codec) 
     two = [w for r, w in zip(replay.requests, words, strict=True) if r.hash_ids[:3] == (0, 1, 2)]  # type: ignore[index]  # the trace's ids are a tuple at run time
     common = os.path.commonprefix(two)
     assert len(common) >= 2 * MOONCAKE_BLOCK
-    lone = [w for r, w in zip(replay.requests, words, strict=True) if r.hash_ids == (0, 10)]  # type: ignore[comparison-overlap]  # the trace's ids are a tuple at run time
+    lone = [w for r, w in zip(replay.requests, words, strict=True) if r.hash_ids == (0, 10)]
     assert (
         lone
         and lone[0][MOONCAKE_BLOCK : MOONCAKE_BLOCK + 8]

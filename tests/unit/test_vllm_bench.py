@@ -48,7 +48,7 @@ def rec(i: int, ttft: float, e2e: float, n: int, itl: list[float], **kw) -> Requ
         phase="stream",
         scenario="s",
         mode="stream",
-        endpoint="/v1/completions",  # type: ignore[arg-type]  # a test value outside the declared type, on purpose
+        endpoint="/v1/completions",
         started_at=kw.pop("started_at", T + i * 0.5),
         status=kw.pop("status", "ok"),
         ttft_s=ttft,
