@@ -178,12 +178,15 @@ def test_default_concurrency_limit_queues_users(gradio_url: str) -> None:
     # one at a time: the k-th user waits for k whole generations before its first token
     for k, ttft in enumerate(queued_ttft):
         assert ttft >= FIRST_S + 0.8 * k * GENERATION_S, queued_ttft
-    # and the report's numbers show it
+    # and the report's numbers show it: its percentiles carry at least the queue's own waits
+    # (bounds from the queue, not from the free users' TTFT: on a loaded machine four
+    # users side by side took 0.73 s where one alone takes 0.15, and load only adds)
     free_ms = phase_stats(free, 1.0, {}).dist("ttft_ms")
     queued_ms = phase_stats(queued, 1.0, {}).dist("ttft_ms")
     assert free_ms.p50 is not None and free_ms.max is not None, free_ms
-    assert (queued_ms.p50 or 0.0) > free_ms.p50 + 0.8 * GENERATION_S * 1000, (free_ms, queued_ms)
-    assert (queued_ms.max or 0.0) > free_ms.max + 1.6 * GENERATION_S * 1000, (free_ms, queued_ms)
+    wait_ms = 0.8 * GENERATION_S * 1000  # one whole generation, less a margin
+    assert (queued_ms.p50 or 0.0) >= FIRST_S * 1000 + 1.5 * wait_ms, (free_ms, queued_ms)
+    assert (queued_ms.max or 0.0) >= FIRST_S * 1000 + 3 * wait_ms, (free_ms, queued_ms)
 
 
 def test_loadtests_run_report_shows_gradio_queueing(gradio_url: str, tmp_path: Path) -> None:
