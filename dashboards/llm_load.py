@@ -355,9 +355,14 @@ def harness() -> list[Panel]:
     return [
         timeseries(
             "Client CPU %",
-            [(f"llmload_client_cpu_percent{{{JOB}}}", "{{instance}} {{source}}")],
+            [
+                (f"llmload_client_cpu_percent{{{JOB}}}", "{{instance}} {{source}}"),
+                (f"llmload_host_cpu_steal_percent{{{JOB}}}", "{{instance}} host steal"),
+            ],
             "percent",
-            description="Per load-generator process. Near 100 % means the client limits the run.",
+            description="Per load-generator process. Near 100 % means the client limits the "
+            "run. Host steal: the hypervisor's share of the host's CPU time (a shared VM's "
+            "bursts slow everything on it).",
             width=8,
         ),
         timeseries(

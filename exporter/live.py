@@ -232,6 +232,13 @@ class LiveMetrics:
             registry=reg,
         )
         cpu.set_function(lambda: self._health_max(lambda h: h.cpu_percent))
+        steal = Gauge(
+            "llmload_host_cpu_steal_percent",
+            "Share of its host's CPU time the hypervisor gave other guests, last sample, on "
+            "the load-generator host that met the most (0 on bare metal).",
+            registry=reg,
+        )
+        steal.set_function(lambda: self._health_max(lambda h: h.steal_percent))
         lag = Gauge(
             "llmload_event_loop_lag_seconds",
             "Worst event-loop (gevent hub) lag of any load-generator process, last 5 s.",
@@ -246,7 +253,7 @@ class LiveMetrics:
         procs.set_function(lambda: float(len(self._fresh_health())))
         # the plain prometheus_client metrics also in a registry of their own, for render()
         self._plain = CollectorRegistry(auto_describe=True)
-        for metric in (self._users, self._run_info, cpu, lag, procs):
+        for metric in (self._users, self._run_info, cpu, steal, lag, procs):
             self._plain.register(metric)
 
     def render(self) -> bytes:

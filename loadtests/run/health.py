@@ -10,6 +10,13 @@ looked up at ``start`` time, so the sampler follows whichever world it runs in.
 
 Each snapshot reports the worst lag since the previous snapshot, so a short
 stall between two samples is not averaged away.
+
+It also reports the host's *steal*: the share of its CPUs' time the hypervisor
+gave to other guests since the previous snapshot (``steal`` in ``/proc/stat``;
+0 on bare metal and where the kernel does not count it).  On a shared virtual
+machine — most CI runners — steal comes in bursts that stretch every step of a
+model running on that host, so a run that met more of it is slower for reasons
+no build change made (docs/reports.md, "What moves a run's TTFT p95").
 """
 
 from __future__ import annotations
@@ -31,6 +38,14 @@ DEFAULT_TICK_S = 0.05
 DEFAULT_INTERVAL_S = 1.0
 
 
+def _host_times() -> tuple[float, float]:
+    """The host's CPU seconds in all (every mode, all CPUs) and of them stolen."""
+    t = psutil.cpu_times()._asdict()
+    # Linux counts guest time inside user and nice already
+    total = sum(v for k, v in t.items() if k not in ("guest", "guest_nice"))
+    return float(total), float(t.get("steal", 0.0))
+
+
 class HealthSampler:
     """Samples this process; ``snapshot()`` on demand, or ``on_snapshot`` every interval."""
 
@@ -48,6 +63,7 @@ class HealthSampler:
         self.tick_s = tick_s
         self._process = psutil.Process()
         self._worst_lag = 0.0
+        self._cpu_times = _host_times()
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
 
@@ -56,6 +72,7 @@ class HealthSampler:
         if self._thread is not None:
             return
         self._process.cpu_percent(None)  # prime: the next call measures from here
+        self._cpu_times = _host_times()
         self._worst_lag = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llmload-health", daemon=True)
@@ -77,10 +94,15 @@ class HealthSampler:
     def snapshot(self) -> HarnessHealth:
         """CPU % since the previous snapshot, worst lag since then, requests in flight."""
         lag, self._worst_lag = self._worst_lag, 0.0
+        now = _host_times()
+        (total0, steal0), (total1, steal1) = self._cpu_times, now
+        self._cpu_times = now
+        steal = 100.0 * (steal1 - steal0) / (total1 - total0) if total1 > total0 else 0.0
         return HarnessHealth(
             cpu_percent=float(self._process.cpu_percent(None)),
             loop_lag_s=lag,
             inflight=int(self.inflight()),
+            steal_percent=round(max(0.0, steal), 2),
         )
 
     def _run(self) -> None:

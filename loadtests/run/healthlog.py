@@ -43,7 +43,8 @@ def saturated(snap: HarnessHealth) -> bool:
 
 
 def process_summary(snaps: list[HarnessHealth]) -> dict[str, Any]:
-    """CPU p50/max, loop lag p99/max (ms) and the saturated share of one process's samples."""
+    """CPU p50/max, loop lag p99/max (ms), the saturated share of one process's samples and
+    its host's CPU steal (mean and max %, ``HarnessHealth.steal_percent``)."""
     if not snaps:
         return {"samples": 0}
     cpu = [s.cpu_percent for s in snaps]
@@ -56,6 +57,8 @@ def process_summary(snaps: list[HarnessHealth]) -> dict[str, Any]:
         "lag_max_ms": round(max(lag), 2),
         "saturated_samples": sum(saturated(s) for s in snaps),
         "saturated_share": round(sum(saturated(s) for s in snaps) / len(snaps), 3),
+        "steal_mean_pct": round(sum(s.steal_percent for s in snaps) / len(snaps), 2),
+        "steal_max_pct": round(max(s.steal_percent for s in snaps), 2),
     }
 
 
@@ -71,7 +74,10 @@ def phase_health(per_source: dict[str, list[HarnessHealth]]) -> dict[str, Any]:
     """The ``health`` block of one phase in ``run.json``."""
     processes = {src: process_summary(snaps) for src, snaps in sorted(per_source.items())}
     starved = sorted(src for src, p in processes.items() if src not in NOT_LOAD and is_starved(p))
+    steal = [float(p["steal_mean_pct"]) for p in processes.values() if "steal_mean_pct" in p]
     return {
+        # the most any load generator's host lost to the hypervisor, mean % of its CPU time
+        "steal_pct": max(steal, default=0.0),
         "line": {"cpu_percent": CPU_LINE_PCT, "loop_lag_ms": LAG_LINE_S * 1000.0},
         "starved_share": STARVED_SHARE,
         "starved_min_samples": STARVED_MIN_SAMPLES,

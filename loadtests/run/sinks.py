@@ -39,6 +39,9 @@ class HarnessHealth:
     cpu_percent: float
     loop_lag_s: float
     inflight: int
+    #: the host's CPU time taken by the hypervisor for other guests since the previous
+    #: sample (``steal`` in /proc/stat), % of all its CPUs' time; 0 where not reported
+    steal_percent: float = 0.0
 
 
 @runtime_checkable

@@ -9,6 +9,8 @@ as.  ``rates``: throughput and goodput, per second of the measured phases.
 the SLO goodput was counted with (the gate counts the run's with the same).
 ``repeats``: with ``--repeat N``, each repeat's ``metrics``, ``rates`` and ``outcomes`` on
 its own (the run-level values the gate reads; ``reports.gate.history``).
+``machine``: the host CPU steal the run met (``steal_pct``, mean % of the measured
+phases; ``reports.table.trust.run_steal``), which the history gate sets beside the run's.
 ``fingerprint``: what shapes the numbers (``reports.gate.fingerprint``), compared with
 the run's before anything else.  A schema-1 file (pooled values only) still gates
 what it holds.
@@ -34,6 +36,7 @@ from llmload.reports.gate.sides import ALL, RecordsSide, repeat_phases
 from llmload.reports.server.versus import mode_means
 from llmload.reports.table.arraystats import percentile_sorted
 from llmload.reports.table.loader import Run
+from llmload.reports.table.trust import run_steal
 
 SCHEMA = 2
 KIND = "llmload-baseline"
@@ -146,6 +149,7 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "goodput_slo": format_slo(side.slo),
         **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),
         **({"server": server} if (server := mode_means(run)) else {}),
+        **({"machine": {"steal_pct": st}} if (st := run_steal(run.meta)) is not None else {}),
     }
 
 

@@ -61,6 +61,7 @@ from llmload.reports.gate.sides import ALL, BaselineSide, RecordsSide, repeat_ph
 from llmload.reports.gate.verdict import evaluate, gated_modes
 from llmload.reports.table.loader import Run
 from llmload.reports.table.tdist import t_ppf, t_sf
+from llmload.reports.table.trust import STEAL_AMBER_PCT, run_steal
 
 #: comparable runs of a history the gate reads (the most recent)
 DEFAULT_LAST = 10
@@ -374,13 +375,41 @@ def gate_history(
         # one run each side: the bootstrap against the latest, saying what it cannot know
         result = evaluate(run, bases[-1], cfg)
         result.baseline_name = name
-        result.differences += [*notes, between_note(1, 1)]
+        steal = machine_note(run, bases)
+        result.differences += [*notes, between_note(1, 1), *([steal] if steal else [])]
         return result, history
+    if (steal := machine_note(run, bases)) is not None:
+        notes.append(steal)
     checks = judged(run, levels, cfg)
     if (stopped := interrupted(run)) is not None:
         checks.insert(0, stopped)
     result = GateResult(cfg, checks, run.name, name, notes)
     return result, history
+
+
+def machine_note(run: Run, bases: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The host CPU steal the run met beside what the baseline runs met, when any side met
+    enough to matter (``STEAL_AMBER_PCT``): a tail that moved with it may be the machine's."""
+    mine = run_steal(run.meta)
+    theirs = [
+        float(m["steal_pct"])
+        for d in bases
+        if isinstance(m := d.get("machine"), dict) and isinstance(m.get("steal_pct"), int | float)
+    ]
+    if mine is None or max([mine, *theirs]) < STEAL_AMBER_PCT:
+        return None
+    base = (
+        f"the baseline runs' {min(theirs):.1f}–{max(theirs):.1f} % (mean "
+        f"{statistics.fmean(theirs):.1f} %)"
+        if theirs
+        else "not recorded for the baseline runs"
+    )
+    return _note(
+        "machine_steal",
+        f"hypervisor CPU steal on the load generator's host: this run {mine:.1f} %, {base}; "
+        "steal comes in bursts that slow whatever runs on the host, so a tail that moved "
+        "with it may be the machine's, not the build's",
+    )
 
 
 def _note(key: str, text: str) -> dict[str, Any]:
@@ -392,6 +421,8 @@ def gate_baseline(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateRe
     ``--repeat`` phases, the run-level one (its repeats give the between-run spread);
     with one run on each side, the verdict says the between-run variance is unknown."""
     result = evaluate(run, baseline, cfg)
+    if (steal := machine_note(run, [baseline])) is not None:
+        result.differences.append(steal)
     modes = gated_modes(RecordsSide(run), BaselineSide(baseline), cfg)
     levels = evaluate_runs(run, [baseline], cfg, modes)
     if levels is None:

@@ -35,6 +35,8 @@ SEND_GREEN = (5.0, 0.02)
 DELAY_AMBER_MS, DELAY_RED_MS = 10.0, 50.0
 #: share of ok responses with no visible output: any is amber, this much is red
 NO_OUTPUT_RED = 0.10
+#: the host's CPU steal (mean % over a phase) from which the machine is named as a cause
+STEAL_AMBER_PCT = 2.0
 
 
 @dataclass(frozen=True)
@@ -291,8 +293,63 @@ def _output_item(summary: Summary) -> TrustItem:
     )
 
 
+def phase_steal(health: dict[str, Any]) -> tuple[float, float] | None:
+    """A phase's host CPU steal: (mean %, worst second %) over its load processes' hosts;
+    None when the run did not record it (an older llmload)."""
+    procs = [p for p in (health.get("processes") or {}).values() if "steal_mean_pct" in p]
+    if not procs:
+        return None
+    return (
+        max(float(p["steal_mean_pct"]) for p in procs),
+        max(float(p["steal_max_pct"]) for p in procs),
+    )
+
+
+def run_steal(meta: dict[str, Any]) -> float | None:
+    """The measured phases' host CPU steal (mean %, warm-up left out) from run.json; None
+    when not recorded."""
+    means = [
+        st[0]
+        for name, h in phase_health(meta).items()
+        if not name.endswith("warmup") and (st := phase_steal(h)) is not None
+    ]
+    return round(sum(means) / len(means), 2) if means else None
+
+
+def _machine_item(summary: Summary) -> TrustItem:
+    steals = {
+        n: st for n, g in summary.phases.items() if g.harness and (st := phase_steal(g.harness))
+    }
+    if not steals:
+        return TrustItem("machine (CPU steal)", NA, "not recorded (a run from an older llmload)")
+    if not any(worst_s for _, worst_s in steals.values()):
+        return TrustItem(
+            "machine (CPU steal)", NA, "the host reports no steal (bare metal, or not counted)"
+        )
+    texts = [f"{n}: {mean:.1f} % (worst second {top:.0f} %)" for n, (mean, top) in steals.items()]
+    if max(mean for mean, _ in steals.values()) < STEAL_AMBER_PCT:
+        return TrustItem("machine (CPU steal)", GREEN, "hypervisor steal " + "; ".join(texts))
+    return TrustItem(
+        "machine (CPU steal)",
+        AMBER,
+        "the hypervisor gave other guests "
+        + "; ".join(texts)
+        + " of this host's CPU time: whatever ran on this host (a bundled target, the "
+        "client) ran that much slower in bursts, for no reason a build change made — runs "
+        "that met different steal differ in their tails",
+    )
+
+
 def assess(summary: Summary) -> dict[str, Any]:
     """The trust box: ``{"level", "items": [{"check", "level", "reason"}]}``."""
-    checks = (_harness_item, _tokens_item, _gap_item, _delay_item, _lost_item, _output_item)
+    checks = (
+        _harness_item,
+        _machine_item,
+        _tokens_item,
+        _gap_item,
+        _delay_item,
+        _lost_item,
+        _output_item,
+    )
     items = [f(summary) for f in checks]
     return {"level": worst([i.level for i in items]), "items": [asdict(i) for i in items]}

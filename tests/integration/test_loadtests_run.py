@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from llmload.reports.build import build_run
 from tests.fixtures.loadtests import (
     ROOT,
     harness_slack,
@@ -42,6 +43,10 @@ def test_sync_then_stream_is_exact(start_server_proc, tmp_path: Path) -> None:
     assert {"llmload", "python", "locust", "httpx"} <= set(info["versions"])
     # the client sampled itself in each phase (no exporter asked for)
     assert all(p["health"]["processes"]["local"]["samples"] >= 1 for p in info["phases"])
+    # ... and its host's CPU steal, which the trust box names (0 on bare metal)
+    assert all(0.0 <= p["health"]["steal_pct"] <= 100.0 for p in info["phases"])
+    trust = build_run(tmp_path / "run").trust
+    assert trust is not None and "machine (CPU steal)" in {i["check"] for i in trust["items"]}
     # every issued request is one record, and the server counted each once
     assert len({r["request_id"] for r in records}) == len(records)
     assert server_requests(server.url) == len(records)

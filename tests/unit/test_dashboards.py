@@ -174,6 +174,7 @@ def test_every_query_filters_on_the_variables(dashboard: dict) -> None:
     unlabelled = {
         "llmload_active_users",
         "llmload_client_cpu_percent",
+        "llmload_host_cpu_steal_percent",
         "llmload_event_loop_lag_seconds",
     }
     for title, ref, expr in validate.expressions(dashboard):

@@ -188,14 +188,19 @@ def test_health_exports_the_busiest_fresh_process() -> None:
     m = LiveMetrics(clock=clock, health_ttl_s=10.0)
     assert value(m, "llmload_client_cpu_percent") == 0
     m.on_health("worker-a", HarnessHealth(cpu_percent=35.0, loop_lag_s=0.020, inflight=4))
-    m.on_health("worker-b", HarnessHealth(cpu_percent=92.0, loop_lag_s=0.004, inflight=9))
+    m.on_health(
+        "worker-b",
+        HarnessHealth(cpu_percent=92.0, loop_lag_s=0.004, inflight=9, steal_percent=3.5),
+    )
     assert value(m, "llmload_client_cpu_percent") == 92.0
+    assert value(m, "llmload_host_cpu_steal_percent") == 3.5  # the host that met the most
     assert value(m, "llmload_event_loop_lag_seconds") == pytest.approx(0.020)
     assert value(m, "llmload_harness_processes") == 2
     clock.now += 6
     m.on_health("worker-a", HarnessHealth(cpu_percent=40.0, loop_lag_s=0.001, inflight=1))
     clock.now += 4.5  # worker-b silent for 10.5 s: it no longer counts
     assert value(m, "llmload_client_cpu_percent") == 40.0
+    assert value(m, "llmload_host_cpu_steal_percent") == 0.0
     assert value(m, "llmload_event_loop_lag_seconds") == pytest.approx(0.001)
     assert value(m, "llmload_harness_processes") == 1
 
