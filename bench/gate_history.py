@@ -3,8 +3,11 @@
 A gate is worth what it says about the *next* run of an unchanged build.  This
 runs the embedded transformers engine (continuous batching, ``make loadtest``'s
 default target) as two servers side by side: **A**, the build as it is, and **B**,
-the same build with a real slowdown it states (``--regressed``, by default the
-engine with ``--max-concurrency`` lowered: a smaller batch).  After one discarded
+the same build with a real slowdown it states (``--regressed``, by default a
+smaller prefill budget, ``--prefill-budget 256``: long prompts prefill in more
+chunks, each waiting for a decode step of the running streams — vLLM's
+``--max-num-batched-tokens`` lowered; a smaller batch, ``--max-concurrency 18``,
+made queueing cliffs instead of a steady slowdown).  After one discarded
 run on each (a server's first run is slower: its caches and allocator warm up),
 ``--history`` runs of A make the first history; then A and B take turns, so the
 machine's drift touches both alike.  Each A run is gated against the last
@@ -120,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", default="20s", help="measured seconds per run (20s)")
     p.add_argument(
         "--regressed",
-        default="--max-concurrency 18",
-        help="server flags of the regressed build B (a smaller batch: --max-concurrency 18)",
+        default="--prefill-budget 256",
+        help="server flags of the regressed build B (a smaller prefill budget: "
+        "--prefill-budget 256)",
     )
     p.add_argument("--no-write", action="store_true", help="print, do not touch BENCHMARKS.md")
     args = p.parse_args(argv)
@@ -191,7 +195,7 @@ def render(
             f"{seconds:.0f} s in all.",
             "",
             f"Method: the embedded transformers engine as two servers side by side, A (as it "
-            f"is) and B (`{args.regressed}`: a smaller batch), each run `"
+            f"is) and B (`{args.regressed}`: a stated slowdown), each run `"
             + " ".join(load_args(args.users, args.duration, args.pacing))
             + f"`; after a discarded first run on each, {args.history} A runs make the "
             f"history, then A and B take turns ({args.pairs} each). Each A run is gated "

@@ -83,10 +83,13 @@ class DecodeLoop(abc.ABC):
     sent should go out: after a prefill's first tokens and at the end of each turn).
     """
 
-    def __init__(self, lm: LoadedModel, max_batch: int, busy: BusyMeter):
+    def __init__(self, lm: LoadedModel, max_batch: int, busy: BusyMeter, prefill_budget: int = 0):
         self.lm, self.max_batch, self.busy = lm, max_batch, busy
         cuda = lm.device.type == "cuda"
-        self.prefill_budget = PREFILL_BUDGET_CUDA if cuda else PREFILL_BUDGET_CPU
+        #: ``--prefill-budget`` (0: the device's default)
+        self.prefill_budget = prefill_budget or (
+            PREFILL_BUDGET_CUDA if cuda else PREFILL_BUDGET_CPU
+        )
         self.rows: list[Row] = []
         #: prompts being prefilled in chunks, with the rows they belong to
         self.prefills: list[tuple[list[Row], Prefill]] = []
@@ -241,8 +244,8 @@ class DecodeLoop(abc.ABC):
 class _ThreadLoop(DecodeLoop):
     """The loop on a thread of the server process: pieces go straight to the event loop."""
 
-    def __init__(self, lm: LoadedModel, max_batch: int, busy: BusyMeter):
-        super().__init__(lm, max_batch, busy)
+    def __init__(self, lm: LoadedModel, max_batch: int, busy: BusyMeter, prefill_budget: int):
+        super().__init__(lm, max_batch, busy, prefill_budget)
         self.inbox: queue.SimpleQueue[Row | None] = queue.SimpleQueue()
         self.taken = 0  # written by the loop thread only
 
@@ -297,7 +300,8 @@ class BatchedEngine(ContinuousEngine):
         return 0 if self._core is None else len(self._core.rows)
 
     def _start_backend(self) -> None:
-        self._core = _ThreadLoop(self._loaded(), self.max_batch, self.busy)
+        budget = self.settings.prefill_budget
+        self._core = _ThreadLoop(self._loaded(), self.max_batch, self.busy, budget)
         self._thread = threading.Thread(target=self._core.run, name="decode-loop", daemon=True)
         self._thread.start()
 

@@ -38,8 +38,10 @@ log = logging.getLogger(__name__)
 class PipeLoop(DecodeLoop):
     """The decode loop of the engine process: requests from the pipe, one message per flush."""
 
-    def __init__(self, lm: LoadedModel, max_batch: int, conn: Any, shared: Any):
-        super().__init__(lm, max_batch, PublishedMeter(shared))
+    def __init__(
+        self, lm: LoadedModel, max_batch: int, conn: Any, shared: Any, prefill_budget: int = 0
+    ):
+        super().__init__(lm, max_batch, PublishedMeter(shared), prefill_budget)
         self.conn, self.shared = conn, shared
         self.cuda = lm.device.type == "cuda"
         self.queued: deque[Row] = deque()
@@ -129,4 +131,5 @@ def serve(settings: Any, conn: Any, shared: Any) -> None:
         "generation_config": lm.generation_config,
     }
     conn.send((READY, info))
-    PipeLoop(lm, settings.max_concurrency or DEFAULT_MAX_BATCH, conn, shared).run()
+    batch = settings.max_concurrency or DEFAULT_MAX_BATCH
+    PipeLoop(lm, batch, conn, shared, settings.prefill_budget).run()

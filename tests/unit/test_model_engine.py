@@ -95,12 +95,15 @@ def test_chunked_prefill_gives_the_same_tokens_and_can_be_cancelled(embedded_mod
     engine = BatchedEngine(Settings(engine="transformers", batching="continuous"))
     prompts = ["short", "a longer prompt about time to first token " * 6, "mid " * 20]
 
-    async def texts() -> list[str]:
+    async def texts_of(eng: BatchedEngine) -> list[str]:
         async def one(i: int, prompt: str) -> str:
             req = GenerationRequest(f"c{i}", None, prompt, 12, ignore_eos=True, seed=i)
-            return "".join([p.text async for p in engine.generate(engine.prepare(req))])
+            return "".join([p.text async for p in eng.generate(eng.prepare(req))])
 
         return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+
+    async def texts() -> list[str]:
+        return await texts_of(engine)
 
     async def scenario() -> tuple[list[str], list[str], int]:
         await engine.start()
@@ -121,6 +124,18 @@ def test_chunked_prefill_gives_the_same_tokens_and_can_be_cancelled(embedded_mod
 
     whole, chunked, running = asyncio.run(scenario())
     assert chunked == whole
+    # --prefill-budget states the same from the command line (the engine child reads it too)
+    stated = BatchedEngine(Settings(engine="transformers", batching="continuous", prefill_budget=8))
+
+    async def stated_texts() -> tuple[int, list[str]]:
+        await stated.start()
+        try:
+            return stated.prefill_budget, await texts_of(stated)
+        finally:
+            await stated.stop()
+
+    budget, again = asyncio.run(stated_texts())
+    assert budget == 8 and again == whole
     assert running == 0 and engine._core is not None and engine._core.prefills == []
 
 
