@@ -94,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", default="600s", help="the long run's measured time (600s)")
     p.add_argument("--users", type=int, default=20, help="paced users (20)")
     p.add_argument("--pacing", default="3s", help="start-to-start per user (3s: make loadtest)")
+    p.add_argument(
+        "--scenario", default="mix", help="the workload's scenario or weights (mix: the default)"
+    )
     p.add_argument("--no-write", action="store_true", help="print, do not touch BENCHMARKS.md")
     args = p.parse_args(argv)
+    load = [*load_args(args.users, args.duration, args.pacing), "--scenario", args.scenario]
     load1 = os.getloadavg()[0]
     cal = calibration.current()
     t0 = time.monotonic()
@@ -106,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         one_run(srv.url, Path(tmp) / "warm", load_args(args.users, "10s", "1s"))
         with StealLog() as steal:
-            run = one_run(
-                srv.url, Path(tmp) / "long", load_args(args.users, args.duration, args.pacing)
-            )
+            run = one_run(srv.url, Path(tmp) / "long", load)
     ok = sorted(
         (r.started_at, r.ttft_s) for r in run.measured if r.status == "ok" and r.ttft_s is not None
     )
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             "the load generator's machine.",
             "",
             "Method: the embedded transformers engine, one server, one run of `"
-            + " ".join(load_args(args.users, args.duration, args.pacing))
+            + " ".join(load)
             + "` after a discarded warm-up run, cut into back-to-back windows; each window "
             "stands for a run of that length. Steal: the host's CPU time the hypervisor gave "
             "other guests, % of all its CPUs' time in that window.",
