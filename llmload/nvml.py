@@ -112,7 +112,7 @@ def serve() -> str:
             self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
-            pass
+            """No access log on stderr for every scrape."""
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
