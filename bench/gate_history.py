@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _spread(xs: list[float]) -> float:
+def spread(xs: list[float]) -> float:
+    """One standard deviation of ``xs`` on the log scale, as a % (nan below two values)."""
     logs = [math.log(x) for x in xs]
     return (math.exp(statistics.stdev(logs)) - 1) * 100 if len(logs) > 1 else float("nan")
 
@@ -208,8 +209,8 @@ def render(
             "",
             f"The regression, measured side by side: B's TTFT p95 is **{effect:+.1f} %** "
             f"over A's (means of the run-level p95s). Run-to-run spread of the A runs' TTFT "
-            f"p95: {_spread(a_p95):.1f} % (one standard deviation, log scale); B's: "
-            f"{_spread(b_p95):.1f} %. TTFT p95 by run, ms, in the order they ran: "
+            f"p95: {spread(a_p95):.1f} % (one standard deviation, log scale); B's: "
+            f"{spread(b_p95):.1f} %. TTFT p95 by run, ms, in the order they ran: "
             + ", ".join(order)
             + ".",
         ]

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from bench import calibration
-from bench.gate_history import load_args, one_run
+from bench.gate_history import load_args, one_run, spread
 from bench.mdsection import load_note, machine, write_section
 from llmload.bundled import ENGINE_ARGS, READY_TIMEOUT_S
-from llmload.loadtests.run.health import _host_times
+from llmload.loadtests.run.health import host_times
 from llmload.target_server.launch import launch
 
 WINDOWS_S = (30, 60, 120, 300)
@@ -55,7 +55,7 @@ class StealLog:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.points.append((time.time(), *_host_times()))
+            self.points.append((time.time(), *host_times()))
             self._stop.wait(1.0)
 
     def share(self, a: float, b: float) -> float:
@@ -64,13 +64,6 @@ class StealLog:
         if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
             return math.nan
         return 100.0 * (inside[-1][2] - inside[0][2]) / (inside[-1][1] - inside[0][1])
-
-
-def spread(values: list[float]) -> float:
-    """One standard deviation on the log scale, as a %."""
-    if len(values) < 2:
-        return math.nan
-    return (math.exp(float(np.std(np.log(values), ddof=1))) - 1) * 100
 
 
 def windows(
@@ -111,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         one_run(srv.url, Path(tmp) / "warm", load_args(args.users, "10s", "1s"))
         with StealLog() as steal:
             run = one_run(srv.url, Path(tmp) / "long", load)
-    ok = sorted(
-        (r.started_at, r.ttft_s) for r in run.measured if r.status == "ok" and r.ttft_s is not None
-    )
+    timed = [r for r in run.measured if r.status == "ok" and r.ttft_s is not None]
+    ok = sorted((r.started_at, float(r.ttft_s)) for r in timed)
     ttft = np.array([t for _, t in ok]) * 1000
     rows = []
     by_window = "fewer than two"
@@ -130,11 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             by_window = ", ".join(f"{x:.0f} ({s:.1f} %)" for x, s in zip(p95s, steals, strict=True))
     scen_rows = []
     for name in sorted({r.scenario for r in run.measured}):
-        mine = sorted(
-            (r.started_at, r.ttft_s)
-            for r in run.measured
-            if r.status == "ok" and r.ttft_s is not None and r.scenario == name
-        )
+        mine = sorted((r.started_at, float(r.ttft_s)) for r in timed if r.scenario == name)
         lengths = [r.prompt_tokens or 0 for r in run.measured if r.scenario == name]
         p95s, _ = windows(mine, steal, WINDOWS_S[1])
         if len(p95s) > 1:

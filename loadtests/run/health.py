@@ -38,7 +38,7 @@ DEFAULT_TICK_S = 0.05
 DEFAULT_INTERVAL_S = 1.0
 
 
-def _host_times() -> tuple[float, float]:
+def host_times() -> tuple[float, float]:
     """The host's CPU seconds in all (every mode, all CPUs) and of them stolen."""
     t = psutil.cpu_times()._asdict()
     # Linux counts guest time inside user and nice already
@@ -63,7 +63,7 @@ class HealthSampler:
         self.tick_s = tick_s
         self._process = psutil.Process()
         self._worst_lag = 0.0
-        self._cpu_times = _host_times()
+        self._cpu_times = host_times()
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
 
@@ -72,7 +72,7 @@ class HealthSampler:
         if self._thread is not None:
             return
         self._process.cpu_percent(None)  # prime: the next call measures from here
-        self._cpu_times = _host_times()
+        self._cpu_times = host_times()
         self._worst_lag = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llmload-health", daemon=True)
@@ -94,7 +94,7 @@ class HealthSampler:
     def snapshot(self) -> HarnessHealth:
         """CPU % since the previous snapshot, worst lag since then, requests in flight."""
         lag, self._worst_lag = self._worst_lag, 0.0
-        now = _host_times()
+        now = host_times()
         (total0, steal0), (total1, steal1) = self._cpu_times, now
         self._cpu_times = now
         steal = 100.0 * (steal1 - steal0) / (total1 - total0) if total1 > total0 else 0.0

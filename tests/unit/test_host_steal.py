@@ -30,16 +30,16 @@ def test_the_sampler_reports_the_hosts_steal_between_two_snapshots(
 ) -> None:
     # (all CPU seconds, of them stolen) as the host's counters would read them
     readings: Iterator[tuple[float, float]] = iter([(100.0, 1.0), (300.0, 21.0), (300.0, 21.0)])
-    monkeypatch.setattr(health_mod, "_host_times", lambda: next(readings))
+    monkeypatch.setattr(health_mod, "host_times", lambda: next(readings))
     sampler = HealthSampler()
     assert sampler.snapshot().steal_percent == pytest.approx(10.0)  # 20 of 200 s
     assert sampler.snapshot().steal_percent == 0.0  # no time passed: nothing to divide
 
 
 def test_the_real_host_counters_read_as_a_share() -> None:
-    first = health_mod._host_times()
+    first = health_mod.host_times()
     sum(range(2_000_000))  # some CPU time passes
-    total, stolen = health_mod._host_times()
+    total, stolen = health_mod.host_times()
     assert total > first[0] and 0.0 <= stolen - first[1] <= total - first[0]
 
 
