@@ -54,6 +54,10 @@ MAX_EVENT_BYTES = 1 * MIB
 MAX_BODY_BYTES = 64 * MIB
 
 
+#: how a Responses API conversation's later turns are sent (``--responses-chain``)
+RESPONSES_CHAINS = ("resend", "previous")
+
+
 @dataclass(frozen=True)
 class Alias:
     """Another tool's name for one of ours (vLLM ``bench serve``, guidellm): flag and plan key."""
@@ -274,11 +278,19 @@ class ConnectionOptions:
     model: str = option("", "model name", shown="first of the target's /v1/models", compare=BLOCKS)
     protocol: str = option(
         "openai-chat",
-        "protocol adapter: openai-chat, openai-completions, gradio, tgi",
+        "protocol adapter: openai-chat, openai-completions, openai-responses, "
+        "anthropic-messages, gradio, tgi",
         compare=BLOCKS,
     )
     api_name: str | None = option(
         None, "--protocol gradio: the fn's endpoint (default: the app's)", compare=BLOCKS
+    )
+    responses_chain: str = option(
+        "resend",
+        "--protocol openai-responses: a later turn resends the history, or sends only "
+        "itself with previous_response_id (the server keeps the rest)",
+        choices=RESPONSES_CHAINS,
+        compare=BLOCKS,
     )
     api_key_env: str | None = option(
         None,
@@ -854,8 +866,11 @@ class RunOptions:
             raise ValueError("--output-len needs --dataset random, prefix or a ShareGPT file")
         if work.dataset in ("random", PREFIX) and work.max_tokens is not None:
             raise ValueError(f"--dataset {work.dataset}: give output lengths with --output-len")
-        if work.extra_body and not self.connection.protocol.startswith("openai"):
-            raise ValueError("--extra-body goes with --protocol openai-chat or openai-completions")
+        if work.extra_body and self.connection.protocol in ("gradio", "tgi"):
+            raise ValueError("--extra-body goes with the JSON APIs, not --protocol gradio or tgi")
+        chain = self.connection.responses_chain
+        if chain != "resend" and self.connection.protocol != "openai-responses":
+            raise ValueError(f"--responses-chain {chain} needs --protocol openai-responses")
         prefix_given = (work.prefix_groups, work.prefix_len, work.suffix_len)
         if work.dataset != PREFIX and (
             any(v is not None for v in prefix_given) or work.prefix_skew

@@ -34,6 +34,10 @@ from llmload.target_server.read_deadline import BODY_TIMED_OUT
 from llmload.target_server.schemas import (
     CHAT,
     COMPLETIONS,
+    GENERATION_ENDPOINTS,
+    MESSAGES,
+    RESPONSES,
+    ParsedRequest,
     decode_json,
     parse_request,
     validation_error,
@@ -73,13 +77,33 @@ async def _read_body(request: Request) -> bytes:
 
 
 def _check_key(request: Request, key: str | None) -> None:
+    """``Authorization: Bearer KEY``, or Anthropic's ``x-api-key: KEY``."""
     if key is None:
         return
     auth = request.headers.get("authorization", "")
     scheme, _, given = auth.partition(" ")
-    ok = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key.encode())
-    if not ok:
+    if scheme.lower() != "bearer":
+        given = request.headers.get("x-api-key", "")
+    if not hmac.compare_digest(given.strip().encode(), key.encode()):
         raise ApiError(401, "missing or invalid API key", code="invalid_api_key")
+
+
+#: endpoint -> the prefix of its request ids (as the real APIs spell theirs)
+_ID_PREFIX = {CHAT: "chatcmpl-", COMPLETIONS: "cmpl-", RESPONSES: "resp_", MESSAGES: "msg_"}
+
+
+def _continued(state: ServerState, parsed: ParsedRequest) -> ParsedRequest:
+    """A Responses request with ``previous_response_id``: the stored conversation, then
+    this request's input (its instructions first, as they are not carried over)."""
+    prior = state.responses.get(parsed.previous_response_id or "")
+    if prior is None:
+        msg = f"previous response {parsed.previous_response_id!r} not found"
+        raise ApiError(400, msg, param="previous_response_id", code="previous_response_not_found")
+    gen = parsed.generation
+    new = gen.messages or []
+    system = [m for m in new if m.get("role") == "system"]
+    turns = [m for m in new if m.get("role") != "system"]
+    return replace(parsed, generation=replace(gen, messages=[*system, *prior, *turns]))
 
 
 def _prepare(state: ServerState, gen: GenerationRequest) -> PreparedRequest:
@@ -94,8 +118,8 @@ def _prepare(state: ServerState, gen: GenerationRequest) -> PreparedRequest:
 
 
 async def _generation(state: ServerState, request: Request, endpoint: str) -> Response:
-    """Validate a chat/completions request; the returned response runs the generation."""
-    prefix = "chatcmpl-" if endpoint == CHAT else "cmpl-"
+    """Validate a generation request; the returned response runs the generation."""
+    prefix = _ID_PREFIX[endpoint]
     arrived = request.scope.get(ARRIVED) or perf_counter()  # stamped by the protocol
     ctx = RequestContext(prefix + uuid.uuid4().hex[:24], endpoint, arrived)
     try:
@@ -109,6 +133,8 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
         parsed = parse_request(
             endpoint, obj, ctx.request_id, state.model_name, state.engine.max_output_tokens
         )
+        if parsed.previous_response_id is not None:
+            parsed = _continued(state, parsed)
         prepared = _prepare(state, parsed.generation)
         ctx.prompt_tokens = prepared.prompt_tokens
         room = state.engine.max_context - prepared.prompt_tokens
@@ -120,7 +146,7 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
             raise ApiError(
                 400,
                 msg,
-                param="messages" if endpoint == CHAT else "prompt",
+                param="prompt" if parsed.generation.prompt is not None else "messages",
                 code="context_length_exceeded",
             )
         gen = parsed.generation
@@ -137,7 +163,7 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
     except ApiError as err:
         ctx.status, ctx.http_status = err.label, err.status
         state.finish(ctx)
-        return err.response()
+        return err.response(anthropic=endpoint == MESSAGES)
     except ClientDisconnect:  # gone while we read the body: nobody to answer
         ctx.status, ctx.http_status = "cancelled", 499
         if request.scope.get(BODY_TIMED_OUT):  # dropped by us: the 408 went out already
@@ -149,7 +175,7 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
         bug = ApiError(500, "internal error while reading the request", code="internal_error")
         ctx.status, ctx.http_status = bug.label, bug.status
         state.finish(ctx)
-        return bug.response()
+        return bug.response(anthropic=endpoint == MESSAGES)
     return GenerationCall(state, ctx, parsed, prepared)
 
 
@@ -229,7 +255,7 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
 
         return serve
 
-    app.direct = {CHAT: direct(CHAT), COMPLETIONS: direct(COMPLETIONS)}
+    app.direct = {endpoint: direct(endpoint) for endpoint in GENERATION_ENDPOINTS}
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> Response:
@@ -252,6 +278,14 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
     @app.post(COMPLETIONS)
     async def completions(request: Request) -> Response:
         return await _generation(state, request, COMPLETIONS)
+
+    @app.post(RESPONSES)
+    async def responses(request: Request) -> Response:
+        return await _generation(state, request, RESPONSES)
+
+    @app.post(MESSAGES)
+    async def messages(request: Request) -> Response:
+        return await _generation(state, request, MESSAGES)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Any:

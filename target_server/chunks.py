@@ -1,5 +1,9 @@
 """OpenAI chunk and body encoding, with everything per-request pre-encoded.
 
+Every generation API has an encoder with the same face (``Encoder``): this
+module's ``ChunkEncoder`` for chat and completions, ``responses_api`` and
+``messages_api`` for the Responses and Messages APIs.
+
 A content event is ``prefix + json_string(token) + suffix``: the prefix and
 suffix are built once per request and token strings are memoised, so the
 per-token cost is two byte concatenations.  The role and finish events are put
@@ -17,9 +21,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from llmload.target_server.engine import TokenPiece
+from llmload.target_server.errors import ApiError
 from llmload.target_server.schemas import CHAT
 
 DONE = b"data: [DONE]\n\n"
@@ -37,12 +42,63 @@ def json_string(text: str) -> bytes:
     return enc
 
 
-def _dumps(obj: Any) -> bytes:
+def dumps(obj: Any) -> bytes:
+    """Compact JSON as UTF-8 bytes."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+class Encoder(Protocol):
+    """What the generation call asks of a protocol's encoder (one per request).
+
+    ``constant``: a content piece's event is always ``prefix + json_string(text) +
+    suffix`` (the pacer's tick then writes it without a call); otherwise each piece
+    goes through ``piece``, which may keep state (the item or block it is in, a
+    sequence number).  ``opening`` is what a stream starts with, ``closing`` what it
+    ends with once the last piece went out (usage, timings, end marker).
+    """
+
+    constant: bool
+    prefix: bytes
+    suffix: bytes
+    #: HTTP status of "the server is at capacity" (Anthropic's API says 529)
+    reject_status: int
+
+    def opening(self, prompt_tokens: int, cached_tokens: int | None) -> bytes: ...
+
+    def piece(self, piece: TokenPiece) -> bytes: ...
+
+    def closing(
+        self,
+        reason: str,
+        prompt_tokens: int,
+        output_tokens: int,
+        timings: dict[str, Any],
+        reasoning_tokens: int = 0,
+        cached_tokens: int | None = None,
+    ) -> bytes: ...
+
+    def body(
+        self,
+        pieces: list[TokenPiece],
+        reason: str,
+        prompt_tokens: int,
+        output_tokens: int,
+        timings: dict[str, Any],
+        cached_tokens: int | None = None,
+    ) -> bytes: ...
+
+    def error_event(self, err: ApiError) -> bytes: ...
+
+    def error_payload(self, err: ApiError) -> bytes: ...
+
+    def malformed(self) -> bytes: ...
+
+
 class ChunkEncoder:
-    """Builds the SSE events and the non-stream body of one request."""
+    """Builds the SSE events and the non-stream body of one chat or completions request."""
+
+    constant = True
+    reject_status = 429
 
     def __init__(self, endpoint: str, request_id: str, model: str, include_usage: bool):
         self.chat = endpoint == CHAT
@@ -90,6 +146,33 @@ class ChunkEncoder:
         prefix, suffix = self.shapes[piece.kind] if self.chat else (self.prefix, self.suffix)
         return prefix + json_string(piece.text) + suffix
 
+    def opening(self, prompt_tokens: int, cached_tokens: int | None) -> bytes:
+        """A chat stream's role event (a completions stream starts with its first token)."""
+        return self.role() if self.chat else b""
+
+    def closing(
+        self,
+        reason: str,
+        prompt_tokens: int,
+        output_tokens: int,
+        timings: dict[str, Any],
+        reasoning_tokens: int = 0,
+        cached_tokens: int | None = None,
+    ) -> bytes:
+        """The finish event, the usage chunk when asked for, and ``[DONE]``."""
+        if not self.include_usage:
+            return self.finish(reason, timings) + DONE
+        usage = self.usage(prompt_tokens, output_tokens, timings, reasoning_tokens, cached_tokens)
+        return self.finish(reason, None) + usage + DONE
+
+    def error_event(self, err: ApiError) -> bytes:
+        """An error after the stream began."""
+        return error_event(err.message, err.type, err.code)
+
+    def error_payload(self, err: ApiError) -> bytes:
+        """An error answered instead of a stream or body."""
+        return err.payload()
+
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         obj: dict[str, Any] = {
             "id": self.id,
@@ -113,7 +196,7 @@ class ChunkEncoder:
     def finish(self, reason: str, timings: dict[str, Any] | None) -> bytes:
         """The finish event (carries ``x_llmload`` when no usage chunk follows)."""
         empty = b'"delta":{}' if self.chat else b'"text":""'
-        extra = b',"x_llmload":' + _dumps(timings) if timings is not None else b""
+        extra = b',"x_llmload":' + dumps(timings) if timings is not None else b""
         return (
             self.head
             + b'"logprobs":null,"finish_reason":'
@@ -137,7 +220,7 @@ class ChunkEncoder:
         """The usage chunk (``choices: []``), last before ``[DONE]``."""
         obj = self._chunk([], x_llmload=timings)
         obj["usage"] = _usage(prompt_tokens, output_tokens, reasoning_tokens, cached_tokens)
-        return b"data: " + _dumps(obj) + b"\n\n"
+        return b"data: " + dumps(obj) + b"\n\n"
 
     def malformed(self) -> bytes:
         """A deliberately broken event (fault injection): truncated JSON."""
@@ -168,7 +251,7 @@ class ChunkEncoder:
             "usage": _usage(prompt_tokens, output_tokens, reasoning, cached_tokens),
             "x_llmload": timings,
         }
-        return _dumps(obj)
+        return dumps(obj)
 
     def _message(self, pieces: list[TokenPiece]) -> tuple[dict[str, Any], int]:
         """A chat body's ``message`` (vLLM's shape) and its reasoning token count."""
@@ -194,7 +277,7 @@ class ChunkEncoder:
 def error_event(message: str, type_: str, code: str | None = None) -> bytes:
     """An in-stream error (after the headers went out), OpenAI error shape."""
     err = {"error": {"message": message, "type": type_, "param": None, "code": code}}
-    return b"data: " + _dumps(err) + b"\n\n"
+    return b"data: " + dumps(err) + b"\n\n"
 
 
 def _usage(

@@ -1,4 +1,5 @@
-"""OpenAI-shaped errors: ``{"error": {"message", "type", "param", "code"}}``."""
+"""API errors: OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``, and
+Anthropic's ``{"type": "error", "error": {"type", "message"}}`` for ``/v1/messages``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,20 @@ ERROR_KINDS: dict[int, tuple[str, str]] = {
     500: ("server_error", "error"),
     503: ("service_unavailable_error", "unavailable"),
     504: ("timeout_error", "timeout"),
+    # Anthropic's "overloaded": what /v1/messages answers where the others say 429
+    529: ("overloaded_error", "rejected"),
+}
+#: HTTP status -> Anthropic's error type (``api_error`` for any other)
+ANTHROPIC_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
 }
 
 
@@ -61,14 +76,19 @@ class ApiError(Exception):
             }
         }
 
-    def payload(self) -> bytes:
-        """The OpenAI error object as JSON bytes."""
-        return json.dumps(self.body()).encode()
+    def anthropic_body(self) -> dict[str, object]:
+        """Anthropic's error object."""
+        kind = ANTHROPIC_TYPES.get(self.status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
 
-    def response(self) -> Response:
-        """A JSON response carrying this error."""
+    def payload(self, anthropic: bool = False) -> bytes:
+        """The error object as JSON bytes (OpenAI's, or Anthropic's)."""
+        return json.dumps(self.anthropic_body() if anthropic else self.body()).encode()
+
+    def response(self, anthropic: bool = False) -> Response:
+        """A JSON response carrying this error (in Anthropic's shape when asked)."""
         return Response(
-            self.payload(),
+            self.payload(anthropic),
             status_code=self.status,
             media_type="application/json",
             headers=self.headers,

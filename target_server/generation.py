@@ -32,7 +32,7 @@ from typing import Any
 from starlette.responses import Response
 
 from llmload.target_server.admission import Rejected
-from llmload.target_server.chunks import DONE, ChunkEncoder, error_event, json_string
+from llmload.target_server.chunks import ChunkEncoder, Encoder, json_string
 from llmload.target_server.engine import (
     PreparedRequest,
     Timetable,
@@ -40,8 +40,10 @@ from llmload.target_server.engine import (
     is_timetable_engine,
 )
 from llmload.target_server.errors import ApiError
+from llmload.target_server.messages_api import MessagesEncoder
 from llmload.target_server.pacer import Pacer
-from llmload.target_server.schemas import ParsedRequest
+from llmload.target_server.responses_api import ResponsesEncoder, history_of
+from llmload.target_server.schemas import MESSAGES, RESPONSES, ParsedRequest
 from llmload.target_server.state import RequestContext, ServerState
 from llmload.target_server.write_deadline import CHUNK_WRITER, ChunkWriter
 
@@ -129,6 +131,7 @@ class _Ticker:
         "reason",
         "on_tick",
         "encode",
+        "fast",
     )
 
     def __init__(
@@ -136,13 +139,15 @@ class _Ticker:
         table: Timetable,
         writer: ChunkWriter,
         pacer: Pacer,
-        encoder: ChunkEncoder,
+        encoder: Encoder,
         tally: _Tally,
     ):
         self.table, self.write, self.call_at, self.tally = table, writer.write, pacer.call_at, tally
         self.on_tick: Callable[[], None] | None = self._due  # one bound method for every tick
         self.prefix, self.suffix = encoder.prefix, encoder.suffix
-        self.encode = encoder.piece  # a piece that is not answer text (reasoning, tool call)
+        # answer text as prefix + string + suffix (chat, completions), else through ``encode``
+        self.fast = encoder.constant
+        self.encode = encoder.piece  # any other piece (reasoning, a tool call, another API)
         self.waiter: asyncio.Future[TokenPiece | None] | None = None
         self.piece: TokenPiece | None = None
         self.exact = True  # the first piece: never before its deadline
@@ -196,7 +201,7 @@ class _Ticker:
         text, tally = piece.text, self.tally
         if text:
             t = perf_counter()
-            if piece.kind == "content":
+            if piece.kind == "content" and self.fast:
                 data = self.prefix + json_string(text) + self.suffix
             else:
                 data = self.encode(piece)
@@ -211,6 +216,23 @@ class _Ticker:
             waiter.set_result(None)
             return False
         return True
+
+
+def encoder_for(state: ServerState, ctx: RequestContext, parsed: ParsedRequest) -> Encoder:
+    """The encoder of the request's API (``chunks.Encoder``)."""
+    if parsed.endpoint == RESPONSES:
+        gen = parsed.generation
+        return ResponsesEncoder(
+            ctx.request_id,
+            parsed.model,
+            history_of(gen.messages),
+            state.responses if parsed.store else None,
+            parsed.previous_response_id,
+            gen.max_tokens,
+        )
+    if parsed.endpoint == MESSAGES:
+        return MessagesEncoder(ctx.request_id, parsed.model)
+    return ChunkEncoder(parsed.endpoint, ctx.request_id, parsed.model, parsed.include_usage)
 
 
 class GenerationCall(Response):
@@ -228,9 +250,7 @@ class GenerationCall(Response):
         self.ctx = ctx
         self.parsed = parsed
         self.prepared = prepared
-        self.encoder = ChunkEncoder(
-            parsed.endpoint, ctx.request_id, parsed.model, parsed.include_usage
-        )
+        self.encoder = encoder_for(state, ctx, parsed)
         self.headers_sent = False
         self.client_gone = False
         self.finished = False
@@ -296,9 +316,9 @@ class GenerationCall(Response):
                 except Rejected:
                     ctx.status = "rejected"
                     msg = "the server is at capacity: too many requests waiting"
-                    err = ApiError(
-                        429, msg, code="rate_limit_exceeded", headers={"Retry-After": "1"}
-                    )
+                    status = self.encoder.reject_status  # 429, or Anthropic's 529
+                    code = "rate_limit_exceeded" if status == 429 else "overloaded"
+                    err = ApiError(status, msg, code=code, headers={"Retry-After": "1"})
                     await self._fail(send, err)
                     return
                 ctx.admitted = perf_counter()
@@ -349,10 +369,10 @@ class GenerationCall(Response):
         ctx.end = perf_counter()
         self.state.finish(ctx)
         if self.headers_sent:  # mid-stream: an error event, then end without [DONE]
-            await send(_chunk(error_event(err.message, err.type, err.code), more=False))
+            await send(_chunk(self.encoder.error_event(err), more=False))
             return
         self.headers_sent = True
-        body = err.payload()
+        body = self.encoder.error_payload(err)
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         headers += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
         await send({"type": "http.response.start", "status": err.status, "headers": headers})
@@ -371,13 +391,14 @@ class GenerationCall(Response):
         self.headers_sent = True
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         send = self.body_send or send
-        if enc.chat:
-            await send(_chunk(enc.role()))
+        if opening := enc.opening(ctx.prompt_tokens, ctx.cached_tokens):
+            await send(_chunk(opening))
         prefix, suffix, jstr, encode = enc.prefix, enc.suffix, json_string, enc.piece
+        fast = enc.constant
         msg = _chunk(b"")  # reused for every token: uvicorn reads it before send returns
 
         async def emit(piece: TokenPiece) -> None:
-            if piece.kind == "content":
+            if piece.kind == "content" and fast:
                 msg["body"] = prefix + jstr(piece.text) + suffix
             else:
                 msg["body"] = encode(piece)
@@ -390,14 +411,9 @@ class GenerationCall(Response):
         n = ctx.output_tokens
         timings = self._complete(reason)
         assert ctx.finish_reason is not None
-        if enc.include_usage:
-            usage = enc.usage(
-                ctx.prompt_tokens, n, timings, ctx.reasoning_tokens, ctx.cached_tokens
-            )
-            tail = enc.finish(ctx.finish_reason, None) + usage
-        else:
-            tail = enc.finish(ctx.finish_reason, timings)
-        await send(_chunk(tail + DONE, more=False))
+        reason, reasoning, cached = ctx.finish_reason, ctx.reasoning_tokens, ctx.cached_tokens
+        tail = enc.closing(reason, ctx.prompt_tokens, n, timings, reasoning, cached)
+        await send(_chunk(tail, more=False))
 
     async def _generate(
         self,

@@ -1,4 +1,13 @@
-"""OpenAI request schemas and their translation into a ``GenerationRequest``."""
+"""Request schemas and their translation into a ``GenerationRequest``.
+
+Four generation APIs, one ``GenerationRequest``: OpenAI chat completions and
+completions, the OpenAI Responses API (``input`` items, ``instructions``,
+``max_output_tokens``, flattened function ``tools``, ``previous_response_id``)
+and Anthropic's Messages API (``system`` apart from ``messages``, content
+blocks, ``max_tokens`` required, ``stop_sequences``, ``tools`` with
+``input_schema``).  What a body may hold beyond its API (``ignore_eos``,
+``min_tokens``, ``seed``: vLLM's extensions) is read the same way for all.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +25,10 @@ from llmload.target_server.errors import ApiError
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
+MESSAGES = "/v1/messages"
+#: every generation endpoint, in the order the docs list them
+GENERATION_ENDPOINTS = (CHAT, COMPLETIONS, RESPONSES, MESSAGES)
 
 #: request fields passed through to engines as ``GenerationRequest.extra``
 EXTRA_GENERATION_FIELDS = (
@@ -112,6 +125,53 @@ class CompletionRequest(_Common):
     prompt: str | list[str]
 
 
+class ResponsesTool(BaseModel):
+    """A Responses API tool: ``{"type": "function", "name", "parameters"}`` (flattened)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "function"
+    name: str | None = None
+
+
+class ResponsesRequest(_Common):
+    """``POST /v1/responses``: ``input`` (a string or items), ``max_output_tokens``."""
+
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    tools: list[ResponsesTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    previous_response_id: str | None = None
+    store: bool = True
+
+
+class AnthropicTool(BaseModel):
+    """A Messages API tool: ``{"name", "description", "input_schema"}``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+
+
+class AnthropicMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(_Common):
+    """``POST /v1/messages`` (Anthropic): ``max_tokens`` is required, ``system`` apart."""
+
+    max_tokens: int  # type: ignore[assignment]  # required here, optional in OpenAI's APIs
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    stop_sequences: list[str] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: dict[str, Any] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedRequest:
     """What the HTTP layer keeps of a request body."""
@@ -123,16 +183,20 @@ class ParsedRequest:
     generation: GenerationRequest
     # max_tokens was not in the body: the server may shorten it to fit the context
     max_tokens_defaulted: bool = False
+    # Responses API: the response this one continues, and whether to keep this one
+    previous_response_id: str | None = None
+    store: bool = False
 
 
-def _tools(req: ChatRequest) -> tuple[tuple[str, ...], bool]:
-    """The function names a chat request offers, and whether ``tool_choice`` demands a call.
+def _tool_choice(
+    names: tuple[str, ...], choice: str | None, named: str | None
+) -> tuple[tuple[str, ...], bool]:
+    """The function names a request offers, and whether its tool choice demands a call.
 
-    ``tool_choice`` "none" offers nothing; a named function must be one of ``tools``
-    (400 otherwise, as OpenAI answers) and is the one called.
+    ``choice`` is "auto" (or None), "none" (offers nothing), "required" or "named"
+    (``named`` is the function, which must be one of ``names``: 400 otherwise, as
+    OpenAI and Anthropic answer).
     """
-    names = tuple(t.function.name for t in req.tools or ())
-    choice = req.tool_choice
     if choice is None or choice == "auto":
         return names, False
     if choice == "none":
@@ -141,11 +205,102 @@ def _tools(req: ChatRequest) -> tuple[tuple[str, ...], bool]:
         raise ApiError(400, "tool_choice is set but no tools are given", param="tool_choice")
     if choice == "required":
         return names, True
-    assert isinstance(choice, NamedToolChoice)
-    if choice.function.name not in names:
-        msg = f"tool_choice names {_short(choice.function.name)}, which is not in tools"
+    if named not in names:
+        msg = f"tool_choice names {_short(str(named))}, which is not in tools"
         raise ApiError(400, msg, param="tool_choice")
-    return (choice.function.name,), True
+    return (str(named),), True
+
+
+def _chat_tools(req: ChatRequest) -> tuple[tuple[str, ...], bool]:
+    names = tuple(t.function.name for t in req.tools or ())
+    choice = req.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        return _tool_choice(names, "named", choice.function.name)
+    return _tool_choice(names, choice, None)
+
+
+def _responses_tools(req: ResponsesRequest) -> tuple[tuple[str, ...], bool]:
+    names = tuple(t.name for t in req.tools or () if t.type == "function" and t.name)
+    choice = req.tool_choice
+    if isinstance(choice, dict):  # {"type": "function", "name": ...}
+        return _tool_choice(names, "named", choice.get("name"))
+    return _tool_choice(names, choice, None)
+
+
+#: Anthropic ``tool_choice.type`` -> the OpenAI word for it
+_ANTHROPIC_CHOICE = {"auto": "auto", "any": "required", "none": "none", "tool": "named"}
+
+
+def _messages_tools(req: MessagesRequest) -> tuple[tuple[str, ...], bool]:
+    names = tuple(t.name for t in req.tools or ())
+    choice = req.tool_choice or {}
+    kind = _ANTHROPIC_CHOICE.get(str(choice.get("type", "auto")))
+    if kind is None:
+        msg = f"tool_choice.type must be one of {sorted(_ANTHROPIC_CHOICE)}"
+        raise ApiError(400, msg, param="tool_choice.type")
+    return _tool_choice(names, kind, choice.get("name"))
+
+
+def _block_text(content: Any, param: str) -> str:
+    """The text of a string or a list of content blocks (``text``, ``input_text``,
+    ``output_text``; a ``tool_result``'s own content; others carry no text)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise ApiError(400, f"invalid request ({param}): content must be a string or a list")
+    out: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            raise ApiError(400, f"invalid request ({param}): a content block is not an object")
+        text = block.get("text")
+        if block.get("type") == "tool_result":
+            text = _block_text(block.get("content"), param)
+        if text is not None and not isinstance(text, str):
+            raise ApiError(400, f"invalid request ({param}): a block's text is not a string")
+        out.append(text or "")
+    return "".join(out)
+
+
+def _responses_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """``input`` as chat messages: message items by role, a function call's output as a
+    ``tool`` message, a function call as the assistant's (its arguments); reasoning
+    items carry nothing the prompt needs."""
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
+        return messages
+    for i, item in enumerate(req.input):
+        kind = item.get("type", "message")
+        param = f"input.{i}"
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("system", "developer", "user", "assistant"):
+                raise ApiError(400, f"invalid request ({param}.role): unknown role", param=param)
+            messages.append({"role": role, "content": _block_text(item.get("content"), param)})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "content": _block_text(item.get("output"), param)})
+        elif kind == "function_call":
+            messages.append({"role": "assistant", "content": str(item.get("arguments") or "")})
+        elif kind != "reasoning":
+            msg = f"invalid request ({param}.type): input items of type {_short(str(kind))} "
+            raise ApiError(400, msg + "are not supported", param=param)
+    if len(messages) == (1 if req.instructions else 0) and not req.input:
+        raise ApiError(400, "invalid request (input): at least one input item", param="input")
+    return messages
+
+
+def _anthropic_messages(req: MessagesRequest) -> list[dict[str, Any]]:
+    """``system`` and ``messages`` as chat messages (a ``tool_result`` block's text is the
+    user's; a ``tool_use`` block carries no text)."""
+    messages: list[dict[str, Any]] = []
+    system = _block_text(req.system, "system")
+    if system:
+        messages.append({"role": "system", "content": system})
+    for i, m in enumerate(req.messages):
+        messages.append({"role": m.role, "content": _block_text(m.content, f"messages.{i}")})
+    return messages
 
 
 def _content_text(content: str | list[TextPart] | None) -> str:
@@ -255,13 +410,52 @@ def decode_json(body: bytes) -> dict[str, Any]:
     return obj
 
 
+#: endpoint -> its request schema
+_SCHEMAS: dict[str, type[_Common]] = {
+    CHAT: ChatRequest,
+    COMPLETIONS: CompletionRequest,
+    RESPONSES: ResponsesRequest,
+    MESSAGES: MessagesRequest,
+}
+
+
+def _max_tokens(req: _Common) -> tuple[int | None, str]:
+    """The output limit the body asks for (None: not given) and the field that gave it."""
+    if isinstance(req, ChatRequest) and req.max_completion_tokens is not None:
+        return req.max_completion_tokens, "max_completion_tokens"
+    if isinstance(req, ResponsesRequest):
+        return req.max_output_tokens, "max_output_tokens"
+    return req.max_tokens, "max_tokens"
+
+
+def _inputs(
+    req: _Common,
+) -> tuple[list[dict[str, Any]] | None, str | None, tuple[str, ...], bool, tuple[str, ...]]:
+    """(messages, prompt, tools, tool_required, stop) of a validated body."""
+    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    if isinstance(req, ChatRequest):
+        messages = [{"role": m.role, "content": _content_text(m.content)} for m in req.messages]
+        return messages, None, *_chat_tools(req), stop
+    if isinstance(req, ResponsesRequest):
+        return _responses_messages(req), None, *_responses_tools(req), stop
+    if isinstance(req, MessagesRequest):
+        stop = tuple(req.stop_sequences or ()) or stop
+        return _anthropic_messages(req), None, *_messages_tools(req), stop
+    assert isinstance(req, CompletionRequest)
+    if isinstance(req.prompt, list):
+        if len(req.prompt) != 1:
+            raise ApiError(400, "exactly one prompt per request is supported", param="prompt")
+        return None, req.prompt[0], (), False, stop
+    return None, req.prompt, (), False, stop
+
+
 def parse_request(
     endpoint: str, obj: dict[str, Any], request_id: str, served_model: str, max_output: int
 ) -> ParsedRequest:
-    """Validate one chat/completions body into a ``ParsedRequest`` (raises ``ApiError``)."""
-    schema: type[_Common] = ChatRequest if endpoint == CHAT else CompletionRequest
+    """Validate one generation body (any of ``GENERATION_ENDPOINTS``) into a
+    ``ParsedRequest`` (raises ``ApiError``)."""
     try:
-        req = schema.model_validate(obj)
+        req = _SCHEMAS[endpoint].model_validate(obj)
     except ValidationError as exc:
         raise validation_error(exc) from None
     if req.model is not None and req.model != served_model:
@@ -273,10 +467,8 @@ def parse_request(
         )
     if req.n not in (None, 1):
         raise ApiError(400, "only n=1 is supported", param="n")
-    max_tokens, param = req.max_tokens, "max_tokens"
-    defaulted = max_tokens is None and getattr(req, "max_completion_tokens", None) is None
-    if isinstance(req, ChatRequest) and req.max_completion_tokens is not None:
-        max_tokens, param = req.max_completion_tokens, "max_completion_tokens"
+    max_tokens, param = _max_tokens(req)
+    defaulted = max_tokens is None
     if max_tokens is None:
         max_tokens = min(256, max_output)
     if max_tokens <= 0:
@@ -287,23 +479,8 @@ def parse_request(
         )
     if req.min_tokens > max_tokens:
         raise ApiError(400, "min_tokens must not exceed max_tokens", param="min_tokens")
-    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     extra = {k: v for k in EXTRA_GENERATION_FIELDS if (v := getattr(req, k)) is not None}
-    messages: list[dict[str, Any]] | None = None
-    prompt: str | None = None
-    tools: tuple[str, ...] = ()
-    tool_required = False
-    if isinstance(req, ChatRequest):
-        messages = [{"role": m.role, "content": _content_text(m.content)} for m in req.messages]
-        tools, tool_required = _tools(req)
-    else:
-        assert isinstance(req, CompletionRequest)
-        if isinstance(req.prompt, list):
-            if len(req.prompt) != 1:
-                raise ApiError(400, "exactly one prompt per request is supported", param="prompt")
-            prompt = req.prompt[0]
-        else:
-            prompt = req.prompt
+    messages, prompt, tools, tool_required, stop = _inputs(req)
     generation = GenerationRequest(
         request_id=request_id,
         messages=messages,
@@ -320,11 +497,16 @@ def parse_request(
         tool_required=tool_required,
     )
     opts = req.stream_options
+    # the Responses and Messages APIs always report usage (a stream: in its last events)
+    usage = endpoint in (RESPONSES, MESSAGES) or bool(req.stream and opts and opts.include_usage)
+    responses = req if isinstance(req, ResponsesRequest) else None
     return ParsedRequest(
         endpoint=endpoint,
         stream=bool(req.stream),
-        include_usage=bool(req.stream and opts and opts.include_usage),
+        include_usage=usage,
         model=served_model,
         generation=generation,
         max_tokens_defaulted=defaulted,
+        previous_response_id=responses.previous_response_id if responses else None,
+        store=responses.store if responses else False,
     )

@@ -9,6 +9,7 @@ from time import perf_counter
 from llmload.target_server.admission import Admission
 from llmload.target_server.engine import Engine
 from llmload.target_server.metrics import ServerMetrics
+from llmload.target_server.responses_api import ResponseStore
 from llmload.target_server.settings import Settings
 
 log = logging.getLogger("llmload.target_server.requests")
@@ -74,7 +75,8 @@ class RequestContext:
 
 
 class ServerState:
-    """Everything the handlers share: engine, settings, metrics, admission."""
+    """Everything the handlers share: engine, settings, metrics, admission, and the
+    Responses API's stored conversations (``previous_response_id``)."""
 
     def __init__(self, engine: Engine, settings: Settings):
         self.engine = engine
@@ -83,6 +85,7 @@ class ServerState:
         self.admission = Admission(settings.max_concurrency, settings.max_queue)
         self.metrics = ServerMetrics(self._gauges)
         self.start_error: str | None = None
+        self.responses = ResponseStore()
 
     def _gauges(self) -> dict[str, tuple[str, float]]:
         out = {

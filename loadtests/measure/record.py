@@ -40,6 +40,8 @@ ERROR_CLASSES = (
     "connect",
     # distributed runs: started on a worker that died before reporting how it ended
     "lost",
+    # the target said it is overloaded: HTTP 529, or Anthropic's ``overloaded_error`` event
+    "overloaded",
 )
 STATUSES = ("ok", *ERROR_CLASSES)
 
@@ -112,6 +114,8 @@ class RequestRecord:
     # all a late event loop can still add to a time counted from t0 (arrivals are stamped
     # by the kernel); None when the request was never written whole
     send_s: float | None = None
+    # events of a type the protocol does not define (a newer server's): skipped, counted
+    unknown_events: int = 0
 
     @property
     def ok(self) -> bool:

@@ -25,6 +25,8 @@ from llmload.loadtests.measure.sse import SSEParser
 #: transport-level error classes the caller may pass to ``finish(status=...)``
 TRANSPORT_STATUSES = ("timeout", "stall", "disconnect", "connect", "http_4xx", "http_5xx")
 #: statuses after which the response body did not end normally (no e2e time)
+#: Anthropic's "overloaded" status (a class of its own: ``overloaded``)
+OVERLOADED_HTTP = 529
 _NO_END = frozenset({"timeout", "stall", "disconnect", "connect"})
 #: at most this much of an error body is kept for its message
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -85,6 +87,8 @@ class StreamTimer:
         "_usage_reasoning",
         "_usage_cached",
         "_sent_at",
+        "_error_class",
+        "_unknown",
     )
 
     def __init__(
@@ -124,6 +128,8 @@ class StreamTimer:
         self._usage_reasoning: int | None = None
         self._usage_cached: int | None = None
         self._sent_at: float | None = None
+        self._error_class = "protocol"  # the class of ``_protocol_error``
+        self._unknown = 0  # events of a type the protocol does not define
 
     # -- input -------------------------------------------------------------------------
 
@@ -253,6 +259,9 @@ class StreamTimer:
             self._finish_reason = info.finish_reason
         if info.error and self._protocol_error is None:
             self._protocol_error = f"server error event: {info.error}"
+            self._error_class = info.error_class or "protocol"
+        if info.unknown:
+            self._unknown += 1
 
     def _keep_error_body(self, chunk: bytes) -> None:
         assert self._error_body is not None
@@ -346,6 +355,7 @@ class StreamTimer:
             session_id=meta.session_id,
             step=meta.step,
             send_s=None if self._sent_at is None else self._sent_at - t0,
+            unknown_events=self._unknown,
         )
 
     def _reasoning_tokens(self) -> int | None:
@@ -377,13 +387,15 @@ class StreamTimer:
             raise ValueError(f"unknown status {status!r}")
         code = self._http_status
         if code is not None and code >= 400:
+            if code == OVERLOADED_HTTP:
+                return "overloaded", self._http_error(code)
             if code < 500 and is_context_overflow(
                 bytes(self._error_body or b"").decode("utf-8", "replace")
             ):
                 return "context_overflow", self._http_error(code)
             return ("http_4xx" if code < 500 else "http_5xx"), self._http_error(code)
         if self._protocol_error is not None:
-            return "protocol", _clip(self._protocol_error)
+            return self._error_class, _clip(self._protocol_error)
         if not self._sync and self._last_event_at is None and self._head.strip():
             if self._parser.comments == 0:
                 head = self._head.decode("utf-8", "replace")
@@ -391,9 +403,10 @@ class StreamTimer:
         if not self._done:
             if not self._sync and self._finish_reason is not None:
                 return "ok", None  # finish_reason, then a clean end of body: a complete answer
+            marker = getattr(self._adapter, "end_marker", "the end-of-stream marker")
             if self._sync:
-                return "disconnect", "body ended without the end-of-stream marker"
-            return "disconnect", "stream ended before a finish_reason or the end-of-stream marker"
+                return "disconnect", f"body ended without {marker}"
+            return "disconnect", f"stream ended before a finish_reason or {marker}"
         return "ok", None
 
     def _http_error(self, code: int) -> str:

@@ -109,6 +109,8 @@ class LoadContext:
             opts["extra_body"] = self.sampling.extra_body
         if self.connection.api_name:
             opts["api_name"] = self.connection.api_name
+        if self.connection.responses_chain != "resend":
+            opts["chain"] = self.connection.responses_chain
         opts.update(self.adapter_options)
         return opts
 

@@ -83,6 +83,9 @@ def run_info(run: ResolvedRun, argv: list[str]) -> dict:
         "config": opts.config(),
         "workload": run.ctx.workload.describe(),
     }
+    if opts.connection.protocol == "openai-responses":
+        # how later turns reached the server: a prefix cache sees the two differently
+        info["responses_chain"] = opts.connection.responses_chain
     # what the gate's fingerprint compares: the server's build, this machine's speed
     if run.server is not None:
         info["server"] = run.server

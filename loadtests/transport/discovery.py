@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from llmload.loadtests.measure.adapters import gradio
+from llmload.loadtests.measure.adapters.base import sends_messages
 from llmload.loadtests.transport.target import Target
 from llmload.loadtests.transport.tokenize import TokenizeRoute, probe_tokenize
 
@@ -118,7 +119,7 @@ def discover(target: Target, protocol: str, model: str, api_name: str | None = N
             limit, where = tgi_context_length(_get_json(client, "/info")), "/info"
         route = None
         if limit is not None:
-            route = probe_tokenize(client, model, chat=protocol == "openai-chat")
+            route = probe_tokenize(client, model, chat=sends_messages(protocol))
     if limit is None:
         return TargetFacts()
     notes = [f"target context length: {limit} tokens ({where}); prompt + max_tokens kept inside"]

@@ -36,7 +36,11 @@ import gevent
 import httpcore
 import httpx
 
-from llmload.loadtests.measure.adapters.base import HttpCall
+from llmload.loadtests.measure.adapters.base import (
+    DEFAULT_KEY_HEADER,
+    HttpCall,
+    api_key_header,
+)
 from llmload.loadtests.measure.caps import OverCap, body_over
 from llmload.loadtests.measure.timing import StreamTimer
 from llmload.loadtests.options import ConnectionOptions
@@ -156,8 +160,9 @@ class Target:
             key = os.environ.get(env)
             if not key:
                 raise ValueError(f"--api-key-env {env}: that environment variable is empty")
-            if not any(k.lower() == "authorization" for k in headers):
-                headers["Authorization"] = f"Bearer {key}"
+            name = api_key_header(opts.protocol)  # Authorization, or e.g. x-api-key
+            if not any(k.lower() == name.lower() for k in headers):
+                headers[name] = f"Bearer {key}" if name == DEFAULT_KEY_HEADER else key
         if opts.ca_bundle and not os.path.isfile(opts.ca_bundle):
             raise ValueError(f"--ca-bundle {opts.ca_bundle}: no such file")
         return cls(opts, headers, url)

@@ -47,6 +47,7 @@ def render_markdown(summary: Summary) -> str:
         ("target", run.get("target")),
         ("model", run.get("model")),
         ("protocol", run.get("protocol")),
+        ("later turns (Responses API)", run.get("responses_chain")),
         ("status", run.get("status")),
         ("SLO (goodput)", summary.slo),
     ]

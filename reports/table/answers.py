@@ -7,8 +7,9 @@ tool-call piece, after any reasoning), ``reasoning_tokens`` and ``answer_tokens`
 (``PhaseStats.extra``): ``ok`` responses, of them ``no_output`` (the server counted
 tokens and nothing visible arrived: such a response has no TTFT, so the latency
 percentiles are of the others), ``reasoning`` (began with reasoning) and
-``tool_calls`` (answered with a tool call).  ``answer_lines`` says the same in
-words for the renderers' data-quality sections.
+``tool_calls`` (answered with a tool call), and ``unknown_events`` (events of a
+type the protocol does not define, skipped: a newer server's).  ``answer_lines``
+says the same in words for the renderers' data-quality sections.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def answer_stats(ok: Sequence[RequestRecord]) -> tuple[dict[str, MetricStats], d
         "no_output": int(t.flag("no_output").sum()),
         "reasoning": int(reasoned.sum()),
         "tool_calls": int((t.num("tool_calls") > 0).sum()),
+        "unknown_events": int(np.nansum(t.num("unknown_events"))),
     }
     if not any(counts.values()):
         return dists, {}
@@ -92,5 +94,10 @@ def answer_lines(summary: Summary) -> list[str]:
                 f"{name}: {block['tool_calls']} of {ok} answers were tool calls (timed like "
                 "text: the call's name is its first token; left out of the token-count "
                 "comparison, whose server counts include the call's markup)"
+            )
+        if block.get("unknown_events"):
+            lines.append(
+                f"{name}: {block['unknown_events']} events of types the protocol does not "
+                "define were skipped (a newer server's?): nothing in them was timed or counted"
             )
     return lines

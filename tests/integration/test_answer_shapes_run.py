@@ -1,5 +1,8 @@
 """``llmload run`` timing plain, reasoning-first, tool-call and empty answers, end to end.
 
+Reasoning and tool calls are run through every API that has them (chat, the
+Responses API, Anthropic's Messages API): the same timetable, the same figures.
+
 The bundled server's synthetic engine sends each shape with an exact timetable (first
 token at 200 ms, then one every 20 ms: ``tests/integration/test_server_answer_shapes.py``
 pins the wire format), so every figure has a known answer: TTFT is the first token
@@ -28,6 +31,13 @@ from tests.fixtures.server_proc import start_server_process
 
 TTFT_S, ITL_S, TOKENS, REASONING = 0.200, 0.020, 16, 4
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+#: the same tool as each API spells it (``--extra-body`` sends it as is)
+TOOLS_BY_PROTOCOL = {
+    "openai-chat": TOOLS,
+    "openai-responses": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}],
+    "anthropic-messages": [{"name": "lookup", "input_schema": {"type": "object"}}],
+}
+PROTOCOLS = tuple(TOOLS_BY_PROTOCOL)
 RUN = ("--users", "10", "--spawn-rate", "10", "--pacing", "1s", "--duration", "4s")
 LLMLOAD = [sys.executable, "-m", "llmload"]
 RUN += ("--modes", "stream", "--max-tokens", str(TOKENS), "--ignore-eos")
@@ -73,9 +83,12 @@ def test_plain_chat_ttfo_is_ttft(plain, tmp_path: Path) -> None:
     assert not any(r["no_output"] for r in recs)
 
 
-def test_reasoning_first_ttfo_comes_after_the_reasoning(reasoning, tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_reasoning_first_ttfo_comes_after_the_reasoning(
+    reasoning, protocol: str, tmp_path: Path
+) -> None:
     out = tmp_path / "reasoning"
-    loadtest(out, "--target", reasoning.url, *RUN)
+    loadtest(out, "--target", reasoning.url, *RUN, "--protocol", protocol)
     recs = records(out)
     check_timing(out, recs)
     slack = harness_slack(json.loads((out / "run.json").read_text()), "stream")
@@ -83,7 +96,9 @@ def test_reasoning_first_ttfo_comes_after_the_reasoning(reasoning, tmp_path: Pat
     after = [r["ttfo_s"] - r["ttft_s"] for r in recs]
     assert min(after) >= REASONING * ITL_S - 0.0015  # a token is at most ~0.5 ms early
     assert percentile_of(after, 50) <= REASONING * ITL_S + 0.002 + slack
-    assert all(r["reasoning_tokens"] == REASONING for r in recs)  # from usage details
+    # from usage details (the Messages API has none: counted, one reasoning token an event)
+    assert all(r["reasoning_tokens"] == REASONING for r in recs)
+    assert all(r["unknown_events"] == 0 and r["stream_end"] == "done" for r in recs)
     summary = json.loads((out / "summary.json").read_text())
     phase = summary["phases"]["stream"]
     assert phase["reasoning_tokens"]["p50"] == REASONING
@@ -95,12 +110,16 @@ def test_reasoning_first_ttfo_comes_after_the_reasoning(reasoning, tmp_path: Pat
         "no_output": 0,
         "reasoning": len(recs),
         "tool_calls": 0,
+        "unknown_events": 0,
     }
 
 
-def test_tool_calls_are_timed_like_text(plain, tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_tool_calls_are_timed_like_text(plain, protocol: str, tmp_path: Path) -> None:
     out = tmp_path / "tools"
-    loadtest(out, "--target", plain.url, *RUN, "--extra-body", json.dumps({"tools": TOOLS}))
+    tools = TOOLS_BY_PROTOCOL[protocol]
+    extra = ("--extra-body", json.dumps({"tools": tools}), "--protocol", protocol)
+    loadtest(out, "--target", plain.url, *RUN, *extra)
     recs = records(out)
     check_timing(out, recs)
     assert all(r["tool_calls"] == 1 and r["finish_reason"] == "tool_calls" for r in recs)
@@ -113,7 +132,7 @@ def test_tool_calls_are_timed_like_text(plain, tmp_path: Path) -> None:
     assert not [d for d in phase["diagnostics"] if d["code"] == "token_count_mismatch"]
     assert phase["answers"]["tool_calls"] == len(recs)
     run = json.loads((out / "run.json").read_text())
-    assert run["config"]["extra_body"] == {"tools": TOOLS}
+    assert run["config"]["extra_body"] == {"tools": tools}
 
 
 def test_empty_answers_are_ok_marked_counted_and_named(tmp_path: Path) -> None:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from llmload.loadtests.measure.adapters import gradio, openai_chat, openai_completions, tgi  # noqa: F401  (they register)
+from llmload.loadtests.measure.adapters import (  # noqa: F401  (they register)
+    anthropic_messages,
+    gradio,
+    openai_chat,
+    openai_completions,
+    openai_responses,
+    tgi,
+)
 from llmload.loadtests.measure.adapters.base import ADAPTERS, Adapter
 
 

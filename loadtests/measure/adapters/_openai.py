@@ -99,7 +99,7 @@ def server_timings(obj: dict[str, Any]) -> dict[str, float] | None:
     return {k: float(v) for k, v in x.items() if isinstance(v, int | float)}
 
 
-def _plain(content: str) -> EventInfo:
+def plain(content: str) -> EventInfo:
     """The ``EventInfo`` of a chunk that carries only ``content`` (memoised)."""
     info = _PLAIN.get(content)
     if info is None:
@@ -139,7 +139,7 @@ def info_from(
         cached_tokens = _detail(usage, "prompt_tokens_details", "cached_tokens")
     server = server_timings(obj) if "x_llmload" in obj else None
     if out_tokens is None and not server and not finish_reason and not shape:
-        return _plain(content) if content else _EMPTY
+        return plain(content) if content else _EMPTY
     return EventInfo(
         content=content,
         **(shape or {}),
@@ -247,7 +247,7 @@ def parse_sse(
         if template is not None:
             text = template.read(data)
             if text is not None:
-                return _plain(text) if text else _EMPTY
+                return plain(text) if text else _EMPTY
         try:
             info = _fast_plain(data, content_of, template)
         except _FAST_MISSES:  # the full path below reads it (and says what is wrong)
@@ -278,7 +278,7 @@ def _fast_plain(data: str, content_of: Any, template: Template | None) -> EventI
                     return _EMPTY
                 if template is not None:
                     template.learn(data, content, content_of)
-                return _plain(content)
+                return plain(content)
     return None
 
 

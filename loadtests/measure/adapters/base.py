@@ -25,8 +25,18 @@ Rules an adapter must keep, so every protocol is measured the same way
   (``prompt_tokens_details.cached_tokens``) its details.
 * ``EventInfo.server`` carries the target's own timings when it reports them
   (``ttft_s``, ``queue_s``, ``e2e_s`` — the bundled server's ``x_llmload``).
-* ``EventInfo.error`` is a server-side error event's message; ``done`` marks the
-  protocol's end-of-stream (``data: [DONE]``, Gradio's ``complete``).
+* ``EventInfo.error`` is a server-side error event's message (``error_class``: its
+  record class when not ``protocol`` — Anthropic's ``overloaded_error`` is
+  ``overloaded``); ``done`` marks the protocol's end-of-stream (``data: [DONE]``,
+  Gradio's ``complete``, the Responses API's ``response.completed``).
+* ``EventInfo.unknown`` marks an event of a type the protocol does not define (a
+  newer server's): skipped, and counted in the record's ``unknown_events``.
+
+Optional class attributes: ``end_marker`` names the end-of-stream event in the
+message of a stream that ended without it; ``sends_messages`` says the prompt
+goes as chat messages (the target's tokenizer is asked with the chat template);
+``api_key_header`` is the header ``--api-key-env`` fills (``Authorization``, as
+``Bearer KEY``, unless the adapter names another, e.g. Anthropic's ``x-api-key``).
 
 Per-stream state: an adapter instance serves one request at a time (the runner
 makes one per simulated user — factories are cheap — and a user's requests are
@@ -106,6 +116,8 @@ class EventInfo:
     tool_calls: tuple[int, ...] = ()
     usage_reasoning_tokens: int | None = None
     usage_cached_tokens: int | None = None
+    error_class: str | None = None
+    unknown: bool = False
 
     @property
     def output(self) -> bool:
@@ -137,6 +149,18 @@ class Adapter(Protocol):
 
 
 ADAPTERS: dict[str, Callable[[], Adapter]] = {}
+#: the header ``--api-key-env`` fills when the adapter names none
+DEFAULT_KEY_HEADER = "Authorization"
+
+
+def api_key_header(protocol: str) -> str:
+    """The header a protocol's API key goes in (``Authorization`` takes ``Bearer KEY``)."""
+    return str(getattr(ADAPTERS.get(protocol), "api_key_header", DEFAULT_KEY_HEADER))
+
+
+def sends_messages(protocol: str) -> bool:
+    """Whether a protocol sends its prompt as chat messages (``sends_messages``)."""
+    return bool(getattr(ADAPTERS.get(protocol), "sends_messages", False))
 
 
 def register(name: str) -> Callable[[Callable[[], Adapter]], Callable[[], Adapter]]:
