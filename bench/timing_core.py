@@ -17,10 +17,16 @@ import time
 from collections.abc import Callable
 
 from bench.mdsection import machine, write_section
+from llmload.loadtests.measure.adapters.anthropic_messages import AnthropicMessages
 from llmload.loadtests.measure.adapters.openai_chat import OpenAIChat
 from llmload.loadtests.measure.adapters.openai_completions import OpenAICompletions
+from llmload.loadtests.measure.adapters.openai_responses import OpenAIResponses
 from llmload.loadtests.measure.sse import SSEParser
 from llmload.loadtests.measure.timing import RecordMeta, StreamTimer
+from llmload.target_server.chunks import Encoder
+from llmload.target_server.engine import TokenPiece
+from llmload.target_server.messages_api import MessagesEncoder
+from llmload.target_server.responses_api import ResponsesEncoder
 
 WORDS = ["春", "天", "的", " the", " quick", " fox", "，", " jumps", "代码", " over"]
 META = RecordMeta("bench", "bench", "bench", "stream", "/v1/chat/completions", 0.0)
@@ -45,6 +51,16 @@ def _stream(n: int, *, chat: bool = True) -> list[bytes]:
     events.append(f'data: {{"object":"{kind}","choices":[],{usage},{x}}}\n\n'.encode())
     events.append(b"data: [DONE]\n\n")
     return events
+
+
+def _named_stream(n: int, encoder: Encoder) -> list[bytes]:
+    """One request's events as the bundled server writes a named-event API's (the
+    Responses or Messages API): its opening events, one delta per token, its closing."""
+    timings = {"queue_s": 0.0001, "ttft_s": 0.2, "e2e_s": 0.9}
+    data = encoder.opening(12, None)
+    data += b"".join(encoder.piece(TokenPiece(WORDS[i % len(WORDS)])) for i in range(n))
+    data += encoder.closing("stop", 12, n, timings)
+    return [event + b"\n\n" for event in data.split(b"\n\n") if event]
 
 
 def _reads(events: list[bytes], per_read: int, split: bool, crlf: bool) -> list[bytes]:
@@ -116,12 +132,19 @@ def main(argv: list[str] | None = None) -> int:
     c1, c16 = _reads(chat, 1, False, False), _reads(chat, 16, False, False)
     split, crlf = _reads(chat, 1, True, False), _reads(chat, 1, False, True)
     comp1 = _reads(comp, 1, False, False)
+    responses = _named_stream(
+        n, ResponsesEncoder("resp_5f3c2a9e1b7d4c68", "llmload-tiny", [], None)
+    )
+    messages = _named_stream(n, MessagesEncoder("msg_5f3c2a9e1b7d4c68", "llmload-tiny"))
+    resp1, msg1 = _reads(responses, 1, False, False), _reads(messages, 1, False, False)
     cases: list[tuple[str, Callable[[], None]]] = [
         ("timing core, chat, 1 event per read", _core(c1, OpenAIChat)),
         ("timing core, chat, 16 events per read", _core(c16, OpenAIChat)),
         ("timing core, chat, each event split over 2 reads", _core(split, OpenAIChat)),
         ("timing core, chat, CRLF, 1 event per read", _core(crlf, OpenAIChat)),
         ("timing core, completions, 1 event per read", _core(comp1, OpenAICompletions)),
+        ("timing core, Responses API, 1 event per read", _core(resp1, OpenAIResponses)),
+        ("timing core, Messages API, 1 event per read", _core(msg1, AnthropicMessages)),
         ("SSE framing alone, 1 event per read", _framing(c1)),
         ("`json.loads` of the data lines alone", _json_floor(chat)),
     ]
@@ -157,6 +180,9 @@ each stream includes `StreamTimer` construction and `finish()` (building the rec
 Side by side: the full core costs {core / floor:.2f}× a bare `json.loads` of the same
 data lines, and framing alone is {results[cases[-2][0]] / core * 100:.0f} % of the core's time.
 Bursty reads (16 events per read) cost {burst / core:.2f}× the one-event-per-read case.
+Per content event, the Responses API's stream costs {results[cases[5][0]] / core:.2f}× chat's
+and the Messages API's {results[cases[6][0]] / core:.2f}× (their streams also carry a few
+more events that are not content: an item's or a block's start and end).
 At 1,000 concurrent streams × 50 events/s (50,000 events/s) the core alone would use
 about {50_000 * core / n * 100:.0f} % of one core; the HTTP client's own cost comes on top
 (see the client comparison in the load-generator sections).

@@ -62,7 +62,8 @@ class Settings:
         default=60.0,
     )
     api_key: str | None = _flag(
-        "require 'Authorization: Bearer KEY' on /v1/* (prefer env LLMLOAD_API_KEY)",
+        "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on /v1/* "
+        "(prefer env LLMLOAD_API_KEY)",
         default=None,
         repr=False,
     )

@@ -55,15 +55,22 @@ class SSEParser:
             not self._buf
             and not self._data
             and self._event is None
-            and chunk.startswith(b"data: ")
             and chunk.endswith(b"\n\n")
             and len(chunk) <= self._max
-        ):  # fast path: whole single-line data events (the usual read, one or a few events)
-            if chunk.find(b"\n") == len(chunk) - 2:
-                return [(None, chunk[6:-2].decode("utf-8", "replace"))]
-            parts = chunk[6:-2].split(b"\n\ndata: ")
-            if chunk.count(b"\n") == 2 * len(parts):
-                return [(None, p.decode("utf-8", "replace")) for p in parts]
+        ):  # fast paths: whole events as one read brings them (the usual read)
+            if chunk.startswith(b"data: "):  # single-line data events, one or a few
+                if chunk.find(b"\n") == len(chunk) - 2:
+                    return [(None, chunk[6:-2].decode("utf-8", "replace"))]
+                parts = chunk[6:-2].split(b"\n\ndata: ")
+                if chunk.count(b"\n") == 2 * len(parts):
+                    return [(None, p.decode("utf-8", "replace")) for p in parts]
+            elif chunk.startswith(b"event: "):  # one named event (Responses, Messages APIs)
+                nl = chunk.find(b"\n")
+                if chunk.find(b"\n", nl + 1) == len(chunk) - 2 and chunk.startswith(
+                    b"data: ", nl + 1
+                ):
+                    name = chunk[7:nl].decode("utf-8", "replace")
+                    return [(name, chunk[nl + 7 : -2].decode("utf-8", "replace"))]
         end = chunk.rfind(b"\n")
         if end < 0:  # the line goes on: keep the read, join the line once it ends
             self._buf.append(chunk)

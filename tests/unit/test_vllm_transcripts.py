@@ -1,0 +1,60 @@
+"""Real vLLM 0.32 streams and bodies (recorded: ``tests/fixtures/transcripts/vllm-0.32``)
+through the timing core, each event a read of its own at a fake clock, and whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmload.loadtests.measure.adapters import get_adapter
+from tests.unit.timing_helpers import run_stream
+
+HERE = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "vllm-0.32"
+
+
+def body(name: str) -> bytes:
+    """The response body of a ``curl -i`` transcript (after the headers' blank line)."""
+    raw = (HERE / name).read_bytes()
+    return raw.split(b"\r\n\r\n", 1)[1]
+
+
+def events(name: str) -> list[bytes]:
+    return [e + b"\n\n" for e in body(name).split(b"\n\n") if e.strip()]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "name", "content_events"),
+    [
+        ("openai-responses", "responses_stream.txt", 9),
+        ("anthropic-messages", "messages_stream.txt", 11),
+        ("openai-chat", "chat_stream_usage.txt", None),
+    ],
+)
+@pytest.mark.parametrize("whole", [False, True], ids=["event-per-read", "one-read"])
+def test_vllm_streams(protocol: str, name: str, content_events: int | None, whole: bool) -> None:
+    evs = events(name)
+    chunks = [(b"".join(evs), 0.1)] if whole else [(e, 0.1 + i * 0.01) for i, e in enumerate(evs)]
+    r = run_stream(chunks, 1.0, adapter=get_adapter(protocol))
+    assert r.status == "ok" and r.error is None and r.unknown_events == 0
+    assert (r.output_tokens, r.token_source, r.prompt_tokens) == (16, "usage", 32)
+    assert r.finish_reason == "length"  # 16 of max 16 (Responses: status incomplete)
+    assert r.stream_end == "done"  # response.completed, message_stop, [DONE]
+    assert r.ttft_s is not None and r.ttfo_s == r.ttft_s
+    if content_events is not None:
+        assert len(r.itl_s) == content_events - 1  # a delta is an event, not a token
+        assert all(gap == 0 for gap in r.itl_s) if whole else min(r.itl_s) > 0
+
+
+@pytest.mark.parametrize(
+    ("protocol", "name", "tokens", "finish"),
+    [
+        ("openai-responses", "responses_sync.txt", 16, "length"),
+        ("anthropic-messages", "messages_sync.txt", 8, "stop"),
+    ],
+)
+def test_vllm_bodies(protocol: str, name: str, tokens: int, finish: str) -> None:
+    info = get_adapter(protocol).parse_body(body(name))
+    assert info.done and info.error is None and info.content
+    assert (info.usage_output_tokens, info.usage_prompt_tokens) == (tokens, 32)
+    assert info.finish_reason == finish
