@@ -150,11 +150,11 @@ def test_anthropic_sdk_bodies_and_errors(claude: anthropic.Anthropic, oai, serve
     assert err.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
     wrong = anthropic.Anthropic(base_url=server.url, api_key="sk-wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
-        wrong.messages.create(model=model, max_tokens=4, messages=[{"role": "user", "content": "x"}])
+        wrong.messages.create(
+            model=model, max_tokens=4, messages=[{"role": "user", "content": "x"}]
+        )
     # a malformed body: Anthropic's error object, never a traceback
-    r = httpx.post(
-        server.url + "/v1/messages", content=b"{not json", headers={"x-api-key": KEY}
-    )
+    r = httpx.post(server.url + "/v1/messages", content=b"{not json", headers={"x-api-key": KEY})
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     assert "malformed JSON" in r.json()["error"]["message"]
 
