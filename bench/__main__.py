@@ -23,6 +23,7 @@ BENCHES: dict[str, str] = {
     "exporter": "bench.exporter",
     "server-scrape": "bench.server_scrape",
     "vllm-cpu": "bench.vllm_cpu",
+    "vllm-apis": "bench.vllm_apis",
     "reliability": "bench.reliability",
     "model": "bench.model",
     "engine-process": "bench.engine_process",
@@ -36,7 +37,9 @@ BENCHES: dict[str, str] = {
 
 #: sections that need something outside the repository (vLLM's own venv): run when named,
 #: or when what they need is given (the flag or its variable); else skipped, saying so
-NEEDS: dict[str, tuple[str, str]] = {"vllm-cpu": ("--vllm-python", "LLMLOAD_VLLM_PYTHON")}
+NEEDS: dict[str, tuple[str, str]] = {
+    name: ("--vllm-python", "LLMLOAD_VLLM_PYTHON") for name in ("vllm-cpu", "vllm-apis")
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -368,8 +368,8 @@ def _show(key: str, value: Any) -> str:
 
 def _metadata(summary: Summary) -> str:
     run = summary.run
-    keys = ("target", "model", "protocol", "responses_chain", "label", "status", "started_at")
-    keys += ("ended_at", "command")
+    keys: tuple[str, ...] = ("target", "model", "protocol", "responses_chain", "label")
+    keys += ("status", "started_at", "ended_at", "command")
     rows = [[k, _show(k, run[k])] for k in keys if run.get(k) is not None]
     rows.append(["SLO", summary.slo])
     rows.append(["percentiles", summary.percentile_method])
