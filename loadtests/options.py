@@ -251,6 +251,46 @@ def _check_span(spec: str | None) -> bool:
     return True
 
 
+#: an image side longer than this is refused (a 4096×4096 RGB image is 48 MiB per request)
+MAX_IMAGE_SIDE = 4096
+#: nor shorter than this (an image holds a 32-byte stamp that makes every image distinct)
+MIN_IMAGE_SIDE = 8
+
+
+def parse_image_counts(text: str) -> tuple[int, ...]:
+    """``--images``: ``N`` or ``A,B,C`` (each >= 0, at least one > 0)."""
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"--images {text!r}: give a count (2) or counts (0,1,4)") from None
+    if not counts or min(counts) < 0 or max(counts) == 0:
+        raise ValueError(f"--images {text!r}: counts are >= 0 and one of them > 0")
+    return counts
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``--image-size``: ``WxH`` in pixels, each side ``MIN_IMAGE_SIDE`` to ``MAX_IMAGE_SIDE``."""
+    w, sep, h = text.lower().partition("x")
+    if not sep or not w.strip().isdigit() or not h.strip().isdigit():
+        raise ValueError(f"--image-size {text!r}: give WxH, e.g. 512x512")
+    size = int(w), int(h)
+    if not all(MIN_IMAGE_SIDE <= side <= MAX_IMAGE_SIDE for side in size):
+        msg = f"each side from {MIN_IMAGE_SIDE} to {MAX_IMAGE_SIDE} pixels"
+        raise ValueError(f"--image-size {text!r}: {msg}")
+    return size
+
+
+def _image_counts(value: str | None) -> bool:
+    if value is not None:
+        parse_image_counts(value)
+    return True
+
+
+def _image_size(value: str) -> bool:
+    parse_image_size(value)
+    return True
+
+
 def _http_client(value: Any) -> str:
     """``--http-client``: ``lean``, the http1 client's name before, still reads as http1."""
     return "http1" if value == "lean" else str(value)
@@ -573,6 +613,27 @@ class WorkloadOptions:
         shown="whole trace",
         compare=BLOCKS,
     )
+    images: str | None = option(
+        None,
+        "images per request: N, or counts drawn per request (0,1,4); generated PNGs, each "
+        "distinct (chat, Responses, Messages APIs)",
+        metavar="N|A,B,...",
+        check=(_image_counts, ""),
+        compare=BLOCKS,
+    )
+    image_size: str = option(
+        "512x512",
+        "--images: each image's size in pixels",
+        metavar="WxH",
+        check=(_image_size, ""),
+        compare=BLOCKS,
+    )
+    image_url: str | None = option(
+        None,
+        "--images: send this URL instead of generated images (the server fetches it)",
+        metavar="URL",
+        compare=BLOCKS,
+    )
     max_tokens: int | None = option(
         None, "override every prompt's max_tokens", shown="per scenario", compare=BLOCKS
     )
@@ -868,6 +929,8 @@ class RunOptions:
             raise ValueError(f"--dataset {work.dataset}: give output lengths with --output-len")
         if work.extra_body and self.connection.protocol in ("gradio", "tgi"):
             raise ValueError("--extra-body goes with the JSON APIs, not --protocol gradio or tgi")
+        if work.images is None and (work.image_url or work.image_size != "512x512"):
+            raise ValueError("--image-size and --image-url need --images")
         chain = self.connection.responses_chain
         if chain != "resend" and self.connection.protocol != "openai-responses":
             raise ValueError(f"--responses-chain {chain} needs --protocol openai-responses")

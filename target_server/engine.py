@@ -104,6 +104,9 @@ class GenerationRequest:
     # ``tool_choice`` "none"); ``tool_required``: ``tool_choice`` asks for a call
     tools: tuple[str, ...] = ()
     tool_required: bool = False
+    # images in the prompt, each (identity, prompt tokens) (``target_server.images``): the
+    # synthetic engine charges their tokens; a text-only model does not see them
+    images: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(slots=True)

@@ -22,6 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmload.target_server.engine import GenerationRequest
 from llmload.target_server.errors import ApiError
+from llmload.target_server.images import Image, from_part
+
+#: the content-part types that carry an image (chat, Responses, Anthropic)
+IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -428,6 +432,36 @@ def _max_tokens(req: _Common) -> tuple[int | None, str]:
     return req.max_tokens, "max_tokens"
 
 
+def _images(contents: list[Any]) -> tuple[Image, ...]:
+    """The images in these message contents (strings, or lists of parts of any API)."""
+    out: list[Image] = []
+    for content in contents:
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            if isinstance(part, BaseModel):
+                part = part.model_dump()
+            if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
+                try:
+                    image = from_part(part)
+                except ValueError as exc:
+                    raise ApiError(400, f"invalid request: {exc}", param="messages") from None
+                if image is not None:
+                    out.append(image)
+    return tuple(out)
+
+
+def _contents(req: _Common) -> list[Any]:
+    """Every message content of a body (where its images are)."""
+    if isinstance(req, ChatRequest):
+        return [m.content for m in req.messages]
+    if isinstance(req, MessagesRequest):
+        return [m.content for m in req.messages]
+    if isinstance(req, ResponsesRequest) and isinstance(req.input, list):
+        return [item.get("content") for item in req.input]
+    return []
+
+
 def _inputs(
     req: _Common,
 ) -> tuple[list[dict[str, Any]] | None, str | None, tuple[str, ...], bool, tuple[str, ...]]:
@@ -481,6 +515,7 @@ def parse_request(
         raise ApiError(400, "min_tokens must not exceed max_tokens", param="min_tokens")
     extra = {k: v for k in EXTRA_GENERATION_FIELDS if (v := getattr(req, k)) is not None}
     messages, prompt, tools, tool_required, stop = _inputs(req)
+    images = _images(_contents(req))
     generation = GenerationRequest(
         request_id=request_id,
         messages=messages,
@@ -495,6 +530,7 @@ def parse_request(
         extra=extra,
         tools=tools,
         tool_required=tool_required,
+        images=images,
     )
     opts = req.stream_options
     # the Responses and Messages APIs always report usage (a stream: in its last events)

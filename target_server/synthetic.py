@@ -72,12 +72,14 @@ ARGS_CLOSE = '"}'
 
 
 def count_tokens(request: GenerationRequest) -> int:
-    """The synthetic tokenizer: ``ceil(utf8 bytes / 4)``, +4 per chat message."""
+    """The synthetic tokenizer: ``ceil(utf8 bytes / 4)``, +4 per chat message, plus each
+    image's tokens (``target_server.images``)."""
+    images = sum(tokens for _, tokens in request.images)
     if request.messages is not None:
-        return sum(
+        return images + sum(
             4 + math.ceil(len(str(m.get("content") or "").encode()) / 4) for m in request.messages
         )
-    return max(1, math.ceil(len((request.prompt or "").encode()) / 4))
+    return images + max(1, math.ceil(len((request.prompt or "").encode()) / 4))
 
 
 def _pieces(text: str) -> list[bytes]:
@@ -87,12 +89,15 @@ def _pieces(text: str) -> list[bytes]:
 
 def prompt_tokens(request: GenerationRequest) -> list[object]:
     """The tokens ``count_tokens`` counts: per chat message four tokens naming its role,
-    then its content's 4-byte pieces; a plain prompt's 4-byte pieces (at least one)."""
+    then its content's 4-byte pieces, then each image's tokens (named by the image, so a
+    prefix cache tells images apart); a plain prompt's 4-byte pieces (at least one)."""
     if request.messages is not None:
         out: list[object] = []
         for m in request.messages:
             out += [("role", str(m.get("role")))] * 4
             out += _pieces(str(m.get("content") or ""))
+        for identity, tokens in request.images:  # after the text: an approximation
+            out += [("image", identity, i) for i in range(tokens)]
         return out
     pieces: list[object] = list(_pieces(request.prompt or ""))
     return pieces or [b""]

@@ -1,7 +1,8 @@
 """What the bundled server and the load generator share; it imports neither.
 
 The lowest room: metric families for hot paths (``families``) and their latency
-grid (``buckets``), the garbage-collector policy (``gcpolicy``) and the host's
-descriptor and accept-queue limits (``limits``).  ``target_server`` and the
-harness both import these from here.
+grid (``buckets``), the garbage-collector policy (``gcpolicy``), the host's
+descriptor and accept-queue limits (``limits``), and PNG writing and reading
+(``images``: the harness's generated images, the server's count of them).
+``target_server`` and the harness both import these from here.
 """

@@ -116,6 +116,8 @@ class RequestRecord:
     send_s: float | None = None
     # events of a type the protocol does not define (a newer server's): skipped, counted
     unknown_events: int = 0
+    # images sent with the request (``--images``); their tokens are in prompt_tokens
+    images: int = 0
 
     @property
     def ok(self) -> bool:

@@ -53,6 +53,7 @@ class RecordMeta:
     warmup: bool = False
     session_id: str | None = None
     step: int | None = None
+    images: int = 0
 
 
 class StreamTimer:
@@ -356,6 +357,7 @@ class StreamTimer:
             step=meta.step,
             send_s=None if self._sent_at is None else self._sent_at - t0,
             unknown_events=self._unknown,
+            images=meta.images,
         )
 
     def _reasoning_tokens(self) -> int | None:

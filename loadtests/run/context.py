@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from llmload.loadtests.measure.adapters.base import Prompt
+from llmload.loadtests.measure.adapters.base import Prompt, sends_messages
 from llmload.loadtests.options import ConnectionOptions, LoadOptions, RunOptions, WorkloadOptions
 from llmload.loadtests.redact import redact_url
 from llmload.loadtests.run.phases import BASELINE, RUN, Phase, shard_share
@@ -32,6 +32,7 @@ from llmload.loadtests.transport.tokenize import RemoteCounter, TokenizeRoute
 from llmload.loadtests.workload import tokencount
 from llmload.loadtests.workload.build import build_workload
 from llmload.loadtests.workload.fit import ContextFit
+from llmload.loadtests.workload.images import ImageMaker, parse_image_counts, parse_image_size
 from llmload.loadtests.workload.replay import TraceReplay, TraceSchedule
 
 #: warm-up users (closed loop) and arrivals (open loop) draw prompts from a separate range,
@@ -84,6 +85,8 @@ class LoadContext:
     adapter_options: dict[str, Any] = field(default_factory=dict)
     #: ``--baseline-target``: each phase's target and model by ``Phase.target``
     targets: dict[str, tuple[Target, str]] = field(default_factory=dict)
+    #: ``--images``: what each drawn prompt is sent with
+    images: ImageMaker | None = None
     _next_user: int = 0
     #: closed loop: each user's prompt source by its index, carried on from phase to phase
     #: while ``Phase.lap`` > 0 (a capacity search's steps); a phase at lap 0 starts afresh
@@ -119,11 +122,17 @@ class LoadContext:
         for _ in range(MAX_DRAWS):
             prompt: Prompt = source.next()
             if self.fit is None:
-                return prompt
+                return self._with_images(prompt)
             fitted = self.fit.fit(prompt)
             if fitted is not None:
-                return fitted
+                return self._with_images(fitted)
         return None
+
+    def _with_images(self, prompt: Prompt) -> Prompt:
+        """The prompt with its images (``--images``); as it is without."""
+        if self.images is None:
+            return prompt
+        return replace(prompt, images=self.images.draw())
 
     def begin_phase(self, phase: Phase) -> None:
         """Start a phase in this process: user numbering restarts.  At lap 0 (every phase of
@@ -319,6 +328,21 @@ def facts_of(message: dict[str, Any]) -> TargetFacts:
     )
 
 
+def _images(opts: RunOptions, shard: int) -> ImageMaker | None:
+    """``--images``' maker for this process, or None; only for a protocol that sends chat
+    messages (where an image is a content part)."""
+    w = opts.workload
+    if w.images is None:
+        return None
+    if not sends_messages(opts.connection.protocol):
+        raise UsageError(
+            f"--images: --protocol {opts.connection.protocol} sends no chat messages; use "
+            "openai-chat, openai-responses or anthropic-messages"
+        )
+    counts, size = parse_image_counts(w.images), parse_image_size(w.image_size)
+    return ImageMaker(counts, size, w.image_url, seed=opts.load.seed, shard=shard)
+
+
 def build_context(
     opts: RunOptions,
     target: Target,
@@ -357,6 +381,7 @@ def build_context(
         tokenizer=tokenizer,
         fit=None if limit is None else ContextFit(limit, tokenizer, remote=remote),
         adapter_options=facts.adapter_options,
+        images=_images(opts, shard),
     )
     ctx.targets[RUN] = (target, model)
     return ctx

@@ -501,6 +501,7 @@ def lost_record(start: dict[str, Any], worker: str, error: str) -> RequestRecord
         warmup=bool(start.get("warmup")),
         session_id=start.get("session_id"),
         step=start.get("step"),
+        images=start.get("images", 0),
     )
 
 

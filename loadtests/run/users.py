@@ -199,6 +199,7 @@ class LLMUser(User):
                     "warmup": phase.warmup,
                     "session_id": prompt.session_id,
                     "step": prompt.step,
+                    "images": len(prompt.images),
                 }
             )
         ctx.sink.on_request_start(mode, prompt.scenario, self.adapter.endpoint)
@@ -221,6 +222,7 @@ class LLMUser(User):
             warmup=phase.warmup,
             session_id=prompt.session_id,
             step=prompt.step,
+            images=len(prompt.images),
         )
         timer = StreamTimer(
             self.adapter, t0, tokenizer=ctx.tokenizer, max_event=ctx.target.max_event_bytes

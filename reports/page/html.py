@@ -314,11 +314,16 @@ def _stats_row(label: str, d: MetricStats) -> list[str]:
 
 
 def _details(summary: Summary) -> str:
-    """Per phase: the secondary distributions, TTFT per turn, token-count agreement."""
+    """Per phase: the secondary distributions, TTFT per turn and by images, token-count
+    agreement."""
     out = []
     for name, g in summary.phases.items():
         rows = [_stats_row(label, g.dist(k)) for label, k in DETAIL_ROWS if g.dist(k).n]
         rows += [_stats_row(f"TTFT, turn {t}", d) for t, d in (g.ttft_by_turn_ms or {}).items()]
+        rows += [
+            _stats_row(f"TTFT, {k} image{'s' * (k != '1')}", d)
+            for k, d in (g.ttft_by_images_ms or {}).items()
+        ]
         if rows:
             out.append(f"<h3>{escape(name)}</h3>" + _table(["ms", "n", "p50", "p95", "p99"], rows))
         m = g.token_count_mismatch

@@ -91,6 +91,12 @@ def _extras(summary: Summary) -> list[str]:
                 [t, str(d.n), fmt_ms(d.p50), fmt_ms(d.p95)] for t, d in g.ttft_by_turn_ms.items()
             ]
             out.append(f"### TTFT per turn — {name}\n\n" + table(["turn", "n", "p50", "p95"], rows))
+        if g.ttft_by_images_ms is not None:
+            rows = [
+                [k, str(d.n), fmt_ms(d.p50), fmt_ms(d.p95)] for k, d in g.ttft_by_images_ms.items()
+            ]
+            head = ["images", "n", "p50", "p95"]
+            out.append(f"### TTFT by images per request — {name}\n\n" + table(head, rows))
     open_loop = open_loop_phases(summary)
     if open_loop:
         out.append(

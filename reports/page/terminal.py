@@ -69,6 +69,15 @@ def render_terminal(summary: Summary) -> str:
     if answers:
         lines.append("answers (reasoning, tool calls, no visible output):")
         lines += [f"  {line}" for line in answers]
+    by_images = [(n, g) for n, g in summary.phases.items() if g.ttft_by_images_ms]
+    if by_images:
+        lines.append("TTFT by images per request (ms, p50 / p95, n):")
+    for name, g in by_images:
+        parts = [
+            f"{k}: {fmt_ms(d.p50)} / {fmt_ms(d.p95)} ({d.n})"
+            for k, d in (g.ttft_by_images_ms or {}).items()
+        ]
+        lines.append(f"  {name:<10} " + " · ".join(parts))
     lines += workloads_terminal(summary)
     gpus = gpu_lines(summary.phases)
     if gpus:

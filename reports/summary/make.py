@@ -125,6 +125,9 @@ def phase_stats(
     turn = num("turn")[ok]
     turns = sorted({int(x) for x in np.unique(turn[~np.isnan(turn)]).tolist()})
     by_turn = {str(k): stats_of(ttft[turn == k], MS) for k in turns} if len(turns) > 1 else None
+    images = num("images")[ok]
+    counts = sorted({int(x) for x in np.unique(images[~np.isnan(images)]).tolist()})
+    by_images = {str(k): stats_of(ttft[images == k], MS) for k in counts} if any(counts) else None
     multi: dict[str, int] | None = None
     mismatch: dict[str, float] | None = None
     usage, client = num("usage_output_tokens"), num("client_output_tokens")
@@ -157,6 +160,7 @@ def phase_stats(
         slo_met=good,
         slo_met_rate=good / n if n else 0.0,
         ttft_by_turn_ms=by_turn,
+        ttft_by_images_ms=by_images,
         multi_token_events=multi,
         token_count_mismatch=mismatch,
         extra={"answers": answers} if answers else {},

@@ -127,6 +127,8 @@ class PhaseStats:
     slo_met: int
     slo_met_rate: float
     ttft_by_turn_ms: dict[str, MetricStats] | None = None
+    #: ``--images``: TTFT by the number of images a request carried (where any had one)
+    ttft_by_images_ms: dict[str, MetricStats] | None = None
     multi_token_events: dict[str, int] | None = None
     token_count_mismatch: dict[str, float] | None = None
     #: a phase's per-scenario statistics (None for a scenario itself)
@@ -163,6 +165,9 @@ class PhaseStats:
         out.update({k: self.dists[k].to_json() for k in OPEN_LOOP if k in self.dists})
         if self.ttft_by_turn_ms is not None:
             out["ttft_by_turn_ms"] = {t: s.to_json() for t, s in self.ttft_by_turn_ms.items()}
+        if self.ttft_by_images_ms is not None:
+            by = self.ttft_by_images_ms
+            out["ttft_by_images_ms"] = {k: s.to_json() for k, s in by.items()}
         if self.multi_token_events is not None:
             out["multi_token_events"] = dict(self.multi_token_events)
         if self.token_count_mismatch is not None:
@@ -186,6 +191,7 @@ class PhaseStats:
         optional = (*OPEN_LOOP, *SERVER, *ANSWERS, *CLIENT)
         dists.update({k: MetricStats.from_json(d[k]) for k in optional if k in d})
         turns = d.get("ttft_by_turn_ms")
+        images = d.get("ttft_by_images_ms")
         scenarios = d.get("scenarios")
         return cls(
             mode=d["mode"],
@@ -203,6 +209,9 @@ class PhaseStats:
             slo_met_rate=d.get("slo_met_rate", 0.0),
             ttft_by_turn_ms=(
                 None if turns is None else {t: MetricStats.from_json(s) for t, s in turns.items()}
+            ),
+            ttft_by_images_ms=(
+                None if images is None else {k: MetricStats.from_json(s) for k, s in images.items()}
             ),
             multi_token_events=d.get("multi_token_events"),
             token_count_mismatch=d.get("token_count_mismatch"),
@@ -222,6 +231,7 @@ _PHASE_KEYS = frozenset(
     ("mode", "count", "ok", "errors", "error_rate", "duration_s", *DISTRIBUTIONS, *OPEN_LOOP)
     + (*SERVER, *ANSWERS, *CLIENT, "output_tokens_total", "output_tokens_per_s", "requests_per_s")
     + ("goodput_per_s", "slo_met", "slo_met_rate", "ttft_by_turn_ms", "multi_token_events")
+    + ("ttft_by_images_ms",)
     + ("token_count_mismatch", "scenarios", "diagnostics", "harness")
 )
 

@@ -25,7 +25,13 @@ import json
 from typing import Any
 
 from llmload.loadtests.measure.adapters import _named, _openai
-from llmload.loadtests.measure.adapters.base import EventInfo, HttpCall, Prompt, register
+from llmload.loadtests.measure.adapters.base import (
+    EventInfo,
+    HttpCall,
+    Prompt,
+    attach_images,
+    register,
+)
 from llmload.loadtests.measure.record import Mode
 
 #: the API version every request names (the one Anthropic's SDKs send)
@@ -42,6 +48,19 @@ _TOOL_CHOICE = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {
 _QUIET = frozenset({"ping", "content_block_stop"})
 _QUIET_DELTAS = frozenset({"signature_delta", "citations_delta"})
 _TEXT = '"type":"text_delta","text":"'
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _image_part(url: str) -> dict[str, Any]:
+    """An image block: a ``data:`` URL as a base64 source, another URL as a url source."""
+    head, sep, data = url.partition(",")
+    if url.startswith("data:") and sep and head.endswith(";base64"):
+        media = head[len("data:") : -len(";base64")]
+        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
 
 
 def _error(err: Any) -> tuple[str, str | None]:
@@ -88,6 +107,7 @@ class AnthropicMessages:
             messages = [{"role": "user", "content": prompt.prompt}]
         else:
             raise ValueError(f"prompt {prompt.prompt_id!r} has neither messages nor prompt")
+        messages = attach_images(messages, prompt.images, _text_part, _image_part)
         system = [str(m.get("content") or "") for m in messages if m.get("role") == "system"]
         body: dict[str, Any] = {"model": model, "max_tokens": prompt.max_tokens}
         if system:

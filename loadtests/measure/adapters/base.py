@@ -85,6 +85,8 @@ class Prompt:
     #: an agent session's id and the step (model call) this prompt is in it
     session_id: str | None = None
     step: int | None = None
+    #: images sent with the last user message: ``data:`` or remote URLs (``--images``)
+    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,28 @@ class Adapter(Protocol):
     def parse_body(self, body: bytes) -> EventInfo:
         """Interpret a complete non-streaming response body (same rules)."""
         ...
+
+
+def attach_images(
+    messages: list[dict[str, Any]],
+    images: tuple[str, ...],
+    text_part: Callable[[str], dict[str, Any]],
+    image_part: Callable[[str], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """``messages`` with ``images`` in the last user message (its text made a part first,
+    in the API's own shapes: ``text_part``, ``image_part``); the same list without images."""
+    if not images:
+        return messages
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    out = list(messages)
+    if not users:
+        out.append({"role": "user", "content": ""})
+        users = [len(out) - 1]
+    message = dict(out[users[-1]])
+    text = message.get("content") or ""
+    message["content"] = [text_part(str(text)), *(image_part(url) for url in images)]
+    out[users[-1]] = message
+    return out
 
 
 ADAPTERS: dict[str, Callable[[], Adapter]] = {}

@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from llmload.loadtests.measure.adapters import _openai
-from llmload.loadtests.measure.adapters.base import EventInfo, HttpCall, Prompt, register
+from llmload.loadtests.measure.adapters.base import (
+    EventInfo,
+    HttpCall,
+    Prompt,
+    attach_images,
+    register,
+)
 from llmload.loadtests.measure.record import Mode
 
 
@@ -62,12 +68,21 @@ def _message(choice: dict[str, Any]) -> _openai.Content:
     return _text(message) if message else ("", None)
 
 
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _image_part(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
 @register("openai-chat")
 class OpenAIChat:
     """Chat completions: ``messages`` in, ``delta.content`` (reasoning, tool calls) out."""
 
     name = "openai-chat"
     endpoint = "/v1/chat/completions"
+    sends_messages = True
 
     def __init__(self) -> None:
         self._template = _openai.Template('"content":"')  # this stream's chunk skeleton
@@ -80,6 +95,7 @@ class OpenAIChat:
             messages = [{"role": "user", "content": prompt.prompt}]
         else:
             raise ValueError(f"prompt {prompt.prompt_id!r} has neither messages nor prompt")
+        messages = attach_images(messages, prompt.images, _text_part, _image_part)
         return _openai.build_call(self.endpoint, "messages", messages, prompt, mode, model, options)
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:

@@ -30,7 +30,13 @@ from __future__ import annotations
 from typing import Any
 
 from llmload.loadtests.measure.adapters import _named, _openai
-from llmload.loadtests.measure.adapters.base import EventInfo, HttpCall, Prompt, register
+from llmload.loadtests.measure.adapters.base import (
+    EventInfo,
+    HttpCall,
+    Prompt,
+    attach_images,
+    register,
+)
 from llmload.loadtests.measure.record import Mode
 from llmload.loadtests.options import RESPONSES_CHAINS
 
@@ -83,6 +89,14 @@ _REASONING_DELTAS = frozenset(
     {"response.reasoning_text.delta", "response.reasoning_summary_text.delta"}
 )
 _TEXT_DELTA = "response.output_text.delta"
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "input_text", "text": text}
+
+
+def _image_part(url: str) -> dict[str, Any]:
+    return {"type": "input_image", "image_url": url}
 
 
 def _input(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -182,6 +196,7 @@ class OpenAIResponses:
             kept = [m for m in messages if m.get("role") == "system"]
             messages = kept + list(messages[last + 1 :])
             body["previous_response_id"] = previous
+        messages = attach_images(messages, prompt.images, _text_part, _image_part)
         instructions, items = _input(messages)
         if instructions:
             body["instructions"] = instructions
