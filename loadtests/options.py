@@ -613,6 +613,12 @@ class WorkloadOptions:
         shown="whole trace",
         compare=BLOCKS,
     )
+    batch_size: int = option(
+        1,
+        "--protocol openai-embeddings: inputs per request; rerank: documents per request",
+        check=(_at_least_1, "must be >= 1"),
+        compare=BLOCKS,
+    )
     images: str | None = option(
         None,
         "images per request: N, or counts drawn per request (0,1,4); generated PNGs, each "

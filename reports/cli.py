@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -107,6 +108,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
         raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence:g}")
     if args.max_regression < 0:
         raise ValueError("--max-regression must not be negative")
+    if args.metric is None:  # TTFT, or E2E where the run has no stream to time a token in
+        args.metric = default_metric(args.run_dir)
     capacity = args.metric.strip().lower() == "capacity"
     if "capacity" in args.metric.lower() and not capacity:
         raise ValueError("--metric capacity gates two capacity searches: give it alone")
@@ -166,16 +169,29 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_metric(run_dir: Path) -> str:
+    """``--metric``'s default for a run: ``ttft``, or ``e2e`` when its protocol has no
+    stream (embeddings, rerank: no token, so no TTFT)."""
+    from llmload.loadtests.measure.adapters.base import streams
+
+    try:
+        protocol = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("protocol")
+    except (OSError, ValueError, AttributeError):
+        return "ttft"  # the gate itself says what is wrong with the run
+    return "ttft" if not isinstance(protocol, str) or streams(protocol) else "e2e"
+
+
 def add_gate_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The gate's options (``llmload ci-gate`` shows them too: it passes them on)."""
     g.add_argument(
         "--metric",
-        default="ttft",
+        default=None,
         metavar="LIST",
         help=f"what to gate, comma separated, each NAME[:pQ][:ALLOWED] with NAME one of "
         f"{', '.join(CHOICES)} — e.g. ttft:p95:10%%,itl,throughput:5%%,error-rate:1%% "
         "(throughput and goodput gate a drop; error-rate a rise in points); one verdict, "
-        "Holm-Bonferroni over all checks (default ttft); or capacity, alone: two "
+        "Holm-Bonferroni over all checks (default ttft; e2e for a run without streams: "
+        "embeddings, rerank); or capacity, alone: two "
         "`llmload capacity` searches",
     )
     g.add_argument(

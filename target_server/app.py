@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
+from llmload.target_server.admission import Rejected
 from llmload.target_server.engine import (
     Engine,
     EngineInputError,
@@ -30,6 +31,13 @@ from llmload.target_server.engine import (
 )
 from llmload.target_server.errors import ERROR_KINDS, ApiError
 from llmload.target_server.generation import RAW_SEND, DropInjectedDisconnectLogs, GenerationCall
+from llmload.target_server.pooling import (
+    EMBEDDINGS,
+    POOLING_ENDPOINTS,
+    answer,
+    parse_pooling,
+    pooled_texts,
+)
 from llmload.target_server.read_deadline import BODY_TIMED_OUT
 from llmload.target_server.schemas import (
     CHAT,
@@ -179,6 +187,65 @@ async def _generation(state: ServerState, request: Request, endpoint: str) -> Re
     return GenerationCall(state, ctx, parsed, prepared)
 
 
+async def _pooling(state: ServerState, request: Request, endpoint: str) -> Response:
+    """An embeddings or rerank request (``target_server.pooling``): validated, admitted like
+    a generation, held for the engine's stated time, answered as one JSON body."""
+    arrived = request.scope.get(ARRIVED) or perf_counter()
+    prefix = "embd-" if endpoint == EMBEDDINGS else "rerank-"
+    ctx = RequestContext(prefix + uuid.uuid4().hex[:24], endpoint, arrived)
+    settings = state.settings
+    try:
+        _check_key(request, settings.api_key)
+        obj = decode_json(await _read_body(request))
+        engine = state.engine
+        if not engine.ready:
+            raise ApiError(503, "the engine is still loading", code="engine_not_ready")
+        pool = getattr(engine, "pool", None)
+        if pool is None:
+            msg = f"the {engine.name} engine serves no {endpoint}: start with --engine synthetic"
+            raise ApiError(404, msg, code="not_supported")
+        job = parse_pooling(endpoint, obj, state.model_name)
+        tokens, seconds = pool(pooled_texts(job))
+        longest = max(tokens)
+        if longest > engine.max_context:
+            msg = f"an input has {longest} tokens; the context holds {engine.max_context}"
+            raise ApiError(400, msg, param="input", code="context_length_exceeded")
+        ctx.prompt_tokens = sum(tokens)
+        async with asyncio.timeout(settings.request_timeout or None):
+            try:
+                await state.admission.acquire()
+            except Rejected:
+                msg = "the server is at capacity: too many requests waiting"
+                raise ApiError(
+                    429, msg, code="rate_limit_exceeded", headers={"Retry-After": "1"}
+                ) from None
+            try:
+                ctx.admitted, ctx.admitted_ok = perf_counter(), True
+                done = ctx.admitted + seconds
+                while (left := done - perf_counter()) > 0:  # never early (a timer may be)
+                    await asyncio.sleep(left)
+            finally:
+                state.admission.release()
+        ctx.status = "ok"
+        body = answer(job, ctx.prompt_tokens, settings.embedding_dim, ctx.timings())
+    except ApiError as err:
+        ctx.status, ctx.http_status = err.label, err.status
+        state.finish(ctx)
+        return err.response()
+    except TimeoutError:
+        late = ApiError(504, f"request timed out after {settings.request_timeout:g} s")
+        ctx.status, ctx.http_status = late.label, late.status
+        state.finish(ctx)
+        return late.response()
+    except ClientDisconnect:
+        ctx.status, ctx.http_status = "cancelled", 499
+        state.finish(ctx)
+        return Response(status_code=499)
+    ctx.end = perf_counter()
+    state.finish(ctx)
+    return JSONResponse(body)
+
+
 class _ServerApp(FastAPI):
     """FastAPI that leaves the server's own ``send`` in the scope for streamed bodies, and
     serves the generation endpoints before its middleware stack (``direct``).
@@ -278,6 +345,15 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
     @app.post(COMPLETIONS)
     async def completions(request: Request) -> Response:
         return await _generation(state, request, COMPLETIONS)
+
+    def pooling(endpoint: str) -> Callable[[Request], Awaitable[Response]]:
+        async def serve(request: Request) -> Response:
+            return await _pooling(state, request, endpoint)
+
+        return serve
+
+    for pooled in POOLING_ENDPOINTS:
+        app.post(pooled)(pooling(pooled))
 
     @app.post(RESPONSES)
     async def responses(request: Request) -> Response:

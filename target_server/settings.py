@@ -118,6 +118,7 @@ class Settings:
         "synthetic: prefix cache size in blocks, LRU (0 = no prefix cache)", default=0
     )
     block_size: int = _flag("synthetic: tokens per prefix-cache block", default=16)
+    embedding_dim: int = _flag("synthetic: dimensions of an /v1/embeddings vector", default=384)
     itl_ms: float = _flag("synthetic: inter-token latency, ms", default=20.0)
     jitter_ms: float = _flag("synthetic: uniform +-jitter on every token time, ms", 0.0)
     itl_growth_ms: float = _flag("synthetic: extra ITL per other running request, ms", 0.0)
@@ -156,6 +157,8 @@ class Settings:
                 raise ValueError(f"{name} must be within [0, 1]")
         if not 0.0 <= self.itl_spread < 1.0:
             raise ValueError("itl_spread must be within [0, 1)")
+        if self.embedding_dim < 1:
+            raise ValueError("embedding_dim must be >= 1")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
         if self.reasoning_tokens < 0:

@@ -157,6 +157,13 @@ class SyntheticEngine:
         keys = block_keys(prompt_tokens(request), self.cache.block_size)
         return PreparedRequest(request, n, payload=keys, prefix=PrefixHit())
 
+    def pool(self, texts: list[str]) -> tuple[list[int], float]:
+        """Embeddings or rerank (``target_server.pooling``): each text's prompt tokens, and
+        the seconds the request takes (``--ttft-ms`` plus the prefill of every token)."""
+        tokens = [max(1, math.ceil(len(text.encode()) / 4)) for text in texts]
+        s = self.settings
+        return tokens, (s.ttft_ms + s.prefill_ms_per_token * sum(tokens)) / 1000.0
+
     def generate(self, prepared: PreparedRequest) -> AsyncIterator[TokenPiece]:
         """Draw this request's plan; raise ``EngineFault`` now for an injected failure."""
         return self.pacer.paced(self.timetable(prepared))

@@ -118,6 +118,8 @@ class RequestRecord:
     unknown_events: int = 0
     # images sent with the request (``--images``); their tokens are in prompt_tokens
     images: int = 0
+    # embeddings and rerank: the texts sent (inputs, documents); None for generation
+    inputs: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -54,6 +54,7 @@ class RecordMeta:
     session_id: str | None = None
     step: int | None = None
     images: int = 0
+    inputs: int | None = None
 
 
 class StreamTimer:
@@ -358,6 +359,7 @@ class StreamTimer:
             send_s=None if self._sent_at is None else self._sent_at - t0,
             unknown_events=self._unknown,
             images=meta.images,
+            inputs=meta.inputs,
         )
 
     def _reasoning_tokens(self) -> int | None:

@@ -20,8 +20,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from llmload.loadtests.measure.adapters.base import Prompt, sends_messages
-from llmload.loadtests.options import ConnectionOptions, LoadOptions, RunOptions, WorkloadOptions
+from llmload.loadtests.measure.adapters.base import Prompt, pooled, sends_messages, streams
+from llmload.loadtests.measure.adapters.pooling import prompt_text
+from llmload.loadtests.options import (
+    MODES,
+    ConnectionOptions,
+    LoadOptions,
+    RunOptions,
+    WorkloadOptions,
+)
 from llmload.loadtests.redact import redact_url
 from llmload.loadtests.run.phases import BASELINE, RUN, Phase, shard_share
 from llmload.loadtests.run.shapes import ArrivalSchedule
@@ -87,6 +94,8 @@ class LoadContext:
     targets: dict[str, tuple[Target, str]] = field(default_factory=dict)
     #: ``--images``: what each drawn prompt is sent with
     images: ImageMaker | None = None
+    #: embeddings and rerank: texts drawn for each request (``--batch-size``); 0: none
+    batch: int = 0
     _next_user: int = 0
     #: closed loop: each user's prompt source by its index, carried on from phase to phase
     #: while ``Phase.lap`` > 0 (a capacity search's steps); a phase at lap 0 starts afresh
@@ -119,6 +128,10 @@ class LoadContext:
 
     def draw(self, source: Any) -> Prompt | None:
         """The next prompt of ``source`` that fits the target's context (None: none of a few)."""
+        if self.batch:  # embeddings or rerank: the prompt and its inputs, as they are
+            first: Prompt = source.next()
+            texts = tuple(prompt_text(source.next()) for _ in range(self.batch))
+            return replace(first, inputs=texts)
         for _ in range(MAX_DRAWS):
             prompt: Prompt = source.next()
             if self.fit is None:
@@ -288,6 +301,7 @@ def prepare(opts: RunOptions, out_dir: Path, sink: RecordSink) -> ResolvedRun:
     facts = _discover(target, connection, model)
     for note in facts.notes:
         print(note, file=sys.stderr, flush=True)
+    opts = _streamless(opts)
     ctx = build_context(opts, target, model, sink, facts=facts)
     gradio = connection.protocol == "gradio"
     server = None if gradio else server_version(target)
@@ -299,6 +313,21 @@ def prepare(opts: RunOptions, out_dir: Path, sink: RecordSink) -> ResolvedRun:
         if not gradio and (version := server_version(base)) is not None:
             baseline["server"] = version
     return ResolvedRun(opts, out_dir, target, model, facts, ctx, server, baseline)
+
+
+def _streamless(opts: RunOptions) -> RunOptions:
+    """A protocol without a stream (embeddings, rerank) runs its sync phase alone: the
+    default ``--modes`` becomes ``sync`` (said once); asking for ``stream`` is an error."""
+    protocol = opts.connection.protocol
+    load = opts.load
+    if streams(protocol) or "stream" not in load.modes:
+        if opts.workload.batch_size > 1 and not pooled(protocol):
+            raise UsageError(f"--batch-size: --protocol {protocol} sends one prompt a request")
+        return opts
+    if load.modes != list(MODES):
+        raise UsageError(f"--protocol {protocol} has no stream: give --modes sync")
+    print(f"note: {protocol} has no stream: one sync phase (--modes sync)", file=sys.stderr)
+    return replace(opts, load=replace(load, modes=["sync"]))
 
 
 def _discover(target: Target, connection: ConnectionOptions, model: str) -> TargetFacts:
@@ -382,6 +411,7 @@ def build_context(
         fit=None if limit is None else ContextFit(limit, tokenizer, remote=remote),
         adapter_options=facts.adapter_options,
         images=_images(opts, shard),
+        batch=w.batch_size if pooled(opts.connection.protocol) else 0,
     )
     ctx.targets[RUN] = (target, model)
     return ctx

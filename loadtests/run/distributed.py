@@ -502,6 +502,7 @@ def lost_record(start: dict[str, Any], worker: str, error: str) -> RequestRecord
         session_id=start.get("session_id"),
         step=start.get("step"),
         images=start.get("images", 0),
+        inputs=start.get("inputs"),
     )
 
 

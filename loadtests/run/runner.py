@@ -209,6 +209,7 @@ def run(
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     target, model, ctx, baseline = resolved.target, resolved.model, resolved.ctx, resolved.baseline
+    opts = resolved.opts  # a protocol without a stream runs its sync phase alone
     if (out_dir / "run.json").exists():
         print(f"warning: replacing the previous run in {out_dir}", file=sys.stderr, flush=True)
     info = {**run_info(resolved, argv), **(extra_info or {})}

@@ -200,6 +200,7 @@ class LLMUser(User):
                     "session_id": prompt.session_id,
                     "step": prompt.step,
                     "images": len(prompt.images),
+                    "inputs": len(prompt.inputs) or None,
                 }
             )
         ctx.sink.on_request_start(mode, prompt.scenario, self.adapter.endpoint)
@@ -223,6 +224,7 @@ class LLMUser(User):
             session_id=prompt.session_id,
             step=prompt.step,
             images=len(prompt.images),
+            inputs=len(prompt.inputs) or None,
         )
         timer = StreamTimer(
             self.adapter, t0, tokenizer=ctx.tokenizer, max_event=ctx.target.max_event_bytes

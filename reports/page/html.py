@@ -26,6 +26,7 @@ from llmload.reports.server.view import server_html
 from llmload.reports.table import timeseries as ts
 from llmload.reports.table.answers import answer_lines
 from llmload.reports.table.loader import Run
+from llmload.reports.table.pooled import pooled_lines
 from llmload.reports.table.schema import MetricStats, Summary
 from llmload.reports.table.steady import steady_lines
 from llmload.reports.workloads.view import workloads_html
@@ -431,6 +432,7 @@ def render_html(run: Run, summary: Summary) -> str:
     parts.append(
         f"<h2>Data</h2><p>{inp.records} records, {inp.warmup_records} warm-up "
         f"(left out of statistics), {inp.corrupt_lines} corrupt lines skipped.</p>"
+        + "".join(f'<p class="answers">{escape(line)}.</p>' for line in pooled_lines(summary))
         + "".join(f'<p class="answers">{escape(line)}.</p>' for line in answer_lines(summary))
         + "".join(f'<p class="steady">{escape(s)}</p>' for s in steady_lines(summary.phases))
     )

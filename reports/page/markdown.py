@@ -18,6 +18,7 @@ from llmload.reports.server.gpu import gpu_lines
 from llmload.reports.server.view import server_lines
 from llmload.reports.summary.repeats import spread_lines
 from llmload.reports.table.answers import answer_lines
+from llmload.reports.table.pooled import pooled_lines
 from llmload.reports.table.schema import Summary
 from llmload.reports.table.steady import steady_lines
 from llmload.reports.workloads.view import workloads_markdown
@@ -172,6 +173,7 @@ def _extras(summary: Summary) -> list[str]:
                 f"- {name}: client − server TTFT p50 {fmt_ms(d.p50)} ms, "
                 f"p95 {fmt_ms(d.p95)} ms (network + proxy + client)"
             )
+    quality += [f"- {line}" for line in pooled_lines(summary)]
     quality += [f"- {line}" for line in answer_lines(summary)]
     out.append("## Data quality\n\n" + "\n".join(quality))
     server = server_lines(summary)

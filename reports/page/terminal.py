@@ -14,6 +14,7 @@ from llmload.reports.server.gpu import gpu_lines
 from llmload.reports.server.view import server_lines
 from llmload.reports.summary.repeats import spread_lines
 from llmload.reports.table.answers import answer_lines
+from llmload.reports.table.pooled import pooled_lines
 from llmload.reports.table.schema import Summary
 from llmload.reports.table.steady import steady_lines
 from llmload.reports.workloads.view import workloads_terminal
@@ -65,6 +66,10 @@ def render_terminal(summary: Summary) -> str:
             f"E2E p50 {fmt_ms(e.p50)} p95 {fmt_ms(e.p95)}   "
             f"schedule delay p95 {fmt_ms(g.dist('schedule_delay_ms').p95)}"
         )
+    pooled = pooled_lines(summary)
+    if pooled:
+        lines.append("without streams (embeddings, rerank):")
+        lines += [f"  {line}" for line in pooled]
     answers = answer_lines(summary)
     if answers:
         lines.append("answers (reasoning, tool calls, no visible output):")

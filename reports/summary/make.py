@@ -23,6 +23,7 @@ from llmload.reports.table.answers import answer_stats
 from llmload.reports.table.arraystats import stats_of
 from llmload.reports.table.columns import RecordTable
 from llmload.reports.table.loader import Run
+from llmload.reports.table.pooled import pooled_stats
 from llmload.reports.table.schema import (
     InputStats,
     PhaseStats,
@@ -40,17 +41,22 @@ MS = 1000.0
 
 def meets_slo(records: Sequence[RequestRecord], slo: dict[str, float]) -> np.ndarray:
     """Mask: the ok requests that met every configured SLO (TPOT only when the request has
-    one), read from the records' columns (``reports.table.columns``; record objects are made a
-    table)."""
+    one; an embeddings or rerank request, which has no token, on E2E alone), read from the
+    records' columns (``reports.table.columns``; record objects are made a table)."""
     t = RecordTable.of(records)
     good = t.ok()
+    pooled = ~np.isnan(t.num("inputs"))  # no stream, no token: TTFT and TPOT do not apply
     for name, limit_ms in slo.items():
         column = {"ttft": "ttft_s", "e2e": "e2e_s", "tpot": "tpot_s"}.get(name)
         if column is None:  # an SLO on nothing a record has: nothing meets it
             return np.zeros(len(t), dtype=bool)
         value = t.num(column)
         within = value * MS <= limit_ms  # (NaN, no value: not within)
-        good &= within if name != "tpot" else within | np.isnan(value)
+        if name == "tpot":
+            within |= np.isnan(value)
+        elif name == "ttft":
+            within |= np.isnan(value) & pooled
+        good &= within
     return good
 
 
@@ -117,6 +123,7 @@ def phase_stats(
         dists["server_ttft_ms"] = stats_of(server_ttft[timed], MS)
         dists["server_queue_ms"] = stats_of(num("server_queue_s")[ok][timed], MS)
     shapes, answers = answer_stats(t.where(ok))
+    pooled = pooled_stats(t.where(ok), duration_s)
     dists.update(shapes)
     for key, attr in (("send_ms", "send_s"), ("connect_ms", "connect_s")):
         seen = num(attr)
@@ -163,7 +170,7 @@ def phase_stats(
         ttft_by_images_ms=by_images,
         multi_token_events=multi,
         token_count_mismatch=mismatch,
-        extra={"answers": answers} if answers else {},
+        extra={k: v for k, v in (("answers", answers), ("pooled", pooled)) if v},
     )
 
 

@@ -24,8 +24,12 @@ def test_all_sections_skip_vllm_without_its_python(
     monkeypatch.delenv("LLMLOAD_VLLM_PYTHON", raising=False)
     monkeypatch.setattr(bench_main.importlib, "import_module", fake_import)
     assert bench_main.main([]) == 0
-    assert "bench.vllm_cpu" not in ran and len(ran) == len(bench_main.BENCHES) - 1
-    assert "vllm-cpu: skipped (needs --vllm-python PY" in capsys.readouterr().out
+    needing = [bench_main.BENCHES[name] for name in bench_main.NEEDS]
+    assert needing == ["bench.vllm_cpu", "bench.vllm_apis"]
+    assert not set(needing) & set(ran) and len(ran) == len(bench_main.BENCHES) - len(needing)
+    printed = capsys.readouterr().out
+    assert "vllm-cpu: skipped (needs --vllm-python PY" in printed
+    assert "vllm-apis: skipped (needs --vllm-python PY" in printed
     # named, or its python given: it runs (and says itself what is missing)
     ran.clear()
     assert bench_main.main(["vllm-cpu"]) == 0 and ran == ["bench.vllm_cpu"]

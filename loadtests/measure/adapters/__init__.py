@@ -8,6 +8,7 @@ from llmload.loadtests.measure.adapters import (  # noqa: F401  (they register)
     openai_chat,
     openai_completions,
     openai_responses,
+    pooling,
     tgi,
 )
 from llmload.loadtests.measure.adapters.base import ADAPTERS, Adapter

@@ -36,7 +36,10 @@ Optional class attributes: ``end_marker`` names the end-of-stream event in the
 message of a stream that ended without it; ``sends_messages`` says the prompt
 goes as chat messages (the target's tokenizer is asked with the chat template);
 ``api_key_header`` is the header ``--api-key-env`` fills (``Authorization``, as
-``Bearer KEY``, unless the adapter names another, e.g. Anthropic's ``x-api-key``).
+``Bearer KEY``, unless the adapter names another, e.g. Anthropic's ``x-api-key``);
+``streams = False`` says the API has no stream (runs are ``sync`` only), and
+``pooled = True`` that it sends ``Prompt.inputs`` (``--batch-size`` texts the run
+draws for each request: embeddings' inputs, rerank's documents).
 
 Per-stream state: an adapter instance serves one request at a time (the runner
 makes one per simulated user — factories are cheap — and a user's requests are
@@ -87,6 +90,8 @@ class Prompt:
     step: int | None = None
     #: images sent with the last user message: ``data:`` or remote URLs (``--images``)
     images: tuple[str, ...] = ()
+    #: embeddings: the texts to embed; rerank: the documents (``--batch-size`` of them)
+    inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +185,16 @@ DEFAULT_KEY_HEADER = "Authorization"
 def api_key_header(protocol: str) -> str:
     """The header a protocol's API key goes in (``Authorization`` takes ``Bearer KEY``)."""
     return str(getattr(ADAPTERS.get(protocol), "api_key_header", DEFAULT_KEY_HEADER))
+
+
+def streams(protocol: str) -> bool:
+    """Whether a protocol has a streamed mode (embeddings and rerank have not: ``streams``)."""
+    return bool(getattr(ADAPTERS.get(protocol), "streams", True))
+
+
+def pooled(protocol: str) -> bool:
+    """Whether a protocol sends ``Prompt.inputs`` (embeddings, rerank: ``pooled``)."""
+    return bool(getattr(ADAPTERS.get(protocol), "pooled", False))
 
 
 def sends_messages(protocol: str) -> bool:
