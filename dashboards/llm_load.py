@@ -39,6 +39,7 @@ C_E2E = "llmload_e2e_request_latency_seconds"
 C_DELAY = "llmload_schedule_delay_seconds"
 C_REQS = "llmload_requests_total"
 C_TOKENS = "llmload_output_tokens_total"
+C_INPUTS = "llmload_inputs_total"
 # Server side (bundled server, ``llmserve_``)
 S_TTFT = "llmserve_time_to_first_token_seconds"
 S_ITL = "llmserve_inter_token_latency_seconds"
@@ -175,11 +176,13 @@ def throughput() -> list[Panel]:
     """Tokens and requests per second, client vs server."""
     return [
         timeseries(
-            "Output tokens/s: client vs server",
+            "Output tokens/s: client vs server (inputs/s: embeddings, rerank)",
             [
                 (f"sum by (mode) (rate({C_TOKENS}{{{CLIENT}}}[{RATE}]))", "client {{mode}}"),
                 (f"sum(rate({S_TOKENS}{{{JOB}}}[{RATE}]))", "server"),
                 (f"sum(rate(vllm:generation_tokens_total{{{JOB}}}[{RATE}]))", "vLLM"),
+                # embeddings and rerank have no output tokens: texts embedded, documents ranked
+                (f"sum by (mode) (rate({C_INPUTS}{{{CLIENT}}}[{RATE}]))", "inputs {{mode}}"),
             ],
             "none",
         ),

@@ -14,8 +14,10 @@ What feeds what:
   warm-up included, so ``sum(llmload_requests_total)`` equals the number of
   lines in ``requests.jsonl`` and matches what the target itself counted.
 * ``llmload_reasoning_tokens_total`` (the part of the output tokens that was
-  reasoning) and ``llmload_no_output_responses_total`` (ok responses whose tokens
-  showed nothing: no TTFT) count every record the same way.
+  reasoning), ``llmload_no_output_responses_total`` (ok responses whose tokens
+  showed nothing: no TTFT) and ``llmload_inputs_total`` (embeddings' inputs and
+  rerank's documents: a run without streams has no tokens to count) count every
+  record the same way.
 * The latency histograms (TTFT, TTFO, ITL, TPOT, e2e) take only ``ok``, non-warm-up
   records — the same population as the reports' statistics.  A failed request
   has no meaningful latency; its failure shows in ``requests_total{status}``.
@@ -95,6 +97,7 @@ class _Series:
     output_tokens: Cell
     reasoning_tokens: Cell
     no_output: Cell
+    inputs: Cell
     in_flight: Cell
     ok: Cell
 
@@ -201,6 +204,12 @@ class LiveMetrics:
             lat,
             registry=reg,
         )
+        self._inputs = LabelledValue(
+            "llmload_inputs",
+            "Texts embedded or documents ranked (embeddings, rerank; warm-up included).",
+            lat,
+            registry=reg,
+        )
         self._in_flight = LabelledValue(
             "llmload_requests_in_flight",
             "Requests handed to the HTTP client and not yet ended.",
@@ -219,6 +228,7 @@ class LiveMetrics:
             self._output_tokens,
             self._reasoning_tokens,
             self._no_output,
+            self._inputs,
             self._in_flight,
             *self._workloads.families,
         )
@@ -336,6 +346,7 @@ class LiveMetrics:
             output_tokens=self._output_tokens.labels(*key),
             reasoning_tokens=self._reasoning_tokens.labels(*key),
             no_output=self._no_output.labels(*key),
+            inputs=self._inputs.labels(*key),
             in_flight=self._in_flight.labels(*key),
             ok=self._requests.labels(*key, "ok"),
         )
@@ -355,6 +366,8 @@ class LiveMetrics:
             series.reasoning_tokens.inc(record.reasoning_tokens)
         if record.no_output:
             series.no_output.inc()
+        if record.inputs:
+            series.inputs.inc(record.inputs)
         self._workloads.observe(series.key, record)
         if record.warmup:
             return

@@ -142,7 +142,7 @@ def test_rows_in_the_issue_order(dashboard: dict) -> None:
         "Time per output token",
         "End-to-end latency",
         "Client TTFT heatmap",
-        "Output tokens/s: client vs server",
+        "Output tokens/s: client vs server (inputs/s: embeddings, rerank)",
         "Requests/s by status",
         "Running / waiting requests",
         "Queue time",
