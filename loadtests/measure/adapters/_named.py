@@ -56,3 +56,30 @@ def count(obj: Any, *path: str) -> int | None:
             return None
         obj = obj.get(key)
     return obj if type(obj) is int else None
+
+
+class Parts:
+    """A whole answer's text by kind (a sync body's), into what ``EventInfo`` holds."""
+
+    def __init__(self) -> None:
+        self.reasoning: list[str] = []
+        self.answer: list[str] = []
+        self.calls: list[str] = []
+        self.indexes: list[int] = []  # the tool calls' indexes
+
+    def call(self, index: int, text: str) -> None:
+        self.calls.append(text)
+        self.indexes.append(index)
+
+    def content(self) -> tuple[str, dict[str, Any]]:
+        """The answer's text (reasoning, answer, then tool calls) and the ``EventInfo``
+        fields that say which is which (none when it is all answer text)."""
+        text = "".join(self.answer)
+        if not self.reasoning and not self.calls:
+            return text, {}
+        shape = {
+            "reasoning": bool(self.reasoning),
+            "answer": text,
+            "tool_calls": tuple(self.indexes),
+        }
+        return "".join(self.reasoning) + text + "".join(self.calls), shape

@@ -30,6 +30,7 @@ from llmload.loadtests.measure.adapters.base import (
     HttpCall,
     Prompt,
     attach_images,
+    chat_messages,
     register,
 )
 from llmload.loadtests.measure.record import Mode
@@ -101,12 +102,7 @@ class AnthropicMessages:
 
     def build(self, prompt: Prompt, *, mode: Mode, model: str, options: dict[str, Any]) -> HttpCall:
         """The POST for this prompt; ``stop`` goes as ``stop_sequences``."""
-        if prompt.messages is not None:
-            messages = prompt.messages
-        elif prompt.prompt is not None:
-            messages = [{"role": "user", "content": prompt.prompt}]
-        else:
-            raise ValueError(f"prompt {prompt.prompt_id!r} has neither messages nor prompt")
+        messages = chat_messages(prompt)
         messages = attach_images(messages, prompt.images, _text_part, _image_part)
         system = [str(m.get("content") or "") for m in messages if m.get("role") == "system"]
         body: dict[str, Any] = {"model": model, "max_tokens": prompt.max_tokens}
@@ -182,28 +178,21 @@ class AnthropicMessages:
         content = obj.get("content")
         if not isinstance(content, list):
             raise ValueError("message has no 'content' list")
-        reasoning: list[str] = []
-        answer: list[str] = []
-        calls: list[str] = []
-        indexes: list[int] = []
+        parts = _named.Parts()
         for index, block in enumerate(content):
             if not isinstance(block, dict):
                 raise ValueError("a content block is not an object")
             kind = block.get("type")
             if kind == "text":
-                answer.append(_named.string(block, "text"))
+                parts.answer.append(_named.string(block, "text"))
             elif kind == "thinking":
-                reasoning.append(_named.string(block, "thinking"))
+                parts.reasoning.append(_named.string(block, "thinking"))
             elif kind == "tool_use":
-                calls.append(_named.string(block, "name") + json.dumps(block.get("input")))
-                indexes.append(index)
-        text = "".join(answer)
-        shape: dict[str, Any] = {}
-        if reasoning or calls:
-            shape = {"reasoning": bool(reasoning), "answer": text, "tool_calls": tuple(indexes)}
+                parts.call(index, _named.string(block, "name") + json.dumps(block.get("input")))
+        text, shape = parts.content()
         usage = obj.get("usage")
         return EventInfo(
-            content="".join(reasoning) + text + "".join(calls),
+            content=text,
             usage_output_tokens=_named.count(usage, "output_tokens"),
             usage_prompt_tokens=_named.count(usage, "input_tokens"),
             usage_cached_tokens=_named.count(usage, "cache_read_input_tokens"),

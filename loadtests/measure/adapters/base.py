@@ -155,6 +155,16 @@ class Adapter(Protocol):
         ...
 
 
+def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
+    """The prompt as chat messages (a plain prompt is one user message); ``ValueError`` for
+    a prompt with neither."""
+    if prompt.messages is not None:
+        return prompt.messages
+    if prompt.prompt is not None:
+        return [{"role": "user", "content": prompt.prompt}]
+    raise ValueError(f"prompt {prompt.prompt_id!r} has neither messages nor prompt")
+
+
 def attach_images(
     messages: list[dict[str, Any]],
     images: tuple[str, ...],

@@ -10,6 +10,7 @@ from llmload.loadtests.measure.adapters.base import (
     HttpCall,
     Prompt,
     attach_images,
+    chat_messages,
     register,
 )
 from llmload.loadtests.measure.record import Mode
@@ -89,12 +90,7 @@ class OpenAIChat:
 
     def build(self, prompt: Prompt, *, mode: Mode, model: str, options: dict[str, Any]) -> HttpCall:
         """The POST for this prompt; streaming asks for usage in the last chunk."""
-        if prompt.messages is not None:
-            messages = prompt.messages
-        elif prompt.prompt is not None:
-            messages = [{"role": "user", "content": prompt.prompt}]
-        else:
-            raise ValueError(f"prompt {prompt.prompt_id!r} has neither messages nor prompt")
+        messages = chat_messages(prompt)
         messages = attach_images(messages, prompt.images, _text_part, _image_part)
         return _openai.build_call(self.endpoint, "messages", messages, prompt, mode, model, options)
 

@@ -35,6 +35,7 @@ from llmload.loadtests.measure.adapters.base import (
     HttpCall,
     Prompt,
     attach_images,
+    chat_messages,
     register,
 )
 from llmload.loadtests.measure.record import Mode
@@ -181,12 +182,7 @@ class OpenAIResponses:
         chain = options.pop("chain", None) or "resend"
         if chain not in CHAINS:
             raise ValueError(f"unknown chain {chain!r}; known: {', '.join(CHAINS)}")
-        if prompt.messages is not None:
-            messages = prompt.messages
-        elif prompt.prompt is not None:
-            messages = [{"role": "user", "content": prompt.prompt}]
-        else:
-            raise ValueError(f"prompt {prompt.prompt_id!r} has neither messages nor prompt")
+        messages = chat_messages(prompt)
         body: dict[str, Any] = {"model": model}
         previous = self.last_id if chain == "previous" and prompt.turn > 0 else None
         if previous is not None:
@@ -283,28 +279,19 @@ def _output(output: Any) -> tuple[str, dict[str, Any]]:
     the ``EventInfo`` fields that say which is which."""
     if not isinstance(output, list):
         raise ValueError("response 'output' is not a list")
-    reasoning: list[str] = []
-    answer: list[str] = []
-    calls: list[str] = []
-    indexes: list[int] = []
+    parts = _named.Parts()
     for index, item in enumerate(output):
         if not isinstance(item, dict):
             raise ValueError("an output item is not an object")
         kind = item.get("type")
         if kind == "function_call":
-            calls.append(_named.string(item, "name") + _named.string(item, "arguments"))
-            indexes.append(index)
+            parts.call(index, _named.string(item, "name") + _named.string(item, "arguments"))
             continue
-        parts = item.get("content") or []
-        if kind == "reasoning" and not parts:
-            parts = item.get("summary") or []
-        if not isinstance(parts, list):
+        pieces = item.get("content") or []
+        if kind == "reasoning" and not pieces:
+            pieces = item.get("summary") or []
+        if not isinstance(pieces, list):
             raise ValueError("an output item's content is not a list")
-        for part in parts:
-            if isinstance(part, dict):
-                (reasoning if kind == "reasoning" else answer).append(_named.string(part, "text"))
-    text = "".join(answer)
-    if not reasoning and not calls:
-        return text, {}
-    shape = {"reasoning": bool(reasoning), "answer": text, "tool_calls": tuple(indexes)}
-    return "".join(reasoning) + text + "".join(calls), shape
+        texts = parts.reasoning if kind == "reasoning" else parts.answer
+        texts += [_named.string(piece, "text") for piece in pieces if isinstance(piece, dict)]
+    return parts.content()

@@ -52,6 +52,17 @@ def _error(obj: dict[str, Any]) -> EventInfo | None:
     return None
 
 
+def _listed(obj: dict[str, Any], key: str, expected: int, per: str, sent: str) -> list[Any]:
+    """``obj[key]``, a list of one item per text sent, or ``ValueError`` saying otherwise
+    (``"2 vectors for 3 inputs"``)."""
+    items = obj.get(key)
+    if not isinstance(items, list):
+        raise ValueError(f"response has no {key!r} list")
+    if len(items) != expected:
+        raise ValueError(f"{len(items)} {per} {expected} {sent}")
+    return items
+
+
 @register("openai-embeddings")
 class OpenAIEmbeddings:
     """``/v1/embeddings``: ``input`` (the batch) in, one vector per input out."""
@@ -77,14 +88,9 @@ class OpenAIEmbeddings:
     def parse_body(self, body: bytes) -> EventInfo:
         """``{"data": [{"embedding", "index"}...], "usage": {"prompt_tokens"}}``."""
         obj = _openai.decode(body)
-        failed = _error(obj)
-        if failed is not None:
+        if (failed := _error(obj)) is not None:
             return failed
-        data = obj.get("data")
-        if not isinstance(data, list):
-            raise ValueError("response has no 'data' list")
-        if len(data) != self.expected:
-            raise ValueError(f"{len(data)} vectors for {self.expected} inputs")
+        data = _listed(obj, "data", self.expected, "vectors for", "inputs")
         seen = set()
         for position, item in enumerate(data):
             if not isinstance(item, dict):
@@ -129,14 +135,9 @@ class Rerank:
     def parse_body(self, body: bytes) -> EventInfo:
         """``{"results": [{"index", "relevance_score"}...], "usage": {"total_tokens"}}``."""
         obj = _openai.decode(body)
-        failed = _error(obj)
-        if failed is not None:
+        if (failed := _error(obj)) is not None:
             return failed
-        results = obj.get("results")
-        if not isinstance(results, list):
-            raise ValueError("response has no 'results' list")
-        if len(results) != self.expected:
-            raise ValueError(f"{len(results)} results for {self.expected} documents")
+        results = _listed(obj, "results", self.expected, "results for", "documents")
         for position, item in enumerate(results):
             index = item.get("index") if isinstance(item, dict) else None
             score = item.get("relevance_score") if isinstance(item, dict) else None
