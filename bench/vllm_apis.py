@@ -1,4 +1,4 @@
-"""``python -m bench vllm-apis``: chat, the Responses API and the Messages API against one vLLM.
+"""``python -m bench vllm-apis``: chat, Responses, Messages, embeddings and rerank against vLLM.
 
 The same prompts, users and seed, one API after another and then again (chat,
 Responses, Messages, chat, Responses, Messages: each API's two runs say how
@@ -9,7 +9,10 @@ checkpoint — what the newer APIs cost, side by side, on the path users run
 records (its TTFT mean and request count over the run's window).  Then a
 three-turn conversation chained by ``previous_response_id``
 (``--responses-chain previous``; vLLM keeps responses only with
-``VLLM_ENABLE_RESPONSES_API_STORE=1``, which this bench sets).
+``VLLM_ENABLE_RESPONSES_API_STORE=1``, which this bench sets).  Then the same
+checkpoint served as an embedding model (``--runner pooling --convert embed``):
+``--protocol openai-embeddings`` and ``rerank`` with 8 texts a request, the
+client's inputs beside vLLM's own request count (vLLM counts each input).
 
 vLLM lives in its own venv (``bench.vllm_cpu``'s docstring: how to make one)::
 
@@ -28,23 +31,41 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOLS = ("openai-chat", "openai-responses", "anthropic-messages")
 #: each run: 4 users, one request a second each, short answers of a fixed budget
 RUN = ("--users", "4", "--spawn-rate", "4", "--pacing", "1s", "--modes", "stream")
 RUN += ("--scenario", "short_qa", "--max-tokens", "32", "--ignore-eos", "--seed", "7")
+#: embeddings and rerank: 8 texts (documents) a request, against vLLM's pooling runner
+POOL_RUN = ("--users", "4", "--spawn-rate", "4", "--pacing", "0.5s", "--batch-size", "8")
+POOL_RUN += ("--scenario", "short_qa", "--seed", "7")
+POOLING = ("--runner", "pooling", "--convert", "embed")
 
 
-def llmload_run(url: str, out: Path, protocol: str, *extra: str) -> dict[str, Any]:
+def vllm_requests(url: str) -> float:
+    """``vllm:request_success_total``, summed over its labels (vLLM counts each input)."""
+    total = 0.0
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("vllm:request_success_total"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def llmload_run(
+    url: str, out: Path, protocol: str, *extra: str, run: tuple[str, ...] = RUN
+) -> dict[str, Any]:
     """One ``llmload run``; its ``summary.json`` and the records' unknown-event count."""
     cmd = [sys.executable, "-m", "llmload", "run", "--target", url, "--protocol", protocol]
-    cmd += [*RUN, *extra, "--out", str(out), "--status-interval", "30"]
+    cmd += [*run, *extra, "--out", str(out), "--status-interval", "30"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     if done.returncode not in (0, 3):
         raise RuntimeError(f"{protocol}: exit {done.returncode}: {done.stderr[-2000:]}")
     summary = json.loads((out / "summary.json").read_text())
     records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     summary["unknown_events"] = sum(r.get("unknown_events", 0) for r in records)
+    summary["inputs_sent"] = sum(r.get("inputs") or 0 for r in records)
     summary["statuses"] = sorted({r["status"] for r in records})
     return summary
 
@@ -62,6 +83,19 @@ def row(protocol: str, summary: dict[str, Any]) -> str:
         f"| {phase.get('output_tokens_per_s', 0):.1f} "
         f"| {server.get('mean', 0):.0f} (n {server.get('n', 0):.0f}) "
         f"| {'–' if path is None else f'{path:.1f}'} | {summary['unknown_events']} |"
+    )
+
+
+def pool_row(protocol: str, summary: dict[str, Any], counted: float) -> str:
+    """One row of the pooling table: the client's latency and inputs beside vLLM's count."""
+    phase = summary["phases"]["sync"]
+    pooled = phase.get("pooled") or {}
+    e2e = phase["e2e_ms"]
+    return (
+        f"| {protocol} | {phase['count']} | {sum((phase.get('errors') or {}).values())} "
+        f"| {e2e['p50']:.0f} / {e2e['p95']:.0f} / {e2e['p99']:.0f} "
+        f"| {pooled.get('inputs_per_s', 0):.1f} | {pooled.get('prompt_tokens_per_s', 0):.0f} "
+        f"| {summary['inputs_sent']} | {counted:.0f} |"
     )
 
 
@@ -109,6 +143,19 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.terminate()
             proc.wait(60)
+        log = Path(tmp) / "vllm-pooling.log"
+        proc = start_vllm(args.vllm_python, embedded_model_dir(), port, log, POOLING)
+        pool_rows: list[str] = []
+        try:
+            for protocol in ("openai-embeddings", "rerank"):
+                before = vllm_requests(url)
+                out = Path(tmp) / protocol
+                summary = llmload_run(url, out, protocol, "--duration", args.duration, run=POOL_RUN)
+                pool_rows.append(pool_row(protocol, summary, vllm_requests(url) - before))
+                print(pool_rows[-1], summary["statuses"], flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(60)
     head = (
         "| API | requests | errors | TTFT p50 / p95 ms | ITL p50 ms | E2E p50 ms "
         "| output tok/s | vLLM TTFT mean ms (n) | client − vLLM TTFT mean ms | unknown events |"
@@ -132,6 +179,18 @@ def main(argv: list[str] | None = None) -> int:
             "tokens), so compare their TTFT, E2E and tokens/s with chat's, not their ITL. "
             "By vLLM 0.32's source, `/v1/messages` does not pass `ignore_eos` on, so its "
             "answers may end early (fewer tokens, a shorter E2E).",
+            "",
+            "Embeddings and rerank against the same checkpoint served as an embedding model "
+            f"(`{' '.join(POOLING)}`; vLLM's rerank then scores by cosine), each run "
+            f"`llmload run --protocol API {' '.join(POOL_RUN)} --duration {args.duration}` "
+            "(one sync phase: no stream). vLLM counts every input as a request of its own, "
+            "so its count over the run is set beside the client's inputs (warm-up and "
+            "all phases included on both sides).",
+            "",
+            "| API | requests | errors | E2E p50 / p95 / p99 ms | inputs/s | prompt tokens/s "
+            "| inputs sent | vLLM requests counted |",
+            "|---|---|---|---|---|---|---|---|",
+            *pool_rows,
             "",
             f"Chained by `previous_response_id` (`--turns 3 --responses-chain previous`): "
             f"{chain['count']} requests, {sum((chain.get('errors') or {}).values())} errors, "
