@@ -234,3 +234,11 @@ def test_messages_request_and_the_key_header(monkeypatch: pytest.MonkeyPatch) ->
     assert Target.from_options(opts).headers.get("x-api-key") == "sk-secret"
     assert "Authorization" not in Target.from_options(opts).headers
     assert os.environ["LLMLOAD_TEST_KEY"] == "sk-secret"
+
+
+@pytest.mark.parametrize("protocol", ADAPTERS)
+def test_a_gateways_done_marker_after_the_end_is_read(protocol: str) -> None:
+    """LiteLLM's proxy ends a Responses stream with ``data: [DONE]`` too."""
+    events = [*ADAPTERS[protocol]((C, C)), b"data: [DONE]\n\n"]
+    r = run_stream(timed(events), 0.3, adapter=get_adapter(protocol))
+    assert r.status == "ok" and r.stream_end == "done" and r.unknown_events == 0

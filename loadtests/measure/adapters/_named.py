@@ -15,6 +15,7 @@ from typing import Any
 from llmload.loadtests.measure.adapters.base import EventInfo
 
 EMPTY = EventInfo()
+DONE = EventInfo(done=True)
 UNKNOWN = EventInfo(unknown=True)
 
 

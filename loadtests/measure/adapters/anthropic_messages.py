@@ -129,6 +129,8 @@ class AnthropicMessages:
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One named event (module docstring)."""
+        if data == "[DONE]":  # a gateway's end marker after the API's own (LiteLLM's)
+            return _named.DONE
         if event == "content_block_delta":
             text = _named.cut(data, _TEXT)
             if text is not None:

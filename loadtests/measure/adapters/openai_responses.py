@@ -212,6 +212,8 @@ class OpenAIResponses:
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One named event (module docstring)."""
+        if data == "[DONE]":  # a gateway's end marker after the API's own (LiteLLM's)
+            return _named.DONE
         if event == _TEXT_DELTA:
             text = _named.cut(data, '"delta":"')
             if text is not None:
