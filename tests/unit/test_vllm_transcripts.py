@@ -1,5 +1,6 @@
-"""Real vLLM 0.32 streams and bodies (recorded: ``tests/fixtures/transcripts/vllm-0.32``)
-through the timing core, each event a read of its own at a fake clock, and whole."""
+"""Real servers' streams and bodies (recorded: ``tests/fixtures/transcripts``: vLLM 0.32,
+and a LiteLLM 1.108 proxy in front of the bundled server) through the timing core, each
+event a read of its own at a fake clock, and whole."""
 
 from __future__ import annotations
 
@@ -11,17 +12,18 @@ from llmload.loadtests.measure.adapters import get_adapter
 from llmload.loadtests.measure.adapters.base import Prompt
 from tests.unit.timing_helpers import run_stream
 
-HERE = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "vllm-0.32"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts"
+HERE = FIXTURES / "vllm-0.32"
 
 
-def body(name: str) -> bytes:
+def body(name: str, folder: Path = HERE) -> bytes:
     """The response body of a ``curl -i`` transcript (after the headers' blank line)."""
-    raw = (HERE / name).read_bytes()
+    raw = (folder / name).read_bytes()
     return raw.split(b"\r\n\r\n", 1)[1]
 
 
-def events(name: str) -> list[bytes]:
-    return [e + b"\n\n" for e in body(name).split(b"\n\n") if e.strip()]
+def events(name: str, folder: Path = HERE) -> list[bytes]:
+    return [e + b"\n\n" for e in body(name, folder).split(b"\n\n") if e.strip()]
 
 
 @pytest.mark.parametrize(
@@ -88,3 +90,22 @@ def test_vllm_pooling_bodies(protocol: str, name: str, inputs: int, tokens: int)
 def test_vllm_pooling_error_body() -> None:
     info = get_adapter("openai-embeddings").parse_body(body("embeddings_wrong_model.txt"))
     assert info.error is not None and "no-such-model" in info.error
+
+
+@pytest.mark.parametrize(
+    ("protocol", "name", "prompt", "tokens", "deltas"),
+    [
+        # named events in Python's json spacing; the prompt counted only in message_delta
+        ("anthropic-messages", "messages_stream.txt", 7, 13, 13),
+        # no event lines, an extra "model" in each event, then data: [DONE]
+        ("openai-responses", "responses_stream.txt", 7, 16, 16),
+    ],
+)
+def test_litellm_streams(protocol: str, name: str, prompt: int, tokens: int, deltas: int) -> None:
+    evs = events(name, FIXTURES / "litellm")
+    chunks = [(e, 0.1 + i * 0.01) for i, e in enumerate(evs)]
+    r = run_stream(chunks, 1.0, adapter=get_adapter(protocol))
+    assert r.status == "ok" and r.error is None and r.unknown_events == 0
+    assert r.stream_end == "done" and r.ttft_s is not None
+    assert (r.prompt_tokens, r.output_tokens, r.token_source) == (prompt, tokens, "usage")
+    assert len(r.itl_s) == deltas - 1

@@ -49,6 +49,8 @@ _TOOL_CHOICE = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {
 _QUIET = frozenset({"ping", "content_block_stop"})
 _QUIET_DELTAS = frozenset({"signature_delta", "citations_delta"})
 _TEXT = '"type":"text_delta","text":"'
+_TEXT_SPACED = '"type": "text_delta", "text": "'
+_TEXT_TYPE = "text_delta"  # a stream without event lines: the fast path's first sieve
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -131,8 +133,10 @@ class AnthropicMessages:
         """One named event (module docstring)."""
         if data == "[DONE]":  # a gateway's end marker after the API's own (LiteLLM's)
             return _named.DONE
-        if event == "content_block_delta":
+        if event == "content_block_delta" or (event is None and _TEXT_TYPE in data):
             text = _named.cut(data, _TEXT)
+            if text is None:  # Python's json.dumps spacing (LiteLLM's proxy writes it)
+                text = _named.cut(data, _TEXT_SPACED)
             if text is not None:
                 return _openai.plain(text) if text else _named.EMPTY
         obj = _openai.decode(data)
@@ -157,8 +161,13 @@ class AnthropicMessages:
         if kind == "message_delta":
             delta = obj.get("delta")
             reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+            usage = obj.get("usage")
+            # the final usage: some servers (LiteLLM) count the prompt only here; a 0 here
+            # does not undo message_start's count
             return EventInfo(
-                usage_output_tokens=_named.count(obj.get("usage"), "output_tokens"),
+                usage_prompt_tokens=_named.count(usage, "input_tokens") or None,
+                usage_cached_tokens=_named.count(usage, "cache_read_input_tokens") or None,
+                usage_output_tokens=_named.count(usage, "output_tokens"),
                 finish_reason=_stop(reason),
                 server=_openai.server_timings(obj),
             )

@@ -90,6 +90,8 @@ _REASONING_DELTAS = frozenset(
     {"response.reasoning_text.delta", "response.reasoning_summary_text.delta"}
 )
 _TEXT_DELTA = "response.output_text.delta"
+#: a stream without event lines (LiteLLM's proxy): the fast path's sieve on the data
+_TEXT_TYPE = '"type":"response.output_text.delta"'
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -214,7 +216,7 @@ class OpenAIResponses:
         """One named event (module docstring)."""
         if data == "[DONE]":  # a gateway's end marker after the API's own (LiteLLM's)
             return _named.DONE
-        if event == _TEXT_DELTA:
+        if event == _TEXT_DELTA or (event is None and _TEXT_TYPE in data):
             text = _named.cut(data, '"delta":"')
             if text is not None:
                 return _openai.plain(text) if text else _named.EMPTY
