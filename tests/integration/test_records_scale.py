@@ -95,6 +95,7 @@ def reference(records: list[dict[str, Any]]) -> dict[str, Any]:
         "no_output": sum(r["no_output"] for r in ok),
         "reasoning": len(reasoned),
         "tool_calls": sum(r["tool_calls"] > 0 for r in ok),
+        "unknown_events": sum(r.get("unknown_events", 0) for r in ok),
     }
     return {**{name: d.to_json() for name, d in dists.items()}, "answers": answers}
 
