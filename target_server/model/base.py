@@ -229,6 +229,9 @@ class ModelEngine:
             "engine_queue_depth": float(self.waiting()),
             "engine_batch_size": float(self.batch_size()),
         }
+        budget = getattr(self, "prefill_budget", None)  # continuous batching's
+        if budget:
+            out["engine_prefill_budget_tokens"] = float(budget)
         if self.lm is None or self.lm.device.type != "cuda":
             return out
         import torch

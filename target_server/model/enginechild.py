@@ -130,6 +130,8 @@ def serve(settings: Any, conn: Any, shared: Any) -> None:
         "threads": lm.threads,
         "generation_config": lm.generation_config,
     }
-    conn.send((READY, info))
     batch = settings.max_concurrency or DEFAULT_MAX_BATCH
-    PipeLoop(lm, batch, conn, shared, settings.prefill_budget).run()
+    loop = PipeLoop(lm, batch, conn, shared, settings.prefill_budget)
+    # the budget the loop runs with (0 asked: the device's default), for the parent's gauge
+    conn.send((READY, {**info, "prefill_budget": loop.prefill_budget}))
+    loop.run()

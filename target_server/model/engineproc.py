@@ -88,6 +88,16 @@ class ProcessEngine(ContinuousEngine):
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._stopping = False
+        self._budget = 0  # the child's prefill budget, from its ready message
+
+    @property
+    def prefill_budget(self) -> int:
+        """Prompt tokens a decode step may prefill, as the child runs it (0 before start)."""
+        return self._budget
+
+    @prefill_budget.setter
+    def prefill_budget(self, tokens: int) -> None:
+        raise AttributeError("the engine process's prefill budget is --prefill-budget")
 
     # ------------------------------------------------------------ gauges
 
@@ -107,6 +117,8 @@ class ProcessEngine(ContinuousEngine):
             "engine_queue_depth": float(self.waiting()),
             "engine_batch_size": float(self.batch_size()),
         }
+        if self.prefill_budget:  # known once the child said it is ready
+            out["engine_prefill_budget_tokens"] = float(self.prefill_budget)
         if self.lm is not None and self.lm.device.type == "cuda" and self._shared is not None:
             out["gpu_memory_allocated_bytes"] = float(self._shared[GPU_ALLOC])
             out["gpu_memory_reserved_bytes"] = float(self._shared[GPU_RESERVED])
@@ -141,6 +153,7 @@ class ProcessEngine(ContinuousEngine):
         self.pid = self._proc.pid
         tokenizer = await asyncio.to_thread(_tokenizer, path)
         info = await asyncio.to_thread(self._first_message)
+        self._budget = int(info.pop("prefill_budget", 0))
         from llmload.target_server.model.loader import LoadedModel
 
         return LoadedModel(model=None, tokenizer=tokenizer, **info)

@@ -125,3 +125,24 @@ def test_a_killed_engine_process_fails_requests_cleanly(
     t0 = time.monotonic()
     srv.stop()
     assert time.monotonic() - t0 < 10  # nothing waits on the dead child
+
+
+@pytest.mark.parametrize(("asked", "runs"), [(64, 64), (0, 512)])
+def test_the_child_runs_the_prefill_budget_asked(
+    embedded_model: Path, asked: int, runs: int
+) -> None:
+    """``--prefill-budget`` reaches the engine process (0: the CPU default, 512), which says
+    the budget it runs with; the gauge ``llmserve_engine_prefill_budget_tokens`` shows it."""
+    engine = build(Settings(engine="transformers", batching="continuous", prefill_budget=asked))
+    assert type(engine).__name__ == "ProcessEngine"
+
+    async def run() -> dict[str, float]:
+        await engine.start()
+        try:
+            return engine.extra_metrics()
+        finally:
+            await engine.stop()
+
+    gauges = asyncio.run(run())
+    assert engine.prefill_budget == runs
+    assert gauges["engine_prefill_budget_tokens"] == runs
