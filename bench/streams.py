@@ -40,6 +40,9 @@ SHAPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "plain chat": ((), ()),
     "reasoning first": (("--reasoning-tokens", str(REASONING)), ()),
     "tool call": ((), ("--extra-body", json.dumps({"tools": TOOLS}))),
+    # the same plain answers through the newer APIs: what their events cost the client
+    "plain, Responses API": ((), ("--protocol", "openai-responses")),
+    "plain, Messages API": ((), ("--protocol", "anthropic-messages")),
 }
 STREAMS = ("--users", "10", "--spawn-rate", "10", "--pacing", "1s", "--modes", "stream")
 STREAMS += ("--max-tokens", "16", "--ignore-eos")
@@ -156,10 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             f"(10 streams, pacing 1 s, {args.duration}, streaming), server and client not "
             "pinned. Reasoning first: `--reasoning-tokens 4` (vLLM's `reasoning_content` "
             "deltas, then the answer); tool call: `--extra-body` with one tool, answered by "
-            "a streamed call (name, then argument pieces). *TTFT / TTFO*: records with each. "
+            "a streamed call (name, then argument pieces); plain, Responses / Messages API: "
+            "the plain answer through `--protocol openai-responses` / `anthropic-messages` "
+            "(the server's named events). *TTFT / TTFO*: records with each. "
             "*Client − server TTFT*: the record's TTFT minus the server's own "
             "(`x_llmload.ttft_s`, arrival → first event handed to the socket), ms. "
-            "*TTFO − TTFT*: expected 0, 80 (4 × 20) and 0 ms. *Loop lag*: the client's worst "
+            "*TTFO − TTFT*: expected 0, 80 (4 × 20), then 0 ms. *Loop lag*: the client's worst "
             "event-loop lag in the phase (its own health sample).",
             "",
             "| shape | requests | ok | with TTFT / TTFO | tool calls | client − server TTFT "

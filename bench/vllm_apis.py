@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             f"`llmload run --protocol API {' '.join(POOL_RUN)} --duration {args.duration}` "
             "(one sync phase: no stream). vLLM counts every input as a request of its own, "
             "so its count over the run is set beside the client's inputs (warm-up and "
-            "all phases included on both sides).",
+            "all phases included on both sides); on this runner its rerank embeds the query "
+            "as well as each document, one request more per call than documents.",
             "",
             "| API | requests | errors | E2E p50 / p95 / p99 ms | inputs/s | prompt tokens/s "
             "| inputs sent | vLLM requests counted |",
