@@ -338,30 +338,21 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
             exc.status_code, str(exc.detail), headers=dict(exc.headers or {})
         ).response()
 
-    @app.post(CHAT)
-    async def chat_completions(request: Request) -> Response:
-        return await _generation(state, request, CHAT)
+    def route(
+        handler: Callable[[ServerState, Request, str], Awaitable[Response]], endpoint: str
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """The framework's route to an endpoint (what ``direct`` does not serve: a
+        ``root_path`` prefix)."""
 
-    @app.post(COMPLETIONS)
-    async def completions(request: Request) -> Response:
-        return await _generation(state, request, COMPLETIONS)
-
-    def pooling(endpoint: str) -> Callable[[Request], Awaitable[Response]]:
         async def serve(request: Request) -> Response:
-            return await _pooling(state, request, endpoint)
+            return await handler(state, request, endpoint)
 
         return serve
 
-    for pooled in POOLING_ENDPOINTS:
-        app.post(pooled)(pooling(pooled))
-
-    @app.post(RESPONSES)
-    async def responses(request: Request) -> Response:
-        return await _generation(state, request, RESPONSES)
-
-    @app.post(MESSAGES)
-    async def messages(request: Request) -> Response:
-        return await _generation(state, request, MESSAGES)
+    for endpoint in GENERATION_ENDPOINTS:
+        app.post(endpoint)(route(_generation, endpoint))
+    for endpoint in POOLING_ENDPOINTS:
+        app.post(endpoint)(route(_pooling, endpoint))
 
     @app.get("/v1/models")
     async def models(request: Request) -> Any:
