@@ -307,9 +307,19 @@ def parser() -> argparse.ArgumentParser:
         "history", help="a history's gated metrics run by run, and where they shifted"
     )
     h.add_argument("history", type=Path, help="a folder `report baseline --history` appends to")
-    h.add_argument("--metric", default="ttft", metavar="LIST", help="as `report gate --metric`")
+    h.add_argument(
+        "--metric",
+        default=None,
+        metavar="LIST",
+        help="as `report gate --metric` (ttft; e2e for a history of runs without streams)",
+    )
     h.add_argument("--percentile", type=float, default=95.0, help="latency percentile (95)")
-    h.add_argument("--mode", default="stream", choices=("stream", "sync"), help="(stream)")
+    h.add_argument(
+        "--mode",
+        default=None,
+        choices=("stream", "sync"),
+        help="(stream; sync for a history of runs without streams)",
+    )
     h.add_argument("--out", type=Path, default=None, help="folder for history.md/.html (DIR)")
     h.add_argument("--seed", type=int, default=0, help="the permutation test's seed")
     h.set_defaults(func=cmd_history)

@@ -18,6 +18,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from llmload.loadtests.measure.adapters.base import streams
 from llmload.reports.draw.charts import Axes, Band, Series, render
 from llmload.reports.gate.history import read, run_value
 from llmload.reports.gate.metrics import SHARE, MetricSpec
@@ -69,14 +70,20 @@ def _fmt(v: float | None, spec: MetricSpec) -> str:
 
 def render_history(
     folder: Path,
-    metric: str = "ttft",
+    metric: str | None = None,
     percentile: float = 95.0,
-    mode: str = "stream",
+    mode: str | None = None,
     seed: int = 0,
 ) -> tuple[str, str]:
-    """The history's Markdown and HTML."""
+    """The history's Markdown and HTML.  ``metric`` and ``mode`` default to ``ttft`` and
+    ``stream``, or ``e2e`` and ``sync`` when the newest run's protocol has no stream
+    (embeddings, rerank)."""
     history = read(folder)
     docs = history.entries
+    protocol = (docs[-1].get("run") or {}).get("protocol") if docs else None
+    streamed = not isinstance(protocol, str) or streams(protocol)
+    metric = metric or ("ttft" if streamed else "e2e")
+    mode = mode or ("stream" if streamed else "sync")
     specs = GateConfig(metric=metric, percentile=percentile).specs()
     names = [_axis_name(d, i) for i, d in enumerate(docs)]
     md = [f"## llmload history: {folder.name} ({len(docs)} runs, mode {mode})", ""]

@@ -72,6 +72,21 @@ def test_a_run_without_streams(server, protocol: str, batch: int, tmp_path: Path
     assert gate.returncode in (0, 3), gate.stdout + gate.stderr  # pass, or too few samples
     checks = json.loads((out / "gate.json").read_text())["checks"]
     assert checks and all("e2e" in c["name"] for c in checks if c["name"].startswith("p"))
+    # and a history of such runs is drawn on E2E, in its sync phase
+    history = tmp_path / "history"
+    for _ in range(2):
+        subprocess.run(
+            [*LLMLOAD, "report", "baseline", str(out), "--history", str(history)],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+        )
+    drawn = subprocess.run(
+        [*LLMLOAD, "report", "history", str(history)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert drawn.returncode == 0, drawn.stderr
+    md = (history / "history.md").read_text()
+    assert "mode sync" in md and "| e2e" in md, md[:400]
 
 
 def test_asking_for_a_stream_is_refused(server, tmp_path: Path) -> None:
