@@ -9,13 +9,16 @@ from the deltas, so a wrong event fails here.  Errors are each API's own shape.
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import anthropic
 import httpx
 import openai
 import pytest
 
+from tests.fixtures.drive import loadtest
 from tests.fixtures.server_proc import start_server_process
 
 KEY = "sk-test-key"
@@ -177,3 +180,36 @@ def test_at_capacity_messages_says_529_overloaded() -> None:
                 assert client.post("/v1/chat/completions", json=chat).status_code == 429
     finally:
         proc.stop()
+
+
+def test_llmload_run_chains_by_previous_response_id_and_sends_the_key(
+    server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path users run: ``llmload run --responses-chain previous`` (later turns send only
+    themselves and name the last answer; an id the server did not keep would be a 400, and
+    its stored history is in the later turns' prompts: the body's shape is pinned in
+    ``tests/unit/test_adapters_named.py``), and ``--api-key-env`` as Anthropic's
+    ``x-api-key`` (the server requires it) — never written into the run's files."""
+    monkeypatch.setenv("LLMLOAD_TEST_KEY", KEY)
+    run = ("--users", "2", "--spawn-rate", "2", "--pacing", "0.2s", "--duration", "3s")
+    run += ("--modes", "stream", "--scenario", "short_qa", "--max-tokens", "8")
+    run += ("--api-key-env", "LLMLOAD_TEST_KEY")
+    chained = tmp_path / "chained"
+    args = ("--protocol", "openai-responses", "--responses-chain", "previous", "--turns", "3")
+    loadtest(chained, "--target", server.url, *args, *run)
+    recs = [json.loads(line) for line in (chained / "requests.jsonl").read_text().splitlines()]
+    assert recs and all(r["status"] == "ok" for r in recs)
+    by_turn: dict[int, list[int]] = {}
+    for r in recs:
+        by_turn.setdefault(r["turn"], []).append(r["prompt_tokens"])
+    assert set(by_turn) == {0, 1, 2}
+    assert min(by_turn[2]) > max(by_turn[0])  # earlier turns are in the prompt
+    assert json.loads((chained / "run.json").read_text())["responses_chain"] == "previous"
+    messages = tmp_path / "messages"
+    loadtest(messages, "--target", server.url, "--protocol", "anthropic-messages", *run)
+    recs = [json.loads(line) for line in (messages / "requests.jsonl").read_text().splitlines()]
+    assert recs and all(r["status"] == "ok" for r in recs)  # the server checked x-api-key
+    for out in (chained, messages):
+        for path in out.iterdir():
+            if path.is_file():
+                assert KEY.encode() not in path.read_bytes(), path
