@@ -3,26 +3,19 @@
 A vision model turns an image into prompt tokens before its first output
 token; the bundled server charges each image that many tokens of prefill
 (the synthetic engine's ``--prefill-ms-per-token``) and counts them in
-``usage``.  The rule: a PNG costs one token per 28×28-pixel patch
-(``ceil(W/28) * ceil(H/28)``: Qwen2-VL's merged patch), read from its header;
-any other image (a JPEG, a URL this server does not fetch) ``OTHER_IMAGE_TOKENS``.
+``usage``, by the rule in ``llmload.common.images`` (one token per 28×28-pixel
+patch of a PNG; ``OTHER_IMAGE_TOKENS`` for any other image or a URL it does not
+fetch).
 An image's identity (for the prefix cache) is the start of its reference, which
 for the harness's generated images holds each one's own stamp.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import math
 from typing import Any
 
-from llmload.common.images import png_size
+from llmload.common.images import tokens_of_base64, tokens_of_url
 
-#: pixels per side of the patch that is one prompt token
-PATCH_PX = 28
-#: the tokens of an image whose size this server does not read
-OTHER_IMAGE_TOKENS = 256
 #: how much of a reference identifies an image (the harness's stamp is within it)
 _IDENTITY_CHARS = 256
 
@@ -30,28 +23,11 @@ _IDENTITY_CHARS = 256
 Image = tuple[str, int]
 
 
-def tokens_of_png(width: int, height: int) -> int:
-    return math.ceil(width / PATCH_PX) * math.ceil(height / PATCH_PX)
-
-
-def _from_base64(data: str) -> int:
-    """Tokens of a base64 image: its PNG header decoded (32 characters), else the default."""
-    try:
-        head = base64.b64decode(data[:32], validate=True)
-    except (binascii.Error, ValueError):
-        return OTHER_IMAGE_TOKENS
-    size = png_size(head)
-    return tokens_of_png(*size) if size else OTHER_IMAGE_TOKENS
-
-
 def from_url(url: Any) -> Image:
     """An image given by URL: a ``data:…;base64,`` URL is read, another is not fetched."""
     if not isinstance(url, str) or not url:
         raise ValueError("an image without a URL")
-    head, sep, data = url.partition(",")
-    if url.startswith("data:") and sep and head.endswith(";base64"):
-        return url[:_IDENTITY_CHARS], _from_base64(data)
-    return url[:_IDENTITY_CHARS], OTHER_IMAGE_TOKENS
+    return url[:_IDENTITY_CHARS], tokens_of_url(url)
 
 
 def from_part(part: dict[str, Any]) -> Image | None:
@@ -75,6 +51,6 @@ def from_part(part: dict[str, Any]) -> Image | None:
             data = source.get("data")
             if not isinstance(data, str) or not data:
                 raise ValueError("a base64 image source without data")
-            return data[:_IDENTITY_CHARS], _from_base64(data)
+            return data[:_IDENTITY_CHARS], tokens_of_base64(data)
         return from_url(source.get("url"))
     return None

@@ -133,12 +133,13 @@ class LoadContext:
             texts = tuple(prompt_text(source.next()) for _ in range(self.batch))
             return replace(first, inputs=texts)
         for _ in range(MAX_DRAWS):
-            prompt: Prompt = source.next()
+            # images first: the fit counts their tokens too
+            prompt: Prompt = self._with_images(source.next())
             if self.fit is None:
-                return self._with_images(prompt)
+                return prompt
             fitted = self.fit.fit(prompt)
             if fitted is not None:
-                return self._with_images(fitted)
+                return fitted
         return None
 
     def _with_images(self, prompt: Prompt) -> Prompt:

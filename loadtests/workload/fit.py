@@ -20,6 +20,12 @@ Prompt tokens are counted, in this order of preference:
    about as many; production vocabularies make 3-4 times fewer for English, so the
    bound trims or skips too much, never too little (it used to be an estimate per
    character, which a small vocabulary exceeded: HTTP 400s against vLLM).
+
+A prompt's images (``--images``) are counted on top, whichever way the text was: by
+the rule the bundled server charges them (``llmload.common.images``: one token per
+28×28-pixel patch of a PNG, Qwen2-VL's; 256 for an image it cannot size), since no
+``/tokenize`` is sent them.  Other vision models count differently (a fixed 576 for
+LLaVA-1.5, tiles for others): the fit is as good as that rule is for the served model.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llmload.common.images import tokens_of_url
 from llmload.loadtests.measure.adapters.base import Prompt
 
 #: chat-template tokens per message (role markers) and per request (default system prompt)
@@ -94,14 +101,16 @@ class ContextFit:
         return "tokenizer" if self.count is not None else "estimate"
 
     def prompt_tokens(self, prompt: Prompt) -> int:
-        """Prompt tokens as the server will see them (upper bound when estimated)."""
+        """Prompt tokens as the server will see them (upper bound when estimated), its
+        images included."""
         texts = _texts(prompt)
         allowance = PER_MESSAGE_TOKENS * len(texts) + PER_REQUEST_TOKENS
+        images = sum(map(tokens_of_url, prompt.images))
         if self.remote is not None:
             n = self.remote(prompt)
             if n is not None:
-                return n if self.remote.templated else n + allowance
-        return sum(map(self._tokens, texts)) + allowance
+                return images + (n if self.remote.templated else n + allowance)
+        return images + sum(map(self._tokens, texts)) + allowance
 
     def _tokens(self, text: str) -> int:
         n = self._counts.get(text)

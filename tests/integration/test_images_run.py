@@ -74,3 +74,20 @@ def test_images_need_a_protocol_with_chat_messages(server, tmp_path: Path) -> No
     cmd += ["--out", str(tmp_path / "x")]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--images" in done.stderr and "sends no chat" in done.stderr
+
+
+def test_the_context_fit_counts_the_images(tmp_path: Path) -> None:
+    # 2 images are 200 of a 512-token context: unless the fit counts them, max_tokens 300
+    # fits the text alone and every request is the server's HTTP 400
+    with start_server_process("--ttft-ms", "5", "--itl-ms", "1", "--max-context", "512") as s:
+        out = tmp_path / "fit"
+        loadtest(
+            out, "--target", s.url, "--users", "2", "--spawn-rate", "2", "--pacing", "0.2s",
+            "--duration", "2s", "--modes", "stream", "--scenario", "short_qa",
+            "--max-tokens", "300", "--images", "2", "--image-size", "280x280",
+        )  # fmt: skip
+    recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert recs and all(r["status"] == "ok" for r in recs)
+    assert all(r["prompt_tokens"] + r["output_tokens"] <= 512 for r in recs)
+    fit = json.loads((out / "run.json").read_text())["context_fit"]
+    assert fit["trimmed"] == fit["checked"] > 0

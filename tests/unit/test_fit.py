@@ -111,3 +111,20 @@ def test_a_fitted_prompt_always_fits(limit: int) -> None:
         out = fit.fit(p)
         if out is not None:
             assert fit.prompt_tokens(out) + out.max_tokens <= limit
+
+
+def test_images_count_by_the_rule_the_server_charges_them() -> None:
+    from llmload.common.images import OTHER_IMAGE_TOKENS
+    from llmload.loadtests.workload.images import ImageMaker
+
+    images = ImageMaker((2,), (280, 56), seed=0).draw()  # 10 x 2 patches each
+    fit = ContextFit(2048, count=lambda t: len(t.split()))
+    p = _prompt("one two three", 100, images=images)
+    assert fit.prompt_tokens(p) == 3 + OVERHEAD + 2 * 20
+    remote = _prompt("one", 100, images=("https://img.example/cat.jpg",))
+    assert fit.prompt_tokens(remote) == 1 + OVERHEAD + OTHER_IMAGE_TOKENS
+    # an image too large for the room left: the answer is trimmed, then the prompt skipped
+    big = ImageMaker((1,), (28 * 40, 28 * 45), seed=0).draw()  # 1,800 tokens
+    trimmed = fit.fit(_prompt("one", 256, images=big))
+    assert trimmed is not None and trimmed.max_tokens == 2048 - 1 - OVERHEAD - 1800
+    assert fit.fit(_prompt("one", 256, images=big + big)) is None

@@ -6,12 +6,12 @@ import base64
 
 import pytest
 
-from llmload.common.images import png, png_size
+from llmload.common.images import OTHER_IMAGE_TOKENS, png, png_size
 from llmload.loadtests.measure.adapters import get_adapter
 from llmload.loadtests.measure.adapters.base import Prompt
 from llmload.loadtests.options import parse_image_counts, parse_image_size
 from llmload.loadtests.workload.images import ImageMaker
-from llmload.target_server.images import OTHER_IMAGE_TOKENS, from_part, from_url
+from llmload.target_server.images import from_part, from_url
 from llmload.target_server.schemas import CHAT, MESSAGES, RESPONSES, parse_request
 
 
