@@ -491,9 +491,10 @@ class CapacitySearch(NullSink):
                 + ("" if took is None else f", p50 {fmt_ms(took)} ms to the final answer")
                 + "]"
             )
+        served = f", {point['inputs_per_s']:.3g} inputs/s" if "inputs_per_s" in point else ""
         return (
             f"capacity {name}: {what} -> {verdict} "
-            f"({point['verdict']}; {crit}; {point['requests']} requests){extra}"
+            f"({point['verdict']}; {crit}; {point['requests']} requests{served}){extra}"
         )
 
     def _finish(self, reason: str, why: str) -> None:

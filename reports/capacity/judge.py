@@ -275,6 +275,7 @@ def judge(
     if open_loop:
         done = ok & ~np.isnan(e2e) & (started + e2e <= t0 + dur)
     tokens = t.num("output_tokens")[done]
+    inputs = t.num("inputs")[done]  # embeddings, rerank: texts per request (else NaN)
     point: dict[str, Any] = {
         "requests": n,
         "arrivals": arrivals,
@@ -292,6 +293,8 @@ def judge(
         "ratio": max(ratios) if ratios else None,
         "verdict": verdict,
     }
+    if (~np.isnan(inputs)).any():  # a run without streams: what it serves is inputs
+        point["inputs_per_s"] = float(np.nansum(inputs)) / dur
     late = schedule_lateness(t, cap, client_lag_ms) if open_loop else None
     # the target's own latency: the client's part of each schedule delay taken out
     target: Sequence[RequestRecord] = t if late is None else late.target_records

@@ -33,11 +33,25 @@ HEADER = [
 SESSION_HEADER = "session p50 / p95 (ms)"
 #: a search with a GPU exporter (``--gpu-metrics``): after the out tok/s column
 ENERGY_HEADER = "out tok/J (GPU)"
+#: a search over a protocol without streams (embeddings, rerank): no token to time, so
+#: latency is the whole response and what a step serves is inputs per second
+POOLED_HEADER = [
+    "load",
+    "verdict",
+    "E2E p50 / p95 (ms)",
+    "throughput (req/s)",
+    "inputs/s",
+    "errors",
+    "SLO ratio",
+    "notes",
+]
 
 
 def header(cap: dict[str, Any]) -> list[str]:
     """The table's columns (a session column when the steps ran agent sessions, a tokens per
-    joule column when the GPUs were scraped)."""
+    joule column when the GPUs were scraped; a run without streams has its own)."""
+    if _pooled(cap):
+        return list(POOLED_HEADER)
     out = list(HEADER)
     if _has_energy(cap):
         out.insert(out.index("out tok/s") + 1, ENERGY_HEADER)
@@ -52,6 +66,11 @@ def _has_energy(cap: dict[str, Any]) -> bool:
 
 def _has_sessions(cap: dict[str, Any]) -> bool:
     return any(p.get("sessions") for p in cap["curve"])
+
+
+def _pooled(cap: dict[str, Any]) -> bool:
+    """The steps sent embeddings or rerank requests (``inputs_per_s`` on their points)."""
+    return any(p.get("inputs_per_s") is not None for p in cap["curve"])
 
 
 def _load_cell(p: dict[str, Any], unit: str) -> str:
@@ -117,6 +136,19 @@ def rows(cap: dict[str, Any]) -> list[list[str]]:
         verdict = p.get("search_verdict") or p["verdict"]
         if p["verdict"] == "uncertain":
             verdict += " (uncertain)"
+        if _pooled(cap):
+            row = [
+                _load_cell(p, unit),
+                verdict,
+                _pair(p["e2e_ms"]),
+                fmt_rate(p["throughput_per_s"]),
+                fmt_rate(p.get("inputs_per_s")),
+                f"{p['error_rate']:.1%}",
+                "–" if p.get("ratio") is None else f"{p['ratio']:.2f}",
+                "; ".join(notes),
+            ]
+            out.append(row)
+            continue
         row = [
             _load_cell(p, unit),
             verdict,
@@ -236,6 +268,11 @@ def charts(cap: dict[str, Any]) -> list[Axes]:
         line("TPOT p50", lambda p: p["tpot_ms"].get("p50")),
         line("TPOT p95", lambda p: p["tpot_ms"].get("p95")),
     ]
+    if _pooled(cap):  # no token: the whole response's latency
+        lat = [
+            line("E2E p50", lambda p: p["e2e_ms"].get("p50")),
+            line("E2E p95", lambda p: p["e2e_ms"].get("p95")),
+        ]
     lat = [s for s in lat if s.points]
     for s in lat:
         s.kind = "line"
@@ -248,8 +285,10 @@ def charts(cap: dict[str, Any]) -> list[Axes]:
         marks.append(_vline(cap["knee"], top, "knee", "#7f7f7f"))
     tput = [
         line("throughput (req/s)", lambda p: p["throughput_per_s"]),
+        line("inputs/s", lambda p: p.get("inputs_per_s")),
         line("errors (% of requests)", lambda p: 100.0 * p["error_rate"]),
     ]
+    tput = [s for s in tput if s.points]
     ttop = max((y for s in tput for _, y in s.points), default=1.0)
     tmarks = [_vline(m.points[0][0], ttop, m.name, m.color) for m in marks]
     return [
@@ -265,7 +304,7 @@ def charts(cap: dict[str, Any]) -> list[Axes]:
         Axes(
             "Throughput and errors against load",
             unit,
-            "req/s · % errors",
+            "req/s · inputs/s · % errors" if _pooled(cap) else "req/s · % errors",
             "chart-capacity-throughput",
             tput + tmarks,
         ),

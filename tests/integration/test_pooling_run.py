@@ -94,3 +94,28 @@ def test_asking_for_a_stream_is_refused(server, tmp_path: Path) -> None:
     cmd += ["--modes", "stream", "--duration", "2s", "--out", str(tmp_path / "x")]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no stream" in done.stderr
+
+
+def test_capacity_of_embeddings_is_in_inputs_per_second(tmp_path: Path) -> None:
+    # 2 slots, each request 4 inputs held 20 ms + 0.5 ms a token: about 20 requests/s, 80
+    # inputs/s whatever the users; latency grows with users beyond 2 (N/2 x one request)
+    with start_server_process(
+        "--ttft-ms", str(BASE_MS), "--prefill-ms-per-token", str(PREFILL_MS),
+        "--max-concurrency", "2",
+    ) as srv:  # fmt: skip
+        out = tmp_path / "cap"
+        cmd = [*LLMLOAD, "capacity", "--target", srv.url, "--protocol", "openai-embeddings"]
+        cmd += ["--batch-size", "4", "--scenario", "short_qa", "--mode", "sync", "--users"]
+        cmd += ["--sweep", "3", "--min", "2", "--max", "8", "--slo", "e2e_p95=1s"]
+        cmd += ["--step-requests", "80", "--min-step", "1s", "--warmup", "1s", "--out", str(out)]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [ln for ln in done.stderr.splitlines() if ln.startswith("capacity step")]
+    assert len(steps) == 3 and all("inputs/s" in ln for ln in steps)
+    cap = json.loads((out / "summary.json").read_text())["capacity"]
+    for p in cap["curve"]:  # each request carried 4 inputs: 4x the requests served
+        assert p["inputs_per_s"] == pytest.approx(4 * p["throughput_per_s"])
+        assert p["ttft_ms"].get("p50") is None and p["e2e_ms"]["p50"] > BASE_MS
+    assert "inputs/s served at 8 users" in cap["text"]  # all passed: sustained the most
+    section = (out / "summary.md").read_text().split("## Capacity")[1].split("\n## ")[0]
+    assert "| inputs/s |" in section and "TTFT" not in section
