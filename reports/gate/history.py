@@ -65,6 +65,10 @@ from llmload.reports.table.trust import STEAL_AMBER_PCT, run_steal
 
 #: comparable runs of a history the gate reads (the most recent)
 DEFAULT_LAST = 10
+#: how often a check must fail a change of twice its allowance to be said to see one
+DETECT_POWER = 0.95
+#: the most runs a suggestion names; beyond it the spread itself must come down
+MOST_RUNS = 100
 
 
 # -- the history on disk -------------------------------------------------------------------
@@ -191,12 +195,51 @@ class RunLevel:
         """How much wider few runs make the interval: the t quantile over the normal's."""
         return t_ppf(1.0 - level, self.df) / t_ppf(1.0 - level, math.inf)
 
+    def twice(self) -> float:
+        """Twice the allowance on the check's scale (+20 % for +10 % allowed): the change
+        the gate must see, and where its "inconclusive" begins."""
+        return 2 * self.spec.allowed if self.is_share else math.log1p(2 * self.spec.allowed)
+
+    def fails_from(self, level: float) -> float:
+        """The smallest change this check fails (its bound then reaches the allowance): a
+        true change there fails about half the time."""
+        return self.allowed() + t_ppf(1.0 - level, self.df) * self.se
+
+    def power(self, level: float, change: float | None = None) -> float:
+        """The chance that a true ``change`` (default: twice the allowance) fails this check,
+        the t statistic shifted by it (the noncentral t read as a shifted central one)."""
+        change = self.twice() if change is None else change
+        return _power(change - self.allowed(), self.se, self.df, level)
+
+    def runs_needed(self, level: float) -> tuple[int | None, int | None]:
+        """At this spread, to fail twice the allowance ``DETECT_POWER`` of the time: the
+        fewest history runs that do with this many runs of the build, else the runs of each build
+        (``--repeat N``, the history's ``DEFAULT_LAST`` builds made alike: N runs each);
+        None where not within ``MOST_RUNS``."""
+        gap, s, n, k = self.twice() - self.allowed(), self.spread, len(self.run), len(self.base)
+
+        def enough(k: int, n: int) -> bool:
+            return _power(gap, s * math.sqrt(1.0 / k + 1.0 / n), k + n - 2, level) >= DETECT_POWER
+
+        history = next((x for x in range(2, MOST_RUNS + 1) if enough(x, n)), None)
+        if history is not None:
+            return history, n
+        each = (x for x in range(n, MOST_RUNS + 1) if enough(max(k, DEFAULT_LAST * x), x))
+        return None, next(each, None)
+
     def shown(self, x: float) -> str:
         """A change on the check's scale as people read it: +12.3% (a drop: −), +1.0 points."""
         if self.is_share:
             return f"{x * 100:+.1f} points"
         pct = (math.exp(x) - 1) * 100
         return f"{-pct if self.spec.metric.harm == 'down' else pct:+.1f}%"
+
+
+def _power(gap: float, se: float, df: int, level: float) -> float:
+    """P(a check fails) when the true change lies ``gap`` beyond the allowance."""
+    if se == 0:
+        return 1.0 if gap > 0 else 0.0
+    return t_sf(t_ppf(1.0 - level, df) - gap / se, df)
 
 
 def run_level(
@@ -238,7 +281,7 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
             f"{name}: {len(lv.base)} baseline runs, {len(lv.run)} run(s); change "
             f"{lv.shown(lv.worse)} ({conf} bounds {lv.shown(lo)} … {lv.shown(hi)}; run-to-run "
             f"spread {spread}, {lv.df} degrees of freedom: {lv.width(level):.2f}× the width "
-            "a known variance would give)"
+            f"a known variance would give; {sees(lv, level)})"
         )
         nums = {
             "metric": lv.spec.metric.name,
@@ -254,6 +297,10 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
             "spread_pct": _pct(lv, lv.spread),
             "df": lv.df,
             "width_vs_known_variance": lv.width(level),
+            "resolves_pct": _pct(lv, lv.fails_from(level)),
+            "power_at_twice_allowed": lv.power(level),
+            "history_runs_needed": lv.runs_needed(level)[0],
+            "run_repeats_needed": lv.runs_needed(level)[1],
             "p_value": lv.p_value(),
             "p_holm": p_holm,
             "family": m,
@@ -279,6 +326,31 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
         else:
             out.append(Check(name, PASS, f"{what}: within {allowed} across runs", nums))
     return out
+
+
+def sees(lv: RunLevel, level: float) -> str:
+    """What this history can tell: ``fails from +14.2%, and +20.0% 97% of the time`` — and
+    when that is short of ``DETECT_POWER``, how many runs would do, or that none would."""
+    power = lv.power(level)
+    text = (
+        f"fails from {lv.shown(lv.fails_from(level))}, and {lv.shown(lv.twice())} "
+        f"{power:.0%} of the time"
+    )
+    if power >= DETECT_POWER:
+        return text
+    history, repeats = lv.runs_needed(level)
+    want = f"to fail {lv.shown(lv.twice())} {DETECT_POWER:.0%} of the time at this spread"
+    if history is not None:
+        return f"{text}; {want}: a history of {history} runs"
+    if repeats is not None:
+        return (
+            f"{text}; {want}: no history alone; {repeats} runs of each build (--repeat "
+            f"{repeats}, the history's builds too)"
+        )
+    return (
+        f"{text}; {want}: not within {MOST_RUNS} runs — the spread between runs must come "
+        "down (longer runs, a steadier load or machine)"
+    )
 
 
 def _pct(lv: RunLevel, x: float) -> float:

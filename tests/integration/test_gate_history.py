@@ -91,6 +91,12 @@ def test_an_unchanged_build_passes_against_the_spread_between_runs(runs: dict) -
     (check,) = [c for c in doc["checks"] if c["numbers"].get("method") == "run-level"]
     assert len(check["numbers"]["baseline_runs"]) == 5 and check["numbers"]["df"] == 4
     assert "5 baseline runs, 1 run(s)" in out and "degrees of freedom" in out
+    # and what it could have caught, from the spread these runs had
+    n = check["numbers"]
+    assert n["resolves_pct"] > 10 and 0 < n["power_at_twice_allowed"] <= 1
+    assert "of the time" in out and f"fails from +{n['resolves_pct']:.1f}%" in out
+    if n["power_at_twice_allowed"] < 0.95:  # then it says what would see +20 %
+        assert n["history_runs_needed"] or n["run_repeats_needed"] or "must come down" in out
 
 
 def test_a_slower_build_fails_across_runs(runs: dict) -> None:

@@ -112,3 +112,72 @@ def test_a_baseline_of_repeats_gives_each_repeat_as_a_run() -> None:
     # a mode the repeats do not have, or one repeat: the document itself
     assert [s.doc for s in baseline_runs(pooled, "sync")] == [pooled]
     assert len(baseline_runs(doc(5, 6), "stream")) == 1
+
+
+def _fail_rate(rng: np.random.Generator, sigma: float, k: int, n: int, change: float) -> float:
+    trials = 2000
+    fails = sum(
+        run_level(
+            TTFT,
+            "stream",
+            list(np.exp(rng.normal(0, sigma, k))),
+            list(change * np.exp(rng.normal(0, sigma, n))),
+        ).p_value()
+        <= 0.05
+        for _ in range(trials)
+    )
+    return fails / trials
+
+
+def test_what_a_history_can_see_is_what_it_fails() -> None:
+    # the check says how often it fails +20 % (twice the allowance) and how many runs would
+    # make that 95 %: both against simulated gates of lognormal run-level values
+    rng = np.random.default_rng(5)
+    sigma = 0.02  # one run resolves +20 % against a long enough history below ~2.6 %
+    # a RunLevel whose estimated spread is the true one: many runs, then its K and N asked
+    known = run_level(TTFT, "stream", list(np.exp(rng.normal(0, sigma, 4000))), [1.0])
+    assert known is not None and known.spread == pytest.approx(sigma, rel=0.05)
+    k, n = known.runs_needed(0.05)
+    assert k is not None and n == 1 and 5 <= k <= 40
+    assert _fail_rate(rng, sigma, k, 1, 1.2) >= 0.93
+    # the power it states for a history of 3 is what 3 runs give (within a few points)
+    assert abs(_power_at(sigma, 3, 1) - _fail_rate(rng, sigma, 3, 1, 1.2)) < 0.05
+    # a spread no history can beat for one run: it says so, and names the repeats that do
+    wide = run_level(TTFT, "stream", list(np.exp(rng.normal(0, 0.13, 4000))), [1.0])
+    assert wide is not None
+    history, repeats = wide.runs_needed(0.05)
+    assert history is None and repeats is not None and 10 < repeats < 40
+
+
+def _power_at(sigma: float, k: int, n: int) -> float:
+    from llmload.reports.gate.history import _power
+
+    gap = math.log(1.2) - math.log(1.1)
+    return _power(gap, sigma * math.sqrt(1 / k + 1 / n), k + n - 2, 0.05)
+
+
+@pytest.mark.parametrize(
+    ("spread", "says"),
+    [
+        (0.01, "fails from +12.6%, and +20.0% 100% of the time"),
+        (0.02, "93% of the time"),
+        (0.02, "a history of 7 runs"),
+        (0.05, "31% of the time"),
+        (0.05, "5 runs of each build"),
+        (0.13, "10% of the time"),
+        (0.13, "27 runs of each build"),
+    ],
+)
+def test_the_figures_docs_quote_are_what_the_gate_says(spread: float, says: str) -> None:
+    # docs/reports.md quotes one run against a history of 5 at these exact spreads
+    from pathlib import Path
+
+    from llmload.reports.gate.history import sees
+
+    logs = np.array([-1.0, -0.5, 0.0, 0.5, 1.0])
+    logs *= spread / math.sqrt((logs**2).sum() / 4)  # pooled with one run: exactly ``spread``
+    level = run_level(TTFT, "stream", list(np.exp(logs)), [1.0])
+    assert level is not None and level.spread == pytest.approx(spread)
+    assert says in sees(level, 0.05)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "reports.md").read_text()
+    assert f"{says}" in " ".join(docs.split())
