@@ -31,6 +31,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from llmload.reports.gate.fingerprint import differences_text
     from llmload.reports.page.two_runs import render_compare_html, render_compare_markdown
     from llmload.reports.summary.make import build_summary
     from llmload.reports.table.loader import load_run
@@ -39,9 +40,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     a, b = build_summary(run_a, args.slo), build_summary(run_b, args.slo)
     out = args.out or args.run_b
     out.mkdir(parents=True, exist_ok=True)
-    md = render_compare_markdown(a, b)
+    diff = differences_text(run_a.meta, run_b.meta)
+    md = render_compare_markdown(a, b, diff)
     (out / "compare.md").write_text(md, encoding="utf-8")
-    (out / "compare.html").write_text(render_compare_html(run_a, a, run_b, b), encoding="utf-8")
+    html = render_compare_html(run_a, a, run_b, b, diff)
+    (out / "compare.html").write_text(html, encoding="utf-8")
     print(md)
     print(f"wrote {out / 'compare.md'} and {out / 'compare.html'}")
     return 0

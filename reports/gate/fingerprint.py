@@ -161,7 +161,7 @@ def _same(key: str, a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     return (
         "none"
         if value in (None, "")
@@ -205,7 +205,7 @@ def comparability(
         blocks = key in BLOCKING
         blocking = blocks and key not in allowed
         note = " (allowed by --allow-difference)" if blocks and not blocking else ""
-        text = f"{label(key)}: baseline {_shown(a)}, run {_shown(b)}{note}"
+        text = f"{label(key)}: baseline {shown(a)}, run {shown(b)}{note}"
         out.append(Difference(key, a, b, blocking, text))
     return sorted(out, key=lambda d: not d.blocking)
 
@@ -223,3 +223,15 @@ def check_allowed(keys: list[str]) -> list[str]:
             f"--allow-difference: unknown key {bad[0]!r}; one of {', '.join(BLOCKING)}"
         )
     return [normal_key(k) for k in keys]
+
+
+def differences_text(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What differs between two runs' settings (their run.json), A then B, for ``report
+    compare``: ``--protocol: A openai-chat, B openai-responses (shapes the numbers)``."""
+    out = []
+    for d in comparability(fingerprint(b), fingerprint(a)):
+        if d.baseline is None or d.run is None:
+            continue  # one side does not record it: nothing to say about a difference
+        shapes = " (shapes the numbers)" if d.blocking else ""
+        out.append(f"{label(d.key)}: A {shown(d.baseline)}, B {shown(d.run)}{shapes}")
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -81,9 +82,15 @@ def compare_rows(a: Summary, b: Summary) -> dict[str, list[list[str]]]:
     return out
 
 
-def render_compare_markdown(a: Summary, b: Summary) -> str:
-    """Markdown: one table per shared phase, A vs B with the change."""
+def render_compare_markdown(a: Summary, b: Summary, diff: Sequence[str] = ()) -> str:
+    """Markdown: what differs between the runs (``diff``: the gate's fingerprint, in words),
+    then one table per shared phase, A vs B with the change."""
     out = [f"# llmload compare: `{a.run_id}` (A) vs `{b.run_id}` (B)"]
+    out.append(
+        "What differs: " + "; ".join(diff) + "."
+        if diff
+        else "The runs' settings are the same (by the gate's fingerprint)."
+    )
     rows = compare_rows(a, b)
     for phase, r in rows.items():
         out.append(f"## {phase}\n\n" + table(["metric", "A", "B", "change (B vs A)"], r))
@@ -95,7 +102,9 @@ def render_compare_markdown(a: Summary, b: Summary) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def render_compare_html(run_a: Run, a: Summary, run_b: Run, b: Summary) -> str:
+def render_compare_html(
+    run_a: Run, a: Summary, run_b: Run, b: Summary, diff: Sequence[str] = ()
+) -> str:
     """HTML: the same tables, plus TTFT CDFs of A and B per mode on one chart."""
     parts = [f"<h1>llmload compare: {escape(a.run_id)} (A) vs {escape(b.run_id)} (B)</h1>"]
     series = []
@@ -124,6 +133,9 @@ def render_compare_html(run_a: Run, a: Summary, run_b: Run, b: Summary) -> str:
         for x, y in [(a, b)]
     )
     parts.append(f"<h2>Runs</h2><table><tr><th></th><th>A</th><th>B</th></tr>{meta}</table>")
+    if diff:
+        items = "".join(f"<li>{escape(d)}</li>" for d in diff)
+        parts.append(f"<h2>What differs</h2><ul>{items}</ul>")
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>llmload compare'
         f"</title><style>{CSS}</style></head><body>" + "\n".join(parts) + "</body></html>\n"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import anthropic
@@ -18,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.drive import loadtest
+from tests.fixtures.drive import ROOT, loadtest
 from tests.fixtures.server_proc import start_server_process
 
 KEY = "sk-test-key"
@@ -209,6 +211,14 @@ def test_llmload_run_chains_by_previous_response_id_and_sends_the_key(
     loadtest(messages, "--target", server.url, "--protocol", "anthropic-messages", *run)
     recs = [json.loads(line) for line in (messages / "requests.jsonl").read_text().splitlines()]
     assert recs and all(r["status"] == "ok" for r in recs)  # the server checked x-api-key
+    # what the newer API costs, side by side: report compare names what differs
+    cmd = [sys.executable, "-m", "llmload", "report", "compare", str(chained), str(messages)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    md = (messages / "compare.md").read_text()
+    assert "--protocol: A openai-responses, B anthropic-messages (shapes the numbers)" in md
+    assert "## stream" in md and "TTFT p95 (ms)" in md
+    assert "What differs" in (messages / "compare.html").read_text()
     for out in (chained, messages):
         for path in out.iterdir():
             if path.is_file():
