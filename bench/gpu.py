@@ -6,20 +6,32 @@ bf16 weights (nothing is downloaded) runs inside both engines, in-process:
 - TTFT of one request with a 512-token prompt (continuous engine);
 - single-stream decode tokens/s against the memory-bandwidth bound
   (weight bytes / bandwidth: every decode step reads every weight once);
-- aggregate output tokens/s of 20 concurrent streams, continuous vs none.
+- aggregate output tokens/s of 20 concurrent streams, continuous vs none;
+- the GPU's energy over the single-stream requests and over the 20 streams, each
+  engine: joules per output token, output tokens per joule, mean power.
 
 The GPU's bandwidth comes from a table by device name or ``--bandwidth-gbs``.
-Without CUDA it measures nothing and exits 2 with a message.  Results go to
-BENCHMARKS.md section ``gpu``.
+Energy is NVML's (``nvidia-ml-py``'s ``pynvml``, the ``gpu`` extra): the GPU's
+energy counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ) read before and
+after each measured block, or, on a GPU without that counter, its power draw
+sampled every 100 ms on a thread and integrated (``Energy``; the table says which).
+It is the whole board's (idle draw included) over the block's wall time.  Without
+NVML the energy table says why and the rest is measured as before.  Without CUDA
+it measures nothing and exits 2 with a message.  Results go to BENCHMARKS.md
+section ``gpu``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 #: Qwen2.5-7B-Instruct config.json (published dimensions)
@@ -93,6 +105,111 @@ def build_model(device: str = "cuda", dims: dict[str, Any] = QWEN25_7B) -> Any:
     return model.eval()
 
 
+#: seconds between power samples where the GPU has no energy counter
+POWER_PERIOD_S = 0.1
+COUNTER = "NVML energy counter"
+INTEGRATED = "power sampled every 100 ms, integrated"
+
+
+def integrate(samples: list[tuple[float, float]]) -> float:
+    """Joules from ``(seconds, watts)`` samples: the trapezoid rule (0 with under two)."""
+    return sum(
+        (t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(samples, samples[1:], strict=False)
+    )
+
+
+@dataclass
+class Energy:
+    """One GPU's energy over a ``with`` block, through NVML (``nv``: the ``pynvml`` module,
+    initialised; ``handle``: the GPU's).
+
+    The energy counter (mJ) read at entry and exit where the GPU has one; else the power
+    draw (mW) sampled every ``period_s`` on a thread, entry and exit included, and
+    integrated.  ``source`` says which; ``joules`` and ``seconds`` are the block's.
+    """
+
+    nv: Any
+    handle: Any
+    period_s: float = POWER_PERIOD_S
+    clock: Callable[[], float] = time.perf_counter
+    source: str = ""
+    joules: float = 0.0
+    seconds: float = 0.0
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    _start_mj: float | None = None
+    _t0: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _watts(self) -> float:
+        return float(self.nv.nvmlDeviceGetPowerUsage(self.handle)) / 1000.0
+
+    def _sample(self) -> None:
+        self.samples.append((self.clock(), self._watts()))
+
+    def _sampler(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._sample()
+
+    def __enter__(self) -> Energy:
+        self.samples, self._stop = [], threading.Event()
+        try:
+            self._start_mj = float(self.nv.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+            self.source = COUNTER
+        except Exception:  # pynvml.NVMLError_NotSupported: no counter on this GPU
+            self._start_mj = None
+            self.source = INTEGRATED
+            self._sample()
+            self._thread = threading.Thread(target=self._sampler, name="bench-power", daemon=True)
+            self._thread.start()
+        self._t0 = self.clock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self.clock()
+        self.seconds = end - self._t0
+        if self._start_mj is not None:
+            stop_mj = float(self.nv.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+            self.joules = (stop_mj - self._start_mj) / 1000.0
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        self.joules = integrate(self.samples)
+        self.seconds = self.samples[-1][0] - self.samples[0][0]
+
+    def figures(self, tokens: int) -> dict[str, Any]:
+        """The block's energy for ``tokens`` output tokens: J, s, J/token, tokens/J, mean W."""
+        return {
+            "source": self.source,
+            "joules": self.joules,
+            "seconds": self.seconds,
+            "tokens": tokens,
+            "j_per_token": self.joules / tokens if tokens else None,
+            "tokens_per_j": tokens / self.joules if self.joules > 0 else None,
+            "watts": self.joules / self.seconds if self.seconds > 0 else None,
+        }
+
+
+def energy_meter(cuda_index: int) -> tuple[Callable[[], Energy] | None, str]:
+    """A factory of ``Energy`` blocks for CUDA device ``cuda_index``, or None and why not
+    (no ``nvidia-ml-py``, no driver, a device NVML cannot name)."""
+    from llmload.common import nvml
+
+    try:
+        nv = nvml.init()
+        found = nvml.nvml_indexes(nv, [cuda_index])
+        if not found:
+            return None, f"cuda:{cuda_index} is no GPU NVML can name"
+        handle = nv.nvmlDeviceGetHandleByIndex(found[0])
+    except nvml.NvmlUnavailable as exc:
+        return None, str(exc)
+    except Exception as exc:  # pynvml.NVMLError
+        return None, f"NVML: {exc}"
+    return (lambda: Energy(nv, handle)), f"NVML GPU {found[0]}"
+
+
 async def _one(engine: Any, ids: list[int], tokens: int, seed: int) -> tuple[float, float, int]:
     """(ttft s, decode tokens/s, tokens) for one request straight through ``engine.generate``."""
     from llmload.target_server.engine import GenerationRequest
@@ -109,8 +226,14 @@ async def _one(engine: Any, ids: list[int], tokens: int, seed: int) -> tuple[flo
     return first, (n - 1) / (last - first) if last > first else 0.0, n
 
 
-async def measure(batching: str, lm: Any, args: argparse.Namespace) -> dict[str, float]:
-    """Run the three measurements on one engine."""
+async def measure(
+    batching: str,
+    lm: Any,
+    args: argparse.Namespace,
+    energy: Callable[[], Energy] | None = None,
+) -> dict[str, Any]:
+    """Run the three measurements on one engine; with ``energy``, the GPU's energy over the
+    single-stream requests and over the concurrent streams (``out["energy"]``)."""
     import torch
 
     from llmload.target_server.model import build
@@ -125,20 +248,28 @@ async def measure(batching: str, lm: Any, args: argparse.Namespace) -> dict[str,
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(1000, 100000, (args.prompt,), generator=g).tolist()
     short = prompt[: args.prompt // 8]
+    meter: Any = energy if energy is not None else contextlib.nullcontext
     try:
-        singles = [await _one(engine, prompt, args.tokens, s) for s in range(3)]
-        t0 = time.perf_counter()
-        many = await asyncio.gather(
-            *(_one(engine, short, args.tokens, 100 + s) for s in range(args.streams))
-        )
-        wall = time.perf_counter() - t0
-        out = {
+        with meter() as single_e:
+            singles = [await _one(engine, prompt, args.tokens, s) for s in range(3)]
+        with meter() as many_e:
+            t0 = time.perf_counter()
+            many = await asyncio.gather(
+                *(_one(engine, short, args.tokens, 100 + s) for s in range(args.streams))
+            )
+            wall = time.perf_counter() - t0
+        out: dict[str, Any] = {
             "ttft": statistics.median(s[0] for s in singles),
             "tps": statistics.median(s[1] for s in singles),
             "agg": sum(m[2] for m in many) / wall,
             "ttft_p50_many": statistics.median(m[0] for m in many),
             "mem": float(torch.cuda.max_memory_allocated()) if lm.device.type == "cuda" else 0.0,
         }
+        if energy is not None:
+            out["energy"] = {
+                "single": single_e.figures(sum(x[2] for x in singles)),
+                "streams": many_e.figures(sum(m[2] for m in many)),
+            }
     finally:
         await engine.stop()
     return out
@@ -159,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu_smoke:
         lm = loaded_model(build_model("cpu", SMOKE_DIMS))
         results = {b: asyncio.run(measure(b, lm, args)) for b in args.engines.split(",")}
-        print(render("cpu smoke", 1.0, 1.0, lm.params, 1.0, 0.0, results, args))
+        print(render("cpu smoke", 1.0, 1.0, lm.params, 1.0, 0.0, results, args, "no GPU"))
         return 0
     if not torch.cuda.is_available():
         print(
@@ -179,8 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     build_s = time.perf_counter() - t0
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     bound = decode_bound_tps(weight_bytes, bandwidth)
-    results = {b: asyncio.run(measure(b, lm, args)) for b in args.engines.split(",")}
-    body = render(name, bandwidth, weight_bytes, lm.params, bound, build_s, results, args)
+    energy, energy_from = energy_meter(lm.device.index or 0)
+    results = {b: asyncio.run(measure(b, lm, args, energy)) for b in args.engines.split(",")}
+    body = render(
+        name, bandwidth, weight_bytes, lm.params, bound, build_s, results, args, energy_from
+    )
     print(body)
     if not args.no_write:
         from bench.mdsection import write_section
@@ -226,10 +360,11 @@ def render(
     params: int,
     bound: float,
     build_s: float,
-    results: dict[str, dict[str, float]],
+    results: dict[str, dict[str, Any]],
     args: argparse.Namespace,
+    energy_from: str = "",
 ) -> str:
-    """The BENCHMARKS.md section."""
+    """The BENCHMARKS.md section (``energy_from``: the GPU NVML read, or why none)."""
     from bench.mdsection import machine
 
     lines = [
@@ -253,7 +388,42 @@ def render(
     if "continuous" in results and "none" in results:
         ratio = results["continuous"]["agg"] / results["none"]["agg"]
         lines += ["", f"Continuous / none aggregate at {args.streams} streams: **{ratio:.1f}×**."]
-    return "\n".join(lines)
+    return "\n".join(lines + render_energy(results, args, energy_from))
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def render_energy(
+    results: dict[str, dict[str, Any]], args: argparse.Namespace, energy_from: str
+) -> list[str]:
+    """The energy lines: a table per engine and block, or why there is none."""
+    rows = [(b, r["energy"]) for b, r in results.items() if "energy" in r]
+    if not rows:
+        return ["", f"Energy: not measured ({energy_from or 'no NVML'})."]
+    sources = sorted({e["source"] for _, blocks in rows for e in blocks.values()})
+    lines = [
+        "",
+        f"Energy ({energy_from}; {', '.join(sources)}; the whole board, idle draw included, "
+        "over each block's wall time):",
+        "",
+        "| engine | block | output tokens | s | J | J / output token | output tokens / J "
+        "| mean W |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    names = {
+        "single": f"single stream (3 × {args.prompt}-token prompt + {args.tokens} tokens)",
+        "streams": f"{args.streams} concurrent streams",
+    }
+    for engine, blocks in rows:
+        for key, e in blocks.items():
+            lines.append(
+                f"| {engine} | {names[key]} | {e['tokens']} | {e['seconds']:.1f} "
+                f"| {e['joules']:.0f} | {_num(e['j_per_token'], '.3f')} "
+                f"| {_num(e['tokens_per_j'], '.2f')} | {_num(e['watts'], '.0f')} |"
+            )
+    return lines
 
 
 if __name__ == "__main__":

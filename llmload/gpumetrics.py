@@ -1,13 +1,17 @@
 """``--gpu-metrics``: which GPU exporter a run scrapes beside the server, and the line saying so.
 
 ``auto`` (the default) tries NVIDIA dcgm-exporter's default endpoint on the
-target's host (``http://HOST:9400/metrics``) and says nothing when it is not
-there: most targets have no exporter beside them.  A URL is scraped as given
-(NVIDIA dcgm-exporter or AMD's device metrics exporter) and one line says what
-it found or why there is nothing; ``nvml`` reads this host's GPUs through NVML
-(``llmload.nvml``: the target runs beside the load generator); ``off`` scrapes
-nothing.  The target's
-headers and credentials never go to the exporter.
+target's host (``http://HOST:9400/metrics``), then the target's own metrics
+endpoint (``--server-metrics``'s: the bundled server on CUDA serves its GPU's
+NVML figures there under dcgm-exporter's names, ``target_server.nvmlgauges``),
+taken only when a GPU family llmload knows is in it; it says nothing when
+neither has one: most targets have no GPU figures beside them.  A URL is
+scraped as given (NVIDIA dcgm-exporter or AMD's device metrics exporter) and one
+line says what it found or why there is nothing; ``nvml`` reads this host's GPUs
+through NVML (``llmload.common.nvml``: the target runs beside the load
+generator); ``off`` scrapes nothing.  The target's headers and credentials never
+go to an exporter: only to the target's own origin, as ``--server-metrics``
+sends them.
 
 The scraper is ``loadtests.run.scrape.ServerScraper`` again — a second
 instance on the same clock, period (``--server-metrics-interval``) and phase
@@ -19,7 +23,8 @@ from __future__ import annotations
 import sys
 from urllib.parse import urlsplit
 
-from llmload import nvml
+from llmload import servermetrics
+from llmload.common import nvml
 from llmload.loadtests import gpufamilies
 from llmload.loadtests.redact import redact_url
 from llmload.loadtests.run.context import ResolvedRun
@@ -35,9 +40,33 @@ def auto_url(target_base_url: str) -> str:
     return f"http://{host}:{gpufamilies.DCGM.port}/metrics"
 
 
+def _scraper(run: ResolvedRun, url: str) -> ServerScraper:
+    return servermetrics.target_scraper(
+        run,
+        url,
+        gpufamilies.known_names(),
+        file=FILE,
+        split=gpufamilies.ID_LABELS,
+        what="GPU metrics",
+    )
+
+
+def _from_target(run: ResolvedRun) -> ServerScraper | None:
+    """``auto`` with no exporter at :9400: the target's own metrics endpoint, probed, when a
+    GPU family llmload knows is in it (the bundled server on CUDA); else None, said nowhere."""
+    url = servermetrics.endpoint(run)
+    if url is None:
+        return None
+    scrape = _scraper(run, url)
+    if not scrape.probe() and scrape.samples and gpufamilies.detect(scrape.samples[-1][1].names()):
+        return scrape
+    scrape.client.close()
+    return None
+
+
 def scraper(run: ResolvedRun) -> ServerScraper | None:
     """The started GPU scraper the options ask for, or None (off, or nothing answered)."""
-    o, out_dir = run.opts.output, run.out_dir
+    o = run.opts.output
     if o.gpu_metrics == "off":
         return None
     auto = o.gpu_metrics == "auto"
@@ -53,7 +82,7 @@ def scraper(run: ResolvedRun) -> ServerScraper | None:
         url = o.gpu_metrics
     scrape = ServerScraper(
         url,
-        out_dir,
+        run.out_dir,
         gpufamilies.known_names(),
         interval_s=o.server_metrics_interval,
         file=FILE,
@@ -61,10 +90,13 @@ def scraper(run: ResolvedRun) -> ServerScraper | None:
         what="GPU metrics",
     )
     why = scrape.probe()
-    shown = redact_url(url)
     if why and auto:
         scrape.client.close()  # no exporter beside the target: the usual case, said nowhere
-        return None
+        found = _from_target(run)
+        if found is None:
+            return None
+        scrape, why = found, ""
+    shown = redact_url(scrape.url)
     scrape.start(absent=why)
     if why:
         print(f"GPU metrics: none ({shown}: {why})", file=sys.stderr, flush=True)

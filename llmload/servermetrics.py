@@ -14,6 +14,8 @@ then holds only that reason, for the report.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.loadtests import serverfamilies
@@ -27,23 +29,41 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return parts.scheme, (parts.hostname or "").lower(), parts.port
 
 
-def scraper(run: ResolvedRun) -> ServerScraper | None:
-    """The started scraper the options ask for, or None (off, or nothing to scrape)."""
-    o, target, out_dir = run.opts.output, run.target, run.out_dir
+def endpoint(run: ResolvedRun) -> str | None:
+    """The URL ``--server-metrics`` scrapes (None: off); ``llmload.gpumetrics`` looks there
+    too for the GPU families a server may serve beside its own."""
+    o = run.opts.output
     if o.server_metrics == "off":
         return None
-    url = target.base_url + "/metrics" if o.server_metrics == "auto" else o.server_metrics
+    return run.target.base_url + "/metrics" if o.server_metrics == "auto" else o.server_metrics
+
+
+def target_scraper(
+    run: ResolvedRun, url: str, names: Iterable[str], **kwargs: Any
+) -> ServerScraper:
+    """A scraper of ``url`` with the target's headers and credentials only on its own
+    origin (``verify`` as the target's for https)."""
+    target = run.target
     own = _origin(url) == _origin(target.base_url)
-    names = [*serverfamilies.known_names(), *o.server_metrics_family]
-    scrape = ServerScraper(
+    return ServerScraper(
         url,
-        out_dir,
+        run.out_dir,
         names,
-        interval_s=o.server_metrics_interval,
+        interval_s=run.opts.output.server_metrics_interval,
         headers=target.headers if own else None,
         auth=target.auth if own else None,
         verify=target.ssl_context() if url.startswith("https") else True,
+        **kwargs,
     )
+
+
+def scraper(run: ResolvedRun) -> ServerScraper | None:
+    """The started scraper the options ask for, or None (off, or nothing to scrape)."""
+    o = run.opts.output
+    url = endpoint(run)
+    if url is None:
+        return None
+    scrape = target_scraper(run, url, [*serverfamilies.known_names(), *o.server_metrics_family])
     why = scrape.probe()
     scrape.start(absent=why)
     shown = redact_url(url)

@@ -741,8 +741,9 @@ class OutputOptions:
         "auto",
         "scrape a GPU exporter (NVIDIA dcgm-exporter, AMD device metrics exporter) into "
         "gpu_metrics.jsonl beside --server-metrics, on its clock and period: auto (the "
-        "target host's dcgm-exporter port 9400, when it answers), a URL, nvml (this host's "
-        "GPUs through nvidia-ml-py), or off",
+        "target host's dcgm-exporter port 9400 when it answers, else the target's own "
+        "metrics when they hold GPU families, as the bundled server's on CUDA do), a URL, "
+        "nvml (this host's GPUs through nvidia-ml-py), or off",
         metavar="URL|auto|nvml|off",
         compare=NOTED,
     )

@@ -292,6 +292,8 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
         except Exception as exc:
             state.start_error = f"{type(exc).__name__}: {exc}"
             log.exception("engine %s failed to start", engine.name)
+            return
+        await state.open_gpu()  # its GPU(s) on /metrics, said in the log now
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -381,7 +383,11 @@ def build_app(engine: Engine, settings: Settings) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        body = state.metrics.render()
+        await state.open_gpu()  # a scrape right after /health said ready, before start_engine did
+        if state.gpu is not None:  # NVML reads take ms: on a worker thread
+            body += await asyncio.to_thread(state.gpu.render)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     if settings.ui == "gradio":
         from llmload.target_server.ui import mount

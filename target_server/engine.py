@@ -165,6 +165,11 @@ class Engine(Protocol):
         """Optional engine gauges, e.g. ``gpu_memory_allocated_bytes``."""
         ...
 
+    # Optional too (read with ``getattr``): ``cuda_devices() -> list[int]``, the CUDA
+    # devices (torch's ``cuda:N`` indexes) the engine's model is on, asked once the engine
+    # is ready; the server's ``/metrics`` then carries their NVML figures
+    # (``target_server.nvmlgauges``).  The synthetic engine has none.
+
 
 #: a request's plan: ``(deadline, piece)`` pairs, ``perf_counter`` deadlines, the first
 #: never to go out early; lazy, and ``close()`` ends it (``TimetableEngine.timetable``)

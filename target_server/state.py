@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from time import perf_counter
@@ -9,6 +10,7 @@ from time import perf_counter
 from llmload.target_server.admission import Admission
 from llmload.target_server.engine import Engine
 from llmload.target_server.metrics import ServerMetrics
+from llmload.target_server.nvmlgauges import DeviceGauges
 from llmload.target_server.responses_api import ResponseStore
 from llmload.target_server.settings import Settings
 
@@ -86,6 +88,22 @@ class ServerState:
         self.metrics = ServerMetrics(self._gauges)
         self.start_error: str | None = None
         self.responses = ResponseStore()
+        #: the engine's GPU(s) read through NVML for /metrics, once the engine is ready
+        self.gpu: DeviceGauges | None = None
+        self._gpu_asked = False
+        self._gpu_lock = asyncio.Lock()
+
+    async def open_gpu(self) -> None:
+        """Once the engine is ready, and once only: its GPU(s)' NVML gauges for ``/metrics``
+        (``target_server.nvmlgauges``; NVML's start can take a while: off the event loop).
+        Called when the engine is ready and by the first scrape after, whichever comes first,
+        so no scrape after ``/health`` says ready misses them."""
+        if self._gpu_asked or not self.engine.ready:
+            return
+        async with self._gpu_lock:
+            if not self._gpu_asked:
+                self.gpu = await asyncio.to_thread(DeviceGauges.open, self.engine)
+                self._gpu_asked = True
 
     def _gauges(self) -> dict[str, tuple[str, float]]:
         out = {

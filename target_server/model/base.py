@@ -222,6 +222,16 @@ class ModelEngine:
         """Requests in the engine's current decode step(s)."""
         return int(self.running())  # type: ignore[attr-defined]  # running is the subclass's (engines define it)
 
+    def cuda_devices(self) -> list[int]:
+        """The CUDA device (torch's index) the model is on; none on the CPU or before it loads.
+
+        Plain ``cuda`` is the current device, which this server never changes: 0.
+        """
+        dev = self.lm.device if self.lm is not None else None
+        if dev is None or dev.type != "cuda":
+            return []
+        return [dev.index if dev.index is not None else 0]
+
     def extra_metrics(self) -> dict[str, float]:
         """Engine load gauges; GPU memory on CUDA (the cache is never emptied per request)."""
         out = {

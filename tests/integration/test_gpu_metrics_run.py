@@ -334,3 +334,66 @@ def test_nvml_without_nvidia_ml_py_is_one_line(start_server_proc, tmp_path) -> N
         "GPU metrics: none (nvml: nvidia-ml-py is not installed (pip install 'llmload[gpu]'))"
     ]
     assert not (out / "gpu_metrics.jsonl").exists() and (out / "summary.json").exists()
+
+
+def test_auto_finds_the_bundled_servers_own_gpu_on_its_metrics(
+    start_server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The bundled server on CUDA serves its GPU's NVML figures on its own ``/metrics``, and
+    ``--gpu-metrics auto`` (nothing on :9400) reads them there.  No GPU here: the server runs
+    in this process with the synthetic engine declaring ``cuda_devices() == [0]`` and the
+    stand-in ``pynvml`` (two GPUs) in ``sys.modules``; the app, its ``/metrics``, the run and
+    its files are the real ones.  Only GPU 0 — the engine's — is on ``/metrics``."""
+    import socket
+
+    import httpx
+
+    from llmload.target_server.settings import Settings
+    from llmload.target_server.synthetic import SyntheticEngine
+    from tests.fixtures.nvml_stub import pynvml as stub
+
+    class OnCuda0(SyntheticEngine):
+        def cuda_devices(self) -> list[int]:
+            return [0]
+
+    monkeypatch.setitem(sys.modules, "pynvml", stub)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    settings = Settings().with_overrides(ttft_ms=40, itl_ms=10)
+    server = start_server(engine=OnCuda0(settings), ttft_ms=40, itl_ms=10)
+    text = httpx.get(server.url + "/metrics").text
+    power = [x for x in text.splitlines() if x.startswith("DCGM_FI_DEV_POWER_USAGE{")]
+    assert len(power) == 1 and 'gpu="0"' in power[0] and power[0].endswith(" 250.0")
+    assert 'gpu="1"' not in text and "llmserve_requests_running" in text
+    out = tmp_path / "run"
+    done = llmload_run(out, server.url, "auto")
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = (
+        f"GPU metrics: {server.url}/metrics every {INTERVAL_S:g} s (NVIDIA dcgm-exporter, 1 GPU(s))"
+    )
+    assert line in done.stderr
+    meta = json.loads((out / "gpu_metrics.jsonl").read_text().splitlines()[0])["meta"]
+    assert meta["status"] == "scraping" and meta["url"] == server.url + "/metrics"
+    records, summary = read(out)
+    block = summary["phases"]["stream"]["gpu"]
+    key = f"{socket.gethostname()}/0"
+    assert block["exporter"] == "dcgm" and set(block["gpus"]) == {key}
+    g = block["gpus"][key]
+    assert g["energy_source"] == "counter" and near(g["energy_j"], stub.WATTS[0], block, out)
+    tokens = sum(r["output_tokens"] for r in records if r["phase"] == "stream")
+    assert block["output_tokens"] == tokens
+    assert block["joules_per_output_token"] == pytest.approx(block["energy_j"] / tokens)
+    assert "server" in summary["phases"]["stream"]  # the server's own side as before
+
+
+def test_auto_stays_silent_without_gpu_families(start_server, tmp_path: Path) -> None:
+    """The synthetic engine has no GPU: its ``/metrics`` has no GPU family, so ``auto`` (nothing
+    on :9400 either) scrapes no GPU and says nothing, as before."""
+    import httpx
+
+    server = start_server(ttft_ms=20, itl_ms=5)
+    assert "DCGM_" not in httpx.get(server.url + "/metrics").text
+    out = tmp_path / "run"
+    done = llmload_run(out, server.url, "auto", duration="1s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "GPU metrics" not in done.stderr
+    assert not (out / "gpu_metrics.jsonl").exists() and (out / "server_metrics.jsonl").exists()

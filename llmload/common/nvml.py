@@ -1,20 +1,29 @@
-"""``--gpu-metrics nvml``: this host's GPUs read through NVML, served as a dcgm-exporter would.
+"""A host's GPUs read through NVML, written as dcgm-exporter writes them.
 
-When the target runs on the load generator's own host and no dcgm-exporter runs
-there, ``serve()`` reads NVML (``nvidia-ml-py``, the ``gpu`` extra; imported
-only here) and serves its figures on a loopback port under dcgm-exporter's
-family names, units and labels (``loadtests.gpufamilies.DCGM``), so the usual
-GPU scraper reads them on the run's clock like any exporter: power (W), the
-energy counter (mJ since the driver loaded, where the GPU has one), utilization
-(%), memory used and free (MiB), SM clock (MHz), temperature (°C).  A figure the
-GPU does not support is left out (the report then integrates power, saying so).
+``exposition`` reads NVML (``nvidia-ml-py``'s ``pynvml``; imported only here,
+by ``init``) and writes its figures under dcgm-exporter's family names, units
+and labels (``loadtests.gpufamilies.DCGM``): power (W), the energy counter (mJ
+since the driver loaded, where the GPU has one), utilization (%), memory used
+and free (MiB), SM clock (MHz), temperature (°C).  A figure the GPU does not
+support is left out (the report then integrates power, saying so).  Two users,
+so it lives in ``llmload.common``:
+
+* ``--gpu-metrics nvml`` (``llmload.gpumetrics``): when the target runs on the
+  load generator's own host and no dcgm-exporter runs there, ``serve()`` serves
+  every GPU of this host on a loopback port, and the usual GPU scraper reads
+  it on the run's clock like any exporter;
+* the bundled server on CUDA (``target_server.nvmlgauges``): its own ``/metrics``
+  carries the figures of the GPU(s) its model is on (``indexes``, from
+  ``nvml_indexes``), which ``--gpu-metrics auto`` finds there.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import socket
 import threading
+from collections.abc import Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -34,7 +43,8 @@ class NvmlUnavailable(Exception):
     """NVML cannot be read here (the reason is the message)."""
 
 
-def _nvml() -> Any:
+def init() -> Any:
+    """The ``pynvml`` module, NVML initialised; ``NvmlUnavailable`` says why not."""
     try:
         nv = importlib.import_module("pynvml")
     except ImportError:
@@ -76,10 +86,43 @@ def _text(s: Any) -> str:
     return (s.decode() if isinstance(s, bytes) else str(s)).replace("\\", "").replace('"', "")
 
 
-def exposition(nv: Any, host: str) -> str:
-    """Every GPU's figures as dcgm-exporter's text exposition."""
+def nvml_indexes(nv: Any, cuda_indexes: Iterable[int], visible: str | None = None) -> list[int]:
+    """The NVML indexes of CUDA devices ``cuda_indexes`` (torch's ``cuda:N``), in order.
+
+    CUDA numbers only the devices ``CUDA_VISIBLE_DEVICES`` (``visible``: default, the
+    environment's) lists, in its order; an entry is an index or a GPU's UUID (or a
+    unique prefix of it).  Unset, CUDA's numbers are NVML's: both count in PCI bus
+    order where the GPUs are alike (on a host with unlike GPUs CUDA counts the fastest
+    first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``).  A device that cannot be told (a
+    MIG instance, an index past the list) is left out.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    count = nv.nvmlDeviceGetCount()
+    entries = None if visible is None else [e.strip() for e in visible.split(",")]
+    out: list[int] = []
+    for cuda in cuda_indexes:
+        if entries is None:
+            found: int | None = cuda
+        elif cuda >= len(entries):
+            found = None
+        elif entries[cuda].isdigit():
+            found = int(entries[cuda])
+        else:
+            uuids = [
+                _text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))) for i in range(count)
+            ]
+            hits = [i for i, u in enumerate(uuids) if entries[cuda] and u.startswith(entries[cuda])]
+            found = hits[0] if len(hits) == 1 else None
+        if found is not None and 0 <= found < count and found not in out:
+            out.append(found)
+    return out
+
+
+def exposition(nv: Any, host: str, indexes: Sequence[int] | None = None) -> str:
+    """The figures of GPUs ``indexes`` (NVML's; default every GPU) as dcgm-exporter's text
+    exposition."""
     gpus = []
-    for i in range(nv.nvmlDeviceGetCount()):
+    for i in range(nv.nvmlDeviceGetCount()) if indexes is None else indexes:
         h = nv.nvmlDeviceGetHandleByIndex(i)
         labels = (
             f'gpu="{i}",UUID="{_text(nv.nvmlDeviceGetUUID(h))}",device="nvidia{i}",'
@@ -97,7 +140,7 @@ def exposition(nv: Any, host: str) -> str:
 def serve() -> str:
     """Start serving this host's NVML figures on a loopback port (a daemon thread, for the
     process's life); the URL.  ``NvmlUnavailable`` says why not."""
-    nv = _nvml()
+    nv = init()
     host = socket.gethostname()
     lock = threading.Lock()  # NVML calls from one thread at a time
 
