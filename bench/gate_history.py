@@ -42,7 +42,8 @@ from bench import calibration
 from bench.mdsection import load_note, machine, write_section
 from llmload.bundled import ENGINE_ARGS, READY_TIMEOUT_S
 from llmload.reports.gate.baseline import make_baseline
-from llmload.reports.gate.history import decide, evaluate_runs
+from llmload.reports.gate.history import decide, evaluate_runs, sees
+from llmload.reports.gate.holm import bonferroni_level
 from llmload.reports.gate.result import FAIL, INCONCLUSIVE, GateConfig
 from llmload.reports.gate.verdict import evaluate
 from llmload.reports.table.loader import Run, load_run
@@ -95,6 +96,10 @@ class Tally:
         )
 
 
+#: what the history gate said it could see, per gate: (power at +20 %, its words)
+SAID: list[tuple[float, str]] = []
+
+
 def verdicts(run: Run, history: list[dict[str, Any]]) -> dict[str, str]:
     """The three ways' verdicts for ``run`` against the A runs in ``history``."""
     out = {}
@@ -103,6 +108,10 @@ def verdicts(run: Run, history: list[dict[str, Any]]) -> dict[str, str]:
         levels = evaluate_runs(run, history, cfg, ["stream"])
         assert levels is not None
         checks = decide(levels, cfg)
+        if way == "history":
+            (lv,) = levels
+            level = bonferroni_level(1.0 - cfg.confidence, 1)
+            SAID.append((lv.power(level), sees(lv, level)))
         out[way] = (
             FAIL
             if any(c.verdict == FAIL for c in checks)
@@ -213,7 +222,24 @@ def render(
             f"{spread(b_p95):.1f} %. TTFT p95 by run, ms, in the order they ran: "
             + ", ".join(order)
             + ".",
+            "",
+            said(),
         ]
+    )
+
+
+def said() -> str:
+    """What the history gate said of itself over the bench's gates (its median power)."""
+    if not SAID:
+        return ""
+    powers = sorted(p for p, _ in SAID)
+    mid = statistics.median(powers)
+    words = min(SAID, key=lambda ps: abs(ps[0] - mid))[1]
+    return (
+        f"What the history gate said it could see, from each history's own spread (its "
+        f"{len(SAID)} TTFT gates): a true +20 % change failed {min(powers):.0%}–"
+        f"{max(powers):.0%} of the time, median {mid:.0%}; at the median its words were "
+        f'"{words}".'
     )
 
 

@@ -2,7 +2,7 @@
 
 1. Plain chat, reasoning first (4 reasoning tokens) and tool-call answers from the
    bundled server (synthetic engine: first token at exactly 200 ms, then one every
-   20 ms, 16 tokens), 10 closed-loop users (10 streams), ``llmload run`` as a user
+   20 ms, 16 tokens), 20 closed-loop users (20 streams), ``llmload run`` as a user
    runs it: per shape, the records with a TTFT and a TTFO, client − server TTFT
    (what the harness adds; both stamp the request's arrival and the first token's
    send/receipt) and TTFO − TTFT (0 for plain and tool calls, 4 × 20 ms after
@@ -44,7 +44,7 @@ SHAPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "plain, Responses API": ((), ("--protocol", "openai-responses")),
     "plain, Messages API": ((), ("--protocol", "anthropic-messages")),
 }
-STREAMS = ("--users", "10", "--spawn-rate", "10", "--pacing", "1s", "--modes", "stream")
+STREAMS = ("--users", "20", "--spawn-rate", "20", "--pacing", "1s", "--modes", "stream")
 STREAMS += ("--max-tokens", "16", "--ignore-eos")
 #: ``make loadtest``'s closed loop (Makefile: USERS, SPAWN_RATE, PACING, MODES), shorter
 LOADTEST = ("--users", "20", "--spawn-rate", "20", "--pacing", "3s", "--modes", "sync,stream")
@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{load_note(load1)}.",
             "",
             "Bundled server, synthetic engine: first token at exactly 200 ms, then one every "
-            "20 ms, 16 tokens (`--ignore-eos`); `llmload run` with 10 closed-loop users "
-            f"(10 streams, pacing 1 s, {args.duration}, streaming), server and client not "
+            "20 ms, 16 tokens (`--ignore-eos`); `llmload run` with 20 closed-loop users "
+            f"(20 streams, pacing 1 s, {args.duration}, streaming), server and client not "
             "pinned. Reasoning first: `--reasoning-tokens 4` (vLLM's `reasoning_content` "
             "deltas, then the answer); tool call: `--extra-body` with one tool, answered by "
             "a streamed call (name, then argument pieces); plain, Responses / Messages API: "
