@@ -40,9 +40,8 @@ def auto_url(target_base_url: str) -> str:
     return f"http://{host}:{gpufamilies.DCGM.port}/metrics"
 
 
-def _scraper(run: ResolvedRun, url: str) -> ServerScraper:
-    return servermetrics.target_scraper(
-        run,
+def _scraper(scraping: servermetrics.Scraping, url: str) -> ServerScraper:
+    return scraping.target_scraper(
         url,
         gpufamilies.known_names(),
         file=FILE,
@@ -51,21 +50,22 @@ def _scraper(run: ResolvedRun, url: str) -> ServerScraper:
     )
 
 
-def _from_target(run: ResolvedRun) -> ServerScraper | None:
+def _from_target(scraping: servermetrics.Scraping) -> ServerScraper | None:
     """``auto`` with no exporter at :9400: the target's own metrics endpoint, probed, when a
     GPU family llmload knows is in it (the bundled server on CUDA); else None, said nowhere."""
-    url = servermetrics.endpoint(run)
+    url = scraping.endpoint
     if url is None:
         return None
-    scrape = _scraper(run, url)
+    scrape = _scraper(scraping, url)
     if not scrape.probe() and scrape.samples and gpufamilies.detect(scrape.samples[-1][1].names()):
         return scrape
     scrape.client.close()
     return None
 
 
-def scraper(run: ResolvedRun) -> ServerScraper | None:
-    """The started GPU scraper the options ask for, or None (off, or nothing answered)."""
+def scraper(run: ResolvedRun, scraping: servermetrics.Scraping) -> ServerScraper | None:
+    """The started GPU scraper the options ask for, or None (off, or nothing answered);
+    ``scraping``: the target's metrics scraping, where ``auto`` looks last."""
     o = run.opts.output
     if o.gpu_metrics == "off":
         return None
@@ -92,7 +92,7 @@ def scraper(run: ResolvedRun) -> ServerScraper | None:
     why = scrape.probe()
     if why and auto:
         scrape.client.close()  # no exporter beside the target: the usual case, said nowhere
-        found = _from_target(run)
+        found = _from_target(scraping)
         if found is None:
             return None
         scrape, why = found, ""

@@ -82,8 +82,9 @@ def run_sinks(run: ResolvedRun, info: dict[str, Any]) -> list[RecordSink]:
     """``sinks``, and the scrapers of the target's own metrics (``--server-metrics``) and of
     its GPUs (``--gpu-metrics``): the runner's ``SinkFactory``."""
     # the capacity search finds the server's by its file (gpu_metrics.jsonl is the other)
-    server = servermetrics.scraper(run)
-    gpu = gpumetrics.scraper(run)
+    scraping = servermetrics.Scraping.of(run)
+    server = scraping.scraper()
+    gpu = gpumetrics.scraper(run, scraping)
     out = sinks(run.opts.output, info)
     for sink in out:
         if gpu is not None and isinstance(sink, LiveMetrics):

@@ -14,7 +14,9 @@ then holds only that reason, for the report.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,57 +31,81 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return parts.scheme, (parts.hostname or "").lower(), parts.port
 
 
-def endpoint(run: ResolvedRun) -> str | None:
-    """The URL ``--server-metrics`` scrapes (None: off); ``llmload.gpumetrics`` looks there
-    too for the GPU families a server may serve beside its own."""
-    o = run.opts.output
-    if o.server_metrics == "off":
-        return None
-    return run.target.base_url + "/metrics" if o.server_metrics == "auto" else o.server_metrics
+@dataclass(frozen=True)
+class Scraping:
+    """The target's metrics scraping as a run's options set it, read once (``of``): the
+    endpoint ``--server-metrics`` names, and scrapers that send the target's headers and
+    credentials only to its own origin — ``scraper`` for the server's families,
+    ``target_scraper`` for another reader of an endpoint (``llmload.gpumetrics`` looks for
+    GPU families on the target's own ``/metrics``)."""
 
+    endpoint: str | None
+    families: tuple[str, ...]
+    interval_s: float
+    headers: dict[str, str] | None
+    auth: Any
+    base_url: str
+    ssl_context: Callable[[], Any]
+    out_dir: Path
 
-def target_scraper(
-    run: ResolvedRun, url: str, names: Iterable[str], **kwargs: Any
-) -> ServerScraper:
-    """A scraper of ``url`` with the target's headers and credentials only on its own
-    origin (``verify`` as the target's for https)."""
-    target = run.target
-    own = _origin(url) == _origin(target.base_url)
-    return ServerScraper(
-        url,
-        run.out_dir,
-        names,
-        interval_s=run.opts.output.server_metrics_interval,
-        headers=target.headers if own else None,
-        auth=target.auth if own else None,
-        verify=target.ssl_context() if url.startswith("https") else True,
-        **kwargs,
-    )
+    @classmethod
+    def of(cls, run: ResolvedRun) -> Scraping:
+        o, target = run.opts.output, run.target
+        url = (
+            None
+            if o.server_metrics == "off"
+            else target.base_url + "/metrics"
+            if o.server_metrics == "auto"
+            else o.server_metrics
+        )
+        return cls(
+            url,
+            (*serverfamilies.known_names(), *o.server_metrics_family),
+            o.server_metrics_interval,
+            target.headers,
+            target.auth,
+            target.base_url,
+            target.ssl_context,
+            run.out_dir,
+        )
 
+    def target_scraper(self, url: str, names: Iterable[str], **kwargs: Any) -> ServerScraper:
+        """A scraper of ``url`` with the target's headers and credentials only on its own
+        origin (``verify`` as the target's for https)."""
+        own = _origin(url) == _origin(self.base_url)
+        return ServerScraper(
+            url,
+            self.out_dir,
+            names,
+            interval_s=self.interval_s,
+            headers=self.headers if own else None,
+            auth=self.auth if own else None,
+            verify=self.ssl_context() if url.startswith("https") else True,
+            **kwargs,
+        )
 
-def scraper(run: ResolvedRun) -> ServerScraper | None:
-    """The started scraper the options ask for, or None (off, or nothing to scrape)."""
-    o = run.opts.output
-    url = endpoint(run)
-    if url is None:
-        return None
-    scrape = target_scraper(run, url, [*serverfamilies.known_names(), *o.server_metrics_family])
-    why = scrape.probe()
-    scrape.start(absent=why)
-    shown = redact_url(url)
-    if why:
+    def scraper(self) -> ServerScraper | None:
+        """The started scraper of the server's families, or None (off, or nothing to
+        scrape: one line says why)."""
+        url = self.endpoint
+        if url is None:
+            return None
+        scrape = self.target_scraper(url, self.families)
+        why = scrape.probe()
+        scrape.start(absent=why)
+        shown = redact_url(url)
+        if why:
+            print(
+                f"server metrics: none ({shown}: {why}); the report shows the client's side only",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
+        server = serverfamilies.detect(scrape.samples[-1][1].names()) if scrape.samples else None
+        what = f"{server.name}'s families" if server else "no family llmload knows"
         print(
-            f"server metrics: none ({shown}: {why}); the report shows the client's side only",
+            f"server metrics: {shown} every {self.interval_s:g} s ({what}) -> {scrape.path.name}",
             file=sys.stderr,
             flush=True,
         )
-        return None
-    server = serverfamilies.detect(scrape.samples[-1][1].names()) if scrape.samples else None
-    what = f"{server.name}'s families" if server else "no family llmload knows"
-    print(
-        f"server metrics: {shown} every {o.server_metrics_interval:g} s ({what}) "
-        f"-> {scrape.path.name}",
-        file=sys.stderr,
-        flush=True,
-    )
-    return scrape
+        return scrape
