@@ -13,6 +13,7 @@ metric (``history.html``).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from html import escape
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from llmload.loadtests.measure.adapters.base import streams
 from llmload.reports.draw.charts import Axes, Band, Series, render
-from llmload.reports.gate.history import read, run_value
+from llmload.reports.gate.history import DEFAULT_LAST, read, run_level, run_value, sees
 from llmload.reports.gate.metrics import SHARE, MetricSpec
 from llmload.reports.gate.result import GateConfig
 from llmload.reports.gate.sides import BaselineSide
@@ -58,6 +59,39 @@ def _shifts(values: list[float | None], spec: MetricSpec, seed: int) -> list[Cha
         for c in found
     ]
     return back
+
+
+def _what_it_sees(
+    values: list[float | None], found: list[ChangePoint], spec: MetricSpec, mode: str
+) -> str | None:
+    """What a gate against this history can see: the run-to-run spread of its last
+    ``DEFAULT_LAST`` runs since the last shift, and how often one new run gated against
+    them fails twice the allowance (``reports.gate.history.sees``); None below 2 runs."""
+    since = found[-1].index if found else 0
+    kept = [v for v in values[since:] if v is not None][-DEFAULT_LAST:]
+    if spec.metric.kind != SHARE:
+        kept = [v for v in kept if v > 0]
+    if len(kept) < 2:
+        return None
+    # a future run at the history's centre: its side adds nothing to the pooled spread
+    centre = (
+        statistics.fmean(kept)
+        if spec.metric.kind == SHARE
+        else math.exp(statistics.fmean(map(math.log, kept)))
+    )
+    level = run_level(spec, mode, kept, [centre])
+    if level is None:
+        return None
+    spread = (
+        f"{level.spread * 100:.2f} points"
+        if level.is_share
+        else f"{(math.exp(level.spread) - 1) * 100:.1f}%"
+    )
+    return (
+        f"run-to-run spread {spread} over the last {len(kept)} runs"
+        + (" since the shift" if found else "")
+        + f"; one run gated against them {sees(level, 0.05)}"
+    )
 
 
 def _fmt(v: float | None, spec: MetricSpec) -> str:
@@ -104,6 +138,8 @@ def render_history(
                 f"- **{spec.name}**: shifted at run {c.index + 1} ({names[c.index]}), "
                 f"{_fmt(c.before, spec)} → {_fmt(c.after, spec)} (permutation p = {c.p_value:.3f})"
             )
+        if (seen := _what_it_sees(columns[spec.name], found, spec, mode)) is not None:
+            md.append(f"- **{spec.name}**: {seen}")
     md += ["", "| # | run | created | " + " | ".join(s.name for s in specs) + " |"]
     md.append("|---|---|---|" + "---|" * len(specs))
     for i, doc in enumerate(docs):

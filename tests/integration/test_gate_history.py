@@ -152,3 +152,6 @@ def test_history_marks_the_run_where_the_shift_began(runs: dict) -> None:
     md = (drift / "history.md").read_text()
     assert "**ttft p95**: shifted at run 5 (build-4)" in md, md
     assert "◀ shift" in md and (drift / "history.html").read_text().count("<svg") >= 1
+    # and what a gate against it can see, from the 4 runs since the shift
+    assert "**ttft p95**: run-to-run spread" in md and "over the last 4 runs since the shift" in md
+    assert "one run gated against them fails from +" in md and "of the time" in md
