@@ -61,8 +61,8 @@ capacity: install ## highest load within SLO= (ttft_p95=600ms) in BUDGET= (10m);
 	  --slo "$(SLO)" --budget $(BUDGET) --scenario $(SCENARIO) --metrics-port $(METRICS_PORT) $(ARGS)
 
 # pytest-xdist workers for `make test` (0: one process); see docs/development.md
-TEST_WORKERS ?= 2
-test: install system-deps lint ## lint, then the full test suite (unit + integration) on TEST_WORKERS= (2) workers
+TEST_WORKERS ?= 3
+test: install system-deps lint ## lint, then the full test suite (unit + integration) on TEST_WORKERS= (3) workers
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests/unit tests/integration $(ARGS)
 
 test-unit: install ## unit tests only (no sockets)

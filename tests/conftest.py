@@ -8,7 +8,7 @@ at teardown.  ``start_server_proc(*args, env=None)`` -> ``ServerProcess``
 subprocess, terminated at teardown.  Other areas register their fixture
 modules in ``pytest_plugins``.
 
-``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``):
+``make test`` runs the suite on three pytest-xdist workers (``-n 3 --dist loadgroup``):
 a module's tests all go to one worker (its fixtures are set up once), and the modules
 in ``ONE_AT_A_TIME`` go together as one unit, so those never run beside each other.
 """
