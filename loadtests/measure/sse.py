@@ -24,7 +24,19 @@ Event = tuple[str | None, str]
 class SSEParser:
     """Feed it byte chunks exactly as read from the socket; it returns the events they complete."""
 
-    __slots__ = ("_buf", "_buf_len", "_data", "_held", "_max", "_event", "_skip_lf", "comments")
+    __slots__ = (
+        "_buf",
+        "_buf_len",
+        "_data",
+        "_held",
+        "_max",
+        "_event",
+        "_skip_lf",
+        "_head",
+        "_name",
+        "_start",
+        "comments",
+    )
 
     def __init__(self, max_event: int = MAX_EVENT_BYTES) -> None:
         self._buf: list[bytes] = []  # the unfinished line, as the reads that brought it
@@ -35,6 +47,12 @@ class SSEParser:
         self._event: str | None = None
         # the previous chunk ended in "\r": a leading "\n" now belongs to that line end
         self._skip_lf = False
+        # the last one-read named event's lines up to its data (b"event: NAME\ndata: "),
+        # their length, and NAME: a stream repeats its names, so the next such event is one
+        # ``startswith`` (the initial value is the empty name's, so it holds for any input)
+        self._head = b"event: \ndata: "
+        self._start = len(self._head)
+        self._name = ""
         #: number of comment lines seen (keep-alives)
         self.comments = 0
 
@@ -64,12 +82,17 @@ class SSEParser:
                 parts = chunk[6:-2].split(b"\n\ndata: ")
                 if chunk.count(b"\n") == 2 * len(parts):
                     return [(None, p.decode("utf-8", "replace")) for p in parts]
+            elif chunk.startswith(self._head):  # one named event, named as the last one
+                start = self._start
+                if chunk.find(b"\n", start) == len(chunk) - 2:
+                    return [(self._name, chunk[start:-2].decode("utf-8", "replace"))]
             elif chunk.startswith(b"event: "):  # one named event (Responses, Messages APIs)
                 nl = chunk.find(b"\n")
                 if chunk.find(b"\n", nl + 1) == len(chunk) - 2 and chunk.startswith(
                     b"data: ", nl + 1
                 ):
-                    name = chunk[7:nl].decode("utf-8", "replace")
+                    self._head, self._start = chunk[: nl + 7], nl + 7
+                    name = self._name = chunk[7:nl].decode("utf-8", "replace")
                     return [(name, chunk[nl + 7 : -2].decode("utf-8", "replace"))]
         end = chunk.rfind(b"\n")
         if end < 0:  # the line goes on: keep the read, join the line once it ends

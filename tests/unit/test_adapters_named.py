@@ -13,8 +13,10 @@ import json
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from llmload.loadtests.measure.adapters import get_adapter
+from llmload.loadtests.measure.adapters import _named, _openai, get_adapter
 from llmload.loadtests.measure.adapters._named import cut
 from llmload.loadtests.measure.adapters.anthropic_messages import AnthropicMessages
 from llmload.loadtests.measure.adapters.base import Prompt, api_key_header, sends_messages
@@ -176,6 +178,63 @@ def test_the_text_cut_agrees_with_decoding() -> None:
         assert info.content == text
     assert cut('{"delta":"a","delta":"b"}', '"delta":"') is None  # twice: not vouched for
     assert cut('{"delta":"a"', '"delta":"') is None  # not closed
+
+
+def _cut_by_find(data: str, key: str) -> str | None:
+    """``cut`` as its docstring reads, step by step (the reading it replaced)."""
+    i = data.find(key)
+    if i < 0 or data[0] != "{" or data[-1] != "}" or data.find(key, i + 1) >= 0:
+        return None
+    start = i + len(key)
+    end = data.find('"', start)
+    if end < 0 or data[end + 1 : end + 2] not in (",", "}"):
+        return None
+    text = data[start:end]
+    return None if "\\" in text or not text.isprintable() else text
+
+
+_json_bits = st.sampled_from(['"delta":"', '"', "{", "}", ",", ":", "delta", "a", "ü", "\\", "\t"])
+
+
+@given(st.lists(_json_bits, max_size=14).map("".join))
+def test_the_text_cut_is_the_step_by_step_reading(data: str) -> None:
+    for key in ('"delta":"', '"type":"text_delta","text":"'):
+        assert cut(data, key) == _cut_by_find(data, key)
+        assert cut("{" + data, key) == _cut_by_find("{" + data, key)
+
+
+def test_a_messages_text_read_by_its_skeleton_agrees_with_decoding() -> None:
+    """Text deltas after the first are read by the learnt skeleton; whatever does not fit
+    it (an escape, another block, another spacing, a second delta) is read as before."""
+    adapter = AnthropicMessages()
+    texts = ["plain", "ü", "", 'quote"', "back\\", "tab\there", "emoji 🙂", "plain"]
+    for index in (0, 1):
+        for separators in ((",", ":"), (", ", ": ")):  # compact, or Python's (LiteLLM)
+            for text in texts:
+                delta = {"type": "text_delta", "text": text}
+                obj = {"type": "content_block_delta", "index": index, "delta": delta}
+                data = json.dumps(obj, ensure_ascii=False, separators=separators)
+                assert adapter.parse_event("content_block_delta", data).content == text
+    once = '{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a"}}'
+    assert adapter.parse_event("content_block_delta", once).content == "a"  # skeleton learnt
+    twice = once[:-1] + ',"delta":{"type":"text_delta","text":"b"}}'  # the same two ends
+    assert adapter.parse_event("content_block_delta", twice).content == "b"  # as json reads it
+
+
+@pytest.mark.parametrize(
+    "data",
+    ["{}", '{"type":"ping"}', ' {"a":1}', '{"a":1} ', "[]", "{", '{"a":1}x', "\ufeff{}", "NaN"],
+)
+def test_the_event_decoder_agrees_with_json(data: str) -> None:
+    try:
+        expected: object = _openai.decode(data)
+    except ValueError as exc:
+        expected = str(exc)
+    try:
+        got: object = _named.decode(data)
+    except ValueError as exc:
+        got = str(exc)
+    assert got == expected
 
 
 def test_responses_request_and_chaining_by_previous_response_id() -> None:

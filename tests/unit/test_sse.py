@@ -119,3 +119,53 @@ def test_any_chunking_gives_the_same_events(lines, eol, data):
     cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=12)))
     pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
     assert parse(*pieces) == whole
+
+
+def test_named_events_one_per_read():
+    """A named event that a read brings whole takes the fast path, which remembers the
+    last name's lines; anything that does not fit them is framed line by line."""
+    reads = [
+        b"event: a\ndata: 1\n\n",
+        b"event: a\ndata: 2\n\n",  # the name again: the remembered lines
+        b"event: ab\ndata: 3\n\n",  # a longer name that starts with the last one
+        b"event: a\ndata: 4\ndata: 5\n\n",  # the last name's lines, two data lines
+        b"event: a\ndata:  6\n\n",  # one leading space stripped, not two
+        b"event: a\nid: 7\ndata: 8\n\n",
+        b"event: \ndata: 9\n\n",  # an empty name
+        b"event: a\r\ndata: 10\r\n\r\n",
+    ]
+    assert parse(*reads) == [
+        ("a", "1"),
+        ("a", "2"),
+        ("ab", "3"),
+        ("a", "4\n5"),
+        ("a", " 6"),
+        ("a", "8"),
+        ("", "9"),
+        ("a", "10"),
+    ]
+
+
+_named_events = st.lists(
+    st.tuples(
+        st.sampled_from(["", "a", "ab", "a b", "ü"]),
+        st.text(alphabet=_field_text, max_size=8),
+        st.sampled_from(["", "id: 1\n", "data: more\n", ": c\n"]),
+        st.booleans(),
+    ),
+    max_size=12,
+)
+
+
+@given(_named_events)
+def test_named_events_one_per_read_read_as_byte_by_byte(events):
+    reads = [
+        (
+            f"event: {name}\n{extra}data: {text}\n\n"
+            if before
+            else f"event: {name}\ndata: {text}\n{extra}\n"
+        ).encode()
+        for name, text, extra, before in events
+    ]
+    whole = parse(*reads)
+    assert parse(*[bytes([b]) for r in reads for b in r]) == whole  # the line-by-line path

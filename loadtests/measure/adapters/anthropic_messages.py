@@ -102,6 +102,9 @@ class AnthropicMessages:
     sends_messages = True
     api_key_header = "x-api-key"
 
+    def __init__(self) -> None:
+        self._skeleton = _named.Skeleton()  # this stream's text delta, around its text
+
     def build(self, prompt: Prompt, *, mode: Mode, model: str, options: dict[str, Any]) -> HttpCall:
         """The POST for this prompt; ``stop`` goes as ``stop_sequences``."""
         messages = chat_messages(prompt)
@@ -131,15 +134,15 @@ class AnthropicMessages:
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One named event (module docstring)."""
-        if data == "[DONE]":  # a gateway's end marker after the API's own (LiteLLM's)
-            return _named.DONE
         if event == "content_block_delta" or (event is None and _TEXT_TYPE in data):
-            text = _named.cut(data, _TEXT)
-            if text is None:  # Python's json.dumps spacing (LiteLLM's proxy writes it)
-                text = _named.cut(data, _TEXT_SPACED)
+            text = self._skeleton.read(data)
+            if text is None:
+                text = self._cut(data)
             if text is not None:
                 return _openai.plain(text) if text else _named.EMPTY
-        obj = _openai.decode(data)
+        if data == "[DONE]":  # a gateway's end marker after the API's own (LiteLLM's)
+            return _named.DONE
+        obj = _named.decode(data)
         kind = obj.get("type")
         if not isinstance(kind, str):
             raise ValueError("a Messages API event without a 'type'")
@@ -172,13 +175,22 @@ class AnthropicMessages:
                 server=_openai.server_timings(obj),
             )
         if kind == "message_stop":
-            return EventInfo(done=True)
+            return _named.DONE
         if kind == "error":
             message, error_class = _error(obj.get("error") or obj)
             return EventInfo(error=message, error_class=error_class)
         if kind in _QUIET:
             return _named.EMPTY
         return _named.UNKNOWN
+
+    def _cut(self, data: str) -> str | None:
+        """A text delta's text by ``_named.cut`` (else None), its skeleton taken."""
+        for key in (_TEXT, _TEXT_SPACED):  # compact, or Python's json.dumps spacing (LiteLLM)
+            text = _named.cut(data, key)
+            if text is not None:
+                self._skeleton.take(data, key, text)
+                return text
+        return None
 
     def parse_body(self, body: bytes) -> EventInfo:
         """A message object (or an error object)."""

@@ -43,9 +43,12 @@ from llmload.loadtests.options import RESPONSES_CHAINS
 
 #: how a conversation's later turns are sent (module docstring; ``--responses-chain``)
 CHAINS = RESPONSES_CHAINS
-#: the events the API defines that carry nothing the record keeps
+#: the events the API defines that carry nothing the record keeps (most of a stream's
+#: events that are not text: checked first)
 _QUIET = frozenset(
     {
+        "response.created",
+        "response.in_progress",
         "response.queued",
         "response.output_item.done",
         "response.content_part.added",
@@ -214,18 +217,20 @@ class OpenAIResponses:
 
     def parse_event(self, event: str | None, data: str) -> EventInfo:
         """One named event (module docstring)."""
-        if data == "[DONE]":  # a gateway's end marker after the API's own (LiteLLM's)
-            return _named.DONE
         if event == _TEXT_DELTA or (event is None and _TEXT_TYPE in data):
             text = _named.cut(data, '"delta":"')
             if text is not None:
                 return _openai.plain(text) if text else _named.EMPTY
-        obj = _openai.decode(data)
+        if data == "[DONE]":  # a gateway's end marker after the API's own (LiteLLM's)
+            return _named.DONE
+        obj = _named.decode(data)
         kind = obj.get("type")
         if not isinstance(kind, str):
             raise ValueError("a Responses API event without a 'type'")
         if event is not None and event != kind and event != "error":
             raise ValueError(f"the event is named {event!r} but its type is {kind!r}")
+        if kind in _QUIET:
+            return _named.EMPTY
         if kind == _TEXT_DELTA:
             text = _named.string(obj, "delta")
             return _openai.plain(text) if text else _named.EMPTY
@@ -239,8 +244,6 @@ class OpenAIResponses:
             if isinstance(item, dict) and item.get("type") == "function_call":
                 return self._call(obj, _named.string(item, "name"))
             return _named.EMPTY
-        if kind in ("response.created", "response.in_progress"):
-            return _named.EMPTY
         if kind in ("response.completed", "response.incomplete", "response.failed"):
             response = obj.get("response")
             if not isinstance(response, dict):
@@ -249,8 +252,6 @@ class OpenAIResponses:
             return _final(response, obj)
         if kind == "error":
             return EventInfo(error=_error(obj.get("error") or obj))
-        if kind in _QUIET:
-            return _named.EMPTY
         return _named.UNKNOWN
 
     @staticmethod
