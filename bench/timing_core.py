@@ -158,6 +158,20 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = med
         rows.append((name, n / med, n / best, med / n * 1e6))
         print(f"{name:52s} {n / med:>10,.0f} ev/s (best {n / best:,.0f}) {med / n * 1e6:.2f} µs/ev")
+    # the newer APIs against chat, side by side: each repeat times chat, Responses and
+    # Messages in turn, so a slower minute of the machine touches all three alike
+    turns: list[tuple[float, float]] = []
+    trio = [cases[0][1], cases[5][1], cases[6][1]]
+    for _ in range(args.repeats * 2):
+        chat_s, resp_s, msg_s = (_measure(fn, args.streams, 1)[0] for fn in trio)
+        turns.append((resp_s / chat_s, msg_s / chat_s))
+    resp_x = sorted(t[0] for t in turns)
+    msg_x = sorted(t[1] for t in turns)
+    print(
+        f"side by side, {len(turns)} turns: Responses {statistics.median(resp_x):.2f}x chat "
+        f"({resp_x[0]:.2f}-{resp_x[-1]:.2f}), Messages {statistics.median(msg_x):.2f}x "
+        f"({msg_x[0]:.2f}-{msg_x[-1]:.2f})"
+    )
     core = results[cases[0][0]]
     floor = results[cases[-1][0]]
     burst = results[cases[1][0]]
@@ -180,9 +194,12 @@ each stream includes `StreamTimer` construction and `finish()` (building the rec
 Side by side: the full core costs {core / floor:.2f}× a bare `json.loads` of the same
 data lines, and framing alone is {results[cases[-2][0]] / core * 100:.0f} % of the core's time.
 Bursty reads (16 events per read) cost {burst / core:.2f}× the one-event-per-read case.
-Per content event, the Responses API's stream costs {results[cases[5][0]] / core:.2f}× chat's
-and the Messages API's {results[cases[6][0]] / core:.2f}× (their streams also carry a few
-more events that are not content: an item's or a block's start and end).
+Per content event, measured side by side ({len(turns)} turns of chat, Responses and Messages
+in a row, {args.streams} streams each; median and range of each turn's ratio), the
+Responses API's stream costs {statistics.median(resp_x):.2f}× chat's
+({resp_x[0]:.2f}–{resp_x[-1]:.2f}) and the Messages API's {statistics.median(msg_x):.2f}×
+({msg_x[0]:.2f}–{msg_x[-1]:.2f}); their streams also carry a few events that are not
+content (an item's or a block's start and end).
 At 1,000 concurrent streams × 50 events/s (50,000 events/s) the core alone would use
 about {50_000 * core / n * 100:.0f} % of one core; the HTTP client's own cost comes on top
 (see the client comparison in the load-generator sections).
