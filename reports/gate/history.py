@@ -213,9 +213,9 @@ class RunLevel:
 
     def runs_needed(self, level: float) -> tuple[int | None, int | None]:
         """At this spread, to fail twice the allowance ``DETECT_POWER`` of the time: the
-        fewest history runs that do with this many runs of the build, else the runs of each build
-        (``--repeat N``, the history's ``DEFAULT_LAST`` builds made alike: N runs each);
-        None where not within ``MOST_RUNS``."""
+        fewest history runs that do with this many runs of the build, else the runs of
+        each build (``--repeat N``, the history's ``DEFAULT_LAST`` builds made alike: N
+        runs each); None where not within ``MOST_RUNS``."""
         gap, s, n, k = self.twice() - self.allowed(), self.spread, len(self.run), len(self.base)
 
         def enough(k: int, n: int) -> bool:
@@ -283,6 +283,7 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
             f"spread {spread}, {lv.df} degrees of freedom: {lv.width(level):.2f}× the width "
             f"a known variance would give; {sees(lv, level)})"
         )
+        needed = lv.runs_needed(level)
         nums = {
             "metric": lv.spec.metric.name,
             "percentile": lv.spec.percentile,
@@ -299,8 +300,8 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
             "width_vs_known_variance": lv.width(level),
             "resolves_pct": _pct(lv, lv.fails_from(level)),
             "power_at_twice_allowed": lv.power(level),
-            "history_runs_needed": lv.runs_needed(level)[0],
-            "run_repeats_needed": lv.runs_needed(level)[1],
+            "history_runs_needed": needed[0],
+            "run_repeats_needed": needed[1],
             "p_value": lv.p_value(),
             "p_holm": p_holm,
             "family": m,
