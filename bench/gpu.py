@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmload.reports.server.gpu import integrate  # the report's own: (s, W) -> J
+
 #: Qwen2.5-7B-Instruct config.json (published dimensions)
 QWEN25_7B: dict[str, Any] = {
     "hidden_size": 3584,
@@ -109,13 +111,6 @@ def build_model(device: str = "cuda", dims: dict[str, Any] = QWEN25_7B) -> Any:
 POWER_PERIOD_S = 0.1
 COUNTER = "NVML energy counter"
 INTEGRATED = "power sampled every 100 ms, integrated"
-
-
-def integrate(samples: list[tuple[float, float]]) -> float:
-    """Joules from ``(seconds, watts)`` samples: the trapezoid rule (0 with under two)."""
-    return sum(
-        (t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(samples, samples[1:], strict=False)
-    )
 
 
 @dataclass

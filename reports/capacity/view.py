@@ -9,6 +9,7 @@ second) shows each step's load with the requests per second it sent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
@@ -17,47 +18,52 @@ from llmload.reports.draw.charts import Axes, Series, render
 from llmload.reports.draw.fmt import fmt_ms, fmt_num, fmt_rate, table
 from llmload.reports.table.schema import Summary
 
-HEADER = [
-    "load",
-    "verdict",
-    "TTFT p50 / p95 (ms)",
-    "TPOT p50 / p95 (ms)",
-    "E2E p95 (ms)",
-    "throughput (req/s)",
-    "out tok/s",
-    "errors",
-    "SLO ratio",
-    "notes",
-]
 #: a search over agent sessions: after the E2E column
 SESSION_HEADER = "session p50 / p95 (ms)"
 #: a search with a GPU exporter (``--gpu-metrics``): after the out tok/s column
 ENERGY_HEADER = "out tok/J (GPU)"
-#: a search over a protocol without streams (embeddings, rerank): no token to time, so
-#: latency is the whole response and what a step serves is inputs per second
-POOLED_HEADER = [
-    "load",
-    "verdict",
-    "E2E p50 / p95 (ms)",
-    "throughput (req/s)",
-    "inputs/s",
-    "errors",
-    "SLO ratio",
-    "notes",
-]
+
+#: a column: its header and its cell of one curve point
+Column = tuple[str, Callable[[dict[str, Any]], str]]
+
+
+def columns(cap: dict[str, Any]) -> list[Column]:
+    """The table's columns, each declared once with its cell: TTFT, TPOT and tokens for a
+    streaming search (a session column when the steps ran agent sessions, a tokens per
+    joule column when the GPUs were scraped); E2E and inputs/s for a search over a
+    protocol without streams (embeddings, rerank: no token to time)."""
+    unit = cap.get("unit") or ""
+    out: list[Column] = [("load", lambda p: _load_cell(p, unit)), ("verdict", _verdict_cell)]
+    if _pooled(cap):
+        out += [
+            ("E2E p50 / p95 (ms)", lambda p: _pair(p["e2e_ms"])),
+            ("throughput (req/s)", lambda p: fmt_rate(p["throughput_per_s"])),
+            ("inputs/s", lambda p: fmt_rate(p.get("inputs_per_s"))),
+        ]
+    else:
+        out += [
+            ("TTFT p50 / p95 (ms)", lambda p: _pair(p["ttft_ms"])),
+            ("TPOT p50 / p95 (ms)", lambda p: _pair(p["tpot_ms"])),
+            ("E2E p95 (ms)", lambda p: fmt_ms(p["e2e_ms"].get("p95"))),
+        ]
+        if _has_sessions(cap):
+            out.append((SESSION_HEADER, lambda p: _session_cell(p.get("sessions"))))
+        out += [
+            ("throughput (req/s)", lambda p: fmt_rate(p["throughput_per_s"])),
+            ("out tok/s", lambda p: fmt_rate(p["output_tokens_per_s"])),
+        ]
+        if _has_energy(cap):
+            out.append((ENERGY_HEADER, lambda p: fmt_num(p.get("output_tokens_per_joule"))))
+    return out + [
+        ("errors", lambda p: f"{p['error_rate']:.1%}"),
+        ("SLO ratio", lambda p: "–" if p.get("ratio") is None else f"{p['ratio']:.2f}"),
+        ("notes", lambda p: "; ".join(_notes(cap, p))),
+    ]
 
 
 def header(cap: dict[str, Any]) -> list[str]:
-    """The table's columns (a session column when the steps ran agent sessions, a tokens per
-    joule column when the GPUs were scraped; a run without streams has its own)."""
-    if _pooled(cap):
-        return list(POOLED_HEADER)
-    out = list(HEADER)
-    if _has_energy(cap):
-        out.insert(out.index("out tok/s") + 1, ENERGY_HEADER)
-    if _has_sessions(cap):
-        out.insert(out.index("E2E p95 (ms)") + 1, SESSION_HEADER)
-    return out
+    """The table's column headers (``columns``)."""
+    return [name for name, _ in columns(cap)]
 
 
 def _has_energy(cap: dict[str, Any]) -> bool:
@@ -117,56 +123,31 @@ def curve_points(cap: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def rows(cap: dict[str, Any]) -> list[list[str]]:
-    """One row per step, in load order."""
-    out = []
-    unit = cap.get("unit") or ""
-    sessions = _has_sessions(cap)
-    for p in sorted(cap["curve"], key=lambda p: (p["load"], p.get("phase") or "")):
-        notes = _marks(cap, p) + list(p.get("saturated") or [])
-        if p.get("plateau"):
-            notes.append(p["plateau"])
-        if p.get("pooled_with"):
-            notes.append(f"too close to call alone: judged with {', '.join(p['pooled_with'])}")
-        behind = p.get("client_behind")
-        if behind:  # what the step counts for: said once, by the starved note when starved
-            verdict = p.get("search_verdict") or p["verdict"]
-            notes.append(behind["text"] + ("" if p.get("starved") else client_note(verdict)))
-        if p.get("starved"):
-            notes.append(_starved_note(p))
+    """One row per step, in load order (``columns``)."""
+    cols = columns(cap)
+    steps = sorted(cap["curve"], key=lambda p: (p["load"], p.get("phase") or ""))
+    return [[cell(p) for _, cell in cols] for p in steps]
+
+
+def _verdict_cell(p: dict[str, Any]) -> str:
+    verdict = p.get("search_verdict") or p["verdict"]
+    return verdict + " (uncertain)" if p["verdict"] == "uncertain" else verdict
+
+
+def _notes(cap: dict[str, Any], p: dict[str, Any]) -> list[str]:
+    """A step's notes: the answer's marks, saturation, a plateau, pooling, the client."""
+    notes = _marks(cap, p) + list(p.get("saturated") or [])
+    if p.get("plateau"):
+        notes.append(p["plateau"])
+    if p.get("pooled_with"):
+        notes.append(f"too close to call alone: judged with {', '.join(p['pooled_with'])}")
+    behind = p.get("client_behind")
+    if behind:  # what the step counts for: said once, by the starved note when starved
         verdict = p.get("search_verdict") or p["verdict"]
-        if p["verdict"] == "uncertain":
-            verdict += " (uncertain)"
-        if _pooled(cap):
-            row = [
-                _load_cell(p, unit),
-                verdict,
-                _pair(p["e2e_ms"]),
-                fmt_rate(p["throughput_per_s"]),
-                fmt_rate(p.get("inputs_per_s")),
-                f"{p['error_rate']:.1%}",
-                "–" if p.get("ratio") is None else f"{p['ratio']:.2f}",
-                "; ".join(notes),
-            ]
-            out.append(row)
-            continue
-        row = [
-            _load_cell(p, unit),
-            verdict,
-            _pair(p["ttft_ms"]),
-            _pair(p["tpot_ms"]),
-            fmt_ms(p["e2e_ms"].get("p95")),
-            fmt_rate(p["throughput_per_s"]),
-            fmt_rate(p["output_tokens_per_s"]),
-            f"{p['error_rate']:.1%}",
-            "–" if p.get("ratio") is None else f"{p['ratio']:.2f}",
-            "; ".join(notes),
-        ]
-        if _has_energy(cap):
-            row.insert(7, fmt_num(p.get("output_tokens_per_joule")))
-        if sessions:
-            row.insert(5, _session_cell(p.get("sessions")))
-        out.append(row)
-    return out
+        notes.append(behind["text"] + ("" if p.get("starved") else client_note(verdict)))
+    if p.get("starved"):
+        notes.append(_starved_note(p))
+    return notes
 
 
 def _session_cell(s: dict[str, Any] | None) -> str:
