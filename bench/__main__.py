@@ -14,6 +14,7 @@ BENCHES: dict[str, str] = {
     "gate": "bench.gate_accuracy",
     "gate-grouped": "bench.gate_grouped",
     "gate-history": "bench.gate_history",
+    "gate-paired": "bench.gate_paired",
     "run-drift": "bench.run_drift",
     "replay": "bench.replay",
     "steady": "bench.steady",

@@ -5,13 +5,14 @@ the gate tests and ``python -m bench gate`` all measure the same thing::
 
     llmload ci-gate                    # run + gate against the committed baseline
     llmload ci-gate --write-baseline   # run + rewrite reports/baselines/ci-synthetic.json
-    llmload ci-gate --paired --repeat 3 --ttft-ms 240   # A/B/A/B against a baseline server
+    llmload ci-gate --paired --ttft-ms 240   # A/B/A/B (3 pairs) against a baseline server
 
 ``--paired`` is the pattern for two builds: a second bundled server (the baseline,
 ``--baseline-ttft-ms``) runs in turn with the candidate, phase by phase (A/B/A/B
-with ``--repeat``), so the machine's drift hits both alike, and the gate compares
-the two within one run — no baseline file.  In a pipeline the two targets are the
-main branch's deployment and the pull request's (``llmload run --target PR
+with ``--repeat``, 3 by default), so the machine's drift hits both alike, and the gate
+compares the two within one run, pair by pair — no baseline file (with ``--history
+DIR``: the pairs' spread pooled with the earlier jobs').  In a pipeline the two targets
+are the main branch's deployment and the pull request's (``llmload run --target PR
 --baseline-target MAIN --repeat 3``, then ``llmload report gate RUN``).
 
 (``python -m llmload.reports ci-gate`` is the same.)  It composes three packages — the
@@ -45,6 +46,9 @@ SERVER_TTFT_MS = 200.0
 SERVER_ITL_MS = 10.0
 SERVER_JITTER_MS = 20.0
 SERVER_ARGS = (f"--itl-ms={SERVER_ITL_MS:g}", f"--jitter-ms={SERVER_JITTER_MS:g}")
+#: ``--paired``'s repeats unless given: three pairs, the fewest a paired interval is
+#: worth reading from (two degrees of freedom)
+PAIRED_REPEATS = 3
 #: the load: 32 closed-loop users back to back, streaming only, 2 s warm-up, 10 s measured.
 #: 32, not 8: the ITL check compares the p95 of every gap, and 8 users' ~2,300 gaps moved it
 #: too much from run to run to tell +20 % from the +10 % allowance every time (13 of 21
@@ -145,11 +149,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="a history CI keeps (artifact or cache): gate against its last comparable runs "
         "once it holds two (before: the baseline file, saying so), then add this run to it "
-        "when the gate did not fail",
+        "when the gate did not fail; --paired: pool the pairs' spread with its paired runs, "
+        "and add every completed run",
     )
     p.add_argument("--ttft-ms", type=float, default=SERVER_TTFT_MS, help="server TTFT (200)")
     p.add_argument(
-        "--repeat", type=int, default=1, help="run the measured phase N times (1; A/B/A/B paired)"
+        "--repeat",
+        type=int,
+        default=None,
+        help="run the measured phase N times (1; --paired: 3, A/B/A/B, gated pair by pair)",
     )
     p.add_argument(
         "--paired",
@@ -164,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="--paired: the baseline server's TTFT (200)",
     )
     args, gate_args = p.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    if args.repeat is None:  # pairs give the between-run spread: one pair gives none
+        args.repeat = PAIRED_REPEATS if args.paired else 1
     if args.repeat < 1 or (args.paired and args.write_baseline):
         p.error("--repeat must be >= 1, and --paired writes no baseline")
     out = args.out or Path("runs") / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-ci-gate"
@@ -185,11 +195,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.write_baseline:
         return reports_main(["baseline", str(out), "--out", str(args.baseline)])
+    if args.paired and args.history is not None:
+        return gate_pairs_with_history(out, args.history, gate_args)
     if args.paired:
         return reports_main(["gate", str(out), *gate_args])
     if args.history is None:
         return reports_main(["gate", str(out), "--baseline", str(args.baseline), *gate_args])
     return gate_with_history(out, args.history, args.baseline, gate_args)
+
+
+def gate_pairs_with_history(out: Path, history: Path, gate_args: list[str]) -> int:
+    """``--paired --history DIR``: gate the pairs with their spread pooled with the earlier
+    paired runs' (each about its own mean: a failed job's slowdown does not widen it, so
+    every completed job is added)."""
+    held = history.is_dir() and any(history.glob("*.json"))
+    code = reports_main(
+        ["gate", str(out), *(["--history", str(history)] if held else []), *gate_args]
+    )
+    label = os.environ.get("GITHUB_SHA", "")[:12]
+    reports_main(["baseline", str(out), "--history", str(history), "--commit", label])
+    return code
 
 
 def gate_with_history(out: Path, history: Path, baseline: Path, gate_args: list[str]) -> int:

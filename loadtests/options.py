@@ -379,7 +379,8 @@ class ConnectionOptions:
     baseline_target: str | None = option(
         None,
         "a second target, run in turn with --target phase by phase (A/B/A/B with --repeat), "
-        "so machine drift hits both alike; `report gate RUN` then compares the two",
+        "so machine drift hits both alike; `report gate RUN` then compares the two, pair by "
+        "pair with --repeat 2 or more",
         metavar="URL",
         compare=NOTED,
     )
@@ -492,8 +493,9 @@ class LoadOptions:
     )
     repeat: int = option(
         1,
-        "run each measured phase N times (interleaved with --baseline-target: A/B/A/B); the "
-        "gate compares all of them and reports the spread between them",
+        "run each measured phase N times (interleaved with --baseline-target: A/B/A/B, and "
+        "the gate judges the pairs); the gate counts each as a run and reports the spread "
+        "between them",
         metavar="N",
         check=(_at_least_1, "must be >= 1"),
         compare=NOTED,

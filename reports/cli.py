@@ -97,10 +97,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from llmload.reports.gate.baseline import read_baseline
     from llmload.reports.gate.capacity import evaluate_capacity
     from llmload.reports.gate.fingerprint import check_allowed
-    from llmload.reports.gate.history import gate_baseline, gate_history
+    from llmload.reports.gate.history import gate_baseline, gate_history, gate_paired
     from llmload.reports.gate.html import render_gate_html
     from llmload.reports.gate.report import render_junit, render_markdown, render_text, to_json
-    from llmload.reports.gate.verdict import GateConfig, evaluate_paired
+    from llmload.reports.gate.verdict import GateConfig
     from llmload.reports.table.loader import load_run
 
     if args.last < 2:
@@ -144,7 +144,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     elif args.baseline is None:
         if capacity:
             raise ValueError("--metric capacity needs --baseline FILE")
-        result = evaluate_paired(load_run(args.run_dir), cfg)
+        result = gate_paired(load_run(args.run_dir), cfg)
     else:
         baseline = read_baseline(args.baseline)
         run = load_run(args.run_dir)

@@ -8,7 +8,9 @@ as.  ``rates``: throughput and goodput, per second of the measured phases.
 ``outcomes``: requests and failures per scope (the error rate).  ``goodput_slo``:
 the SLO goodput was counted with (the gate counts the run's with the same).
 ``repeats``: with ``--repeat N``, each repeat's ``metrics``, ``rates`` and ``outcomes`` on
-its own (the run-level values the gate reads; ``reports.gate.history``).
+its own (the run-level values the gate reads; ``reports.gate.history``); ``twins``: with
+``--baseline-target`` too, each repeat's twin on the baseline target, in the same order
+(a ``--baseline-target`` run's baseline is otherwise its own target's alone).
 ``machine``: the host CPU steal the run met (``steal_pct``, mean % of the measured
 phases; ``reports.table.trust.run_steal``), which the history gate sets beside the run's.
 ``fingerprint``: what shapes the numbers (``reports.gate.fingerprint``), compared with
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from llmload.loadtests.redact import redact_value
+from llmload.loadtests.run.phases import BASELINE_PREFIX
 from llmload.loadtests.slo import format_slo
 from llmload.reports.capacity.curve import capacity_doc
 from llmload.reports.gate.bootstrap import design_effects
@@ -104,21 +107,34 @@ def _groups(side: RecordsSide) -> dict[str, Any]:
     return {"metrics": metrics, "by_scenario": by_scenario, "rates": rates, "outcomes": counts}
 
 
-def _repeats(run: Run) -> list[dict[str, Any]]:
+def _repeats(run: Run, prefix: str = "") -> list[dict[str, Any]]:
     """Each ``--repeat`` phase's groups on its own (a mode with one phase has none): the
-    run-level values a gate reads of this baseline (``reports.gate.history``)."""
+    run-level values a gate reads of this baseline (``reports.gate.history``).  ``prefix``
+    ``baseline-``: the baseline target's twin of each (``--baseline-target``)."""
     out = []
     for mode in sorted({str(p.get("mode")) for p in run.meta.get("phases") or []}):
         phases = repeat_phases(run.meta, mode)
         if len(phases) > 1:
-            out += [{"phase": p, **_groups(RecordsSide(run, [p]))} for p in phases]
+            out += [{"phase": p, **_groups(RecordsSide(run, [prefix + p]))} for p in phases]
     return out
 
 
+def _own_phases(run: Run) -> list[str] | None:
+    """A ``--baseline-target`` run's phases on its own target (None: it has no twins)."""
+    names = run.measured.distinct("phase")
+    if not any(str(n).startswith(BASELINE_PREFIX) for n in names):
+        return None
+    return [str(n) for n in names if not str(n).startswith(BASELINE_PREFIX)]
+
+
 def make_baseline(run: Run) -> dict[str, Any]:
-    """The baseline document for ``run`` (warm-up excluded)."""
-    measured = run.measured
-    side = RecordsSide(run)
+    """The baseline document for ``run`` (warm-up excluded).  A ``--baseline-target`` run's
+    is its own target's (the twins' phases are not pooled in); with ``--repeat`` its
+    ``twins`` are each repeat's twin on the baseline target, in the order of ``repeats``:
+    the pairs a history of paired runs pools its spread from."""
+    own = _own_phases(run)
+    side = RecordsSide(run, own)
+    measured = side.records
     meta = redact_value(
         {
             k: run.meta.get(k)
@@ -146,6 +162,7 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "fingerprint": fingerprint(run.meta),
         **_groups(side),
         **({"repeats": reps} if (reps := _repeats(run)) else {}),
+        **({"twins": _repeats(run, BASELINE_PREFIX)} if own is not None and reps else {}),
         "goodput_slo": format_slo(side.slo),
         **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),
         **({"server": server} if (server := mode_means(run)) else {}),

@@ -21,6 +21,12 @@ percentile, a rate's mean per second, the error share) of each run:
 * One verdict for all checks: Holm–Bonferroni over their p-values, as the
   single-run gate does.
 
+A ``--baseline-target`` run with ``--repeat`` 2 or more is decided on its **pairs**
+(``paired_level``): each repeat's value against its twin's on the baseline target,
+run one after the other, so the machine's drift, which moves both, cancels in their
+difference; the mean difference in a paired t interval (``pairs - 1`` degrees of
+freedom) whose spread is how much one pair's difference strays from the next.
+
 Where neither side has two runs (one baseline run, one run) the between-run
 variance cannot be estimated: ``between_note`` says which variance is missing
 and how to get it, and the gate's bootstrap verdict stands with that caveat.
@@ -43,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from llmload.loadtests.run.phases import BASELINE_PREFIX
 from llmload.reports.gate.baseline import BaselineError, make_baseline, read_baseline
 from llmload.reports.gate.doubt import unless_starved
 from llmload.reports.gate.fingerprint import baseline_fingerprint, comparability, fingerprint
@@ -52,13 +59,20 @@ from llmload.reports.gate.result import (
     FAIL,
     INCONCLUSIVE,
     PASS,
+    SKIPPED,
     Check,
     GateConfig,
     GateResult,
     between_note,
 )
 from llmload.reports.gate.sides import ALL, BaselineSide, RecordsSide, repeat_phases
-from llmload.reports.gate.verdict import evaluate, gated_modes
+from llmload.reports.gate.verdict import (
+    check_name,
+    evaluate,
+    evaluate_paired,
+    gated_modes,
+    paired_sides,
+)
 from llmload.reports.table.loader import Run
 from llmload.reports.table.tdist import t_ppf, t_sf
 from llmload.reports.table.trust import STEAL_AMBER_PCT, run_steal
@@ -171,6 +185,11 @@ class RunLevel:
     se: float
     df: int
     spread: float  # the pooled run-to-run standard deviation on that scale
+    #: repeats run in turn on two targets (``--baseline-target``): ``base[i]`` and ``run[i]``
+    #: are a pair, and ``spread`` is the standard deviation of the pairs' differences
+    paired: bool = False
+    #: paired: how many earlier paired runs (a history) the spread was pooled with
+    earlier: int = 0
 
     @property
     def is_share(self) -> bool:
@@ -215,8 +234,13 @@ class RunLevel:
         """At this spread, to fail twice the allowance ``DETECT_POWER`` of the time: the
         fewest history runs that do with this many runs of the build, else the runs of
         each build (``--repeat N``, the history's ``DEFAULT_LAST`` builds made alike: N
-        runs each); None where not within ``MOST_RUNS``."""
+        runs each); paired (``--baseline-target``): the fewest pairs. None where not within
+        ``MOST_RUNS``."""
         gap, s, n, k = self.twice() - self.allowed(), self.spread, len(self.run), len(self.base)
+        if self.paired:  # x pairs: the mean difference's error is s / sqrt(x)
+            known = self.df - (n - 1)  # the history's degrees of freedom
+            pairs = (x for x in range(1, MOST_RUNS + 1) if self._pairs_do(gap, s, x, known, level))
+            return None, next(pairs, None)
 
         def enough(k: int, n: int) -> bool:
             return _power(gap, s * math.sqrt(1.0 / k + 1.0 / n), k + n - 2, level) >= DETECT_POWER
@@ -226,6 +250,25 @@ class RunLevel:
             return history, n
         each = (x for x in range(n, MOST_RUNS + 1) if enough(max(k, DEFAULT_LAST * x), x))
         return None, next(each, None)
+
+    @staticmethod
+    def _pairs_do(gap: float, s: float, pairs: int, known: int, level: float) -> bool:
+        df = known + pairs - 1
+        return df >= 1 and _power(gap, s / math.sqrt(pairs), df, level) >= DETECT_POWER
+
+    def sample(self) -> str:
+        """What the interval stands on: ``5 baseline runs, 1 run(s)`` or ``3 pairs``."""
+        if self.paired and self.earlier:
+            return (
+                f"{len(self.run)} pair(s) run in turn on the two targets, the spread pooled "
+                f"with {self.earlier} earlier paired runs"
+            )
+        if self.paired:
+            return f"{len(self.run)} pairs run in turn on the two targets"
+        return f"{len(self.base)} baseline runs, {len(self.run)} run(s)"
+
+    def spread_name(self) -> str:
+        return "spread of the pairs' differences" if self.paired else "run-to-run spread"
 
     def shown(self, x: float) -> str:
         """A change on the check's scale as people read it: +12.3% (a drop: −), +1.0 points."""
@@ -261,6 +304,63 @@ def run_level(
     return RunLevel(spec, mode, list(base), list(run), worse, se, df, math.sqrt(s2))
 
 
+def paired_level(
+    spec: MetricSpec,
+    mode: str,
+    base: Sequence[float],
+    run: Sequence[float],
+    earlier: Sequence[Sequence[float]] = (),
+) -> RunLevel | None:
+    """Repeats run in turn on two targets (``--baseline-target``): ``run[i]`` and
+    ``base[i]`` ran one after the other, so the machine's drift, which moves both alike,
+    cancels in their difference.  The change is the mean of the pairs' differences (log
+    scale; a share: points), its error their standard deviation over ``sqrt(pairs)``: a
+    paired t interval.  ``earlier``: the pairs' differences of earlier paired runs (a
+    history, ``pair_differences``), each taken about its own run's mean — what those
+    builds changed drops out, how much one pair strays from the next stays — pooled with
+    this run's into the spread, their degrees of freedom added.  None without a degree
+    of freedom (one pair and no history) or without a value."""
+    if len(base) != len(run) or not run:
+        return None
+    d = differences(spec, base, run)
+    if d is None:
+        return None
+    ss = float(((d - d.mean()) ** 2).sum())
+    df = len(d) - 1
+    for e in earlier:
+        if len(e) > 1:
+            x = np.asarray(e, float)
+            ss += float(((x - x.mean()) ** 2).sum())
+            df += len(x) - 1
+    if df < 1:
+        return None
+    sd = math.sqrt(ss / df)
+    worse = float(-d.mean() if spec.metric.harm == "down" else d.mean())
+    return RunLevel(
+        spec,
+        mode,
+        list(base),
+        list(run),
+        worse,
+        sd / math.sqrt(len(d)),
+        df,
+        sd,
+        paired=True,
+        earlier=sum(len(e) > 1 for e in earlier),
+    )
+
+
+def differences(spec: MetricSpec, base: Sequence[float], run: Sequence[float]) -> np.ndarray | None:
+    """``run[i] - base[i]`` on the check's scale (log; a share: points); None when a
+    latency or rate is not positive."""
+    b, r = np.asarray(base, float), np.asarray(run, float)
+    if spec.metric.kind == SHARE:
+        return r - b
+    if len(b) and min(b.min(), r.min()) <= 0:
+        return None
+    return np.log(r) - np.log(b)
+
+
 def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
     """Every run-level check, one family: Holm–Bonferroni on their p-values."""
     alpha = 1.0 - cfg.confidence
@@ -270,7 +370,7 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
     for lv, p_holm in zip(levels, adjusted, strict=True):
         level = bonferroni_level(alpha, m)
         lo, hi = lv.bounds(level)
-        name = f"{lv.spec.name} {lv.mode}"
+        name = check_name(lv.spec, lv.mode, ALL)
         conf = f"{cfg.confidence:.0%}"
         spread = (
             f"{lv.spread * 100:.1f} points"
@@ -278,10 +378,10 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
             else f"{(math.exp(lv.spread) - 1) * 100:.1f}%"
         )
         what = (
-            f"{name}: {len(lv.base)} baseline runs, {len(lv.run)} run(s); change "
-            f"{lv.shown(lv.worse)} ({conf} bounds {lv.shown(lo)} … {lv.shown(hi)}; run-to-run "
-            f"spread {spread}, {lv.df} degrees of freedom: {lv.width(level):.2f}× the width "
-            f"a known variance would give; {sees(lv, level)})"
+            f"{name}: {lv.sample()}; change {lv.shown(lv.worse)} ({conf} bounds "
+            f"{lv.shown(lo)} … {lv.shown(hi)}; {lv.spread_name()} {spread}, {lv.df} degrees "
+            f"of freedom: {lv.width(level):.2f}× the width a known variance would give; "
+            f"{sees(lv, level)})"
         )
         needed = lv.runs_needed(level)
         nums = {
@@ -289,7 +389,7 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
             "percentile": lv.spec.percentile,
             "mode": lv.mode,
             "scope": ALL,
-            "method": "run-level",
+            "method": "paired" if lv.paired else "run-level",
             "baseline_runs": lv.base,
             "run_runs": lv.run,
             "change_pct": _pct(lv, lv.worse),
@@ -320,12 +420,22 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
                     name,
                     INCONCLUSIVE,
                     f"{what}: the runs spread too widely to tell no change from twice the "
-                    f"{allowed}; more runs in the history (or --repeat) narrow it",
+                    f"{allowed}; "
+                    + (
+                        "more --repeat pairs narrow it"
+                        if lv.paired
+                        else "more runs in the history (or --repeat) narrow it"
+                    ),
                     nums,
                 )
             )
         else:
-            out.append(Check(name, PASS, f"{what}: within {allowed} across runs", nums))
+            where = (
+                f"beyond {allowed} but within the runs' noise (not significant)"
+                if lv.worse > lv.allowed()
+                else f"within {allowed} across runs"
+            )
+            out.append(Check(name, PASS, f"{what}: {where}", nums))
     return out
 
 
@@ -343,6 +453,8 @@ def sees(lv: RunLevel, level: float) -> str:
     want = f"to fail {lv.shown(lv.twice())} {DETECT_POWER:.0%} of the time at this spread"
     if history is not None:
         return f"{text}; {want}: a history of {history} runs"
+    if repeats is not None and lv.paired:
+        return f"{text}; {want}: {repeats} pairs (--repeat {repeats} with --baseline-target)"
     if repeats is not None:
         return (
             f"{text}; {want}: no history alone; {repeats} runs of each build (--repeat "
@@ -441,6 +553,12 @@ def gate_history(
             f"({len(history.entries)} entries)",
         )
         return GateResult(cfg, [check], run.name, name, notes), history
+    if paired_sides(run) is not None:
+        result = gate_paired_history(run, bases, cfg, name)
+        result.differences[:0] = notes
+        if (stopped := interrupted(run)) is not None:
+            result.checks.insert(0, stopped)
+        return result, history
     side = RecordsSide(run)
     modes = gated_modes(side, BaselineSide(bases[-1]), cfg)
     levels = evaluate_runs(run, bases, cfg, modes)
@@ -501,11 +619,125 @@ def gate_baseline(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateRe
     if levels is None:
         result.differences.append(between_note(1, 1))
         return result
+    return _run_level_checks(result, run, levels, cfg)
+
+
+def paired_levels(
+    run: Run, cfg: GateConfig, bases: Sequence[dict[str, Any]] = ()
+) -> list[RunLevel] | None:
+    """A ``--baseline-target`` run's checks on its pairs of repeats (``stream-2`` with
+    ``baseline-stream-2``), the spread pooled with the pairs of the earlier paired runs
+    in ``bases`` (history entries with ``twins``); None without a baseline target, or
+    where a check has no degree of freedom or no value."""
+    sides = paired_sides(run)
+    if sides is None:
+        return None
+    levels = []
+    for mode in gated_modes(*sides, cfg):
+        phases = repeat_phases(run.meta, mode)
+        for spec in cfg.specs():
+            level = _paired_check(run, bases, spec, mode, phases)
+            if level is None:
+                return None
+            levels.append(level)
+    return levels
+
+
+def _paired_check(
+    run: Run,
+    bases: Sequence[dict[str, Any]],
+    spec: MetricSpec,
+    mode: str,
+    phases: Sequence[str],
+) -> RunLevel | None:
+    pairs = [
+        (b, r)
+        for p in phases
+        if (r := run_value(RecordsSide(run, [p]), spec, mode)) is not None
+        and (b := run_value(RecordsSide(run, [BASELINE_PREFIX + p]), spec, mode)) is not None
+    ]
+    earlier = [d for doc in bases if (d := pair_differences(doc, spec, mode))]
+    return paired_level(spec, mode, [b for b, _ in pairs], [r for _, r in pairs], earlier)
+
+
+def pair_differences(doc: dict[str, Any], spec: MetricSpec, mode: str) -> list[float]:
+    """A paired run's history entry: each pair's difference (its ``repeats`` against its
+    ``twins``) on the check's scale; empty where it has no pairs or a pair no value."""
+    reps, twins = doc.get("repeats") or [], doc.get("twins") or []
+    if len(reps) != len(twins):
+        return []
+    base, run = [], []
+    for r, t in zip(reps, twins, strict=True):
+        if not isinstance(r, dict) or not isinstance(t, dict):
+            return []
+        rv = run_value(BaselineSide(r), spec, mode)
+        bv = run_value(BaselineSide(t), spec, mode)
+        if rv is None or bv is None:
+            return []
+        run.append(rv)
+        base.append(bv)
+    d = differences(spec, base, run)
+    return [] if d is None else d.tolist()
+
+
+def gate_paired_history(
+    run: Run, bases: Sequence[dict[str, Any]], cfg: GateConfig, name: str
+) -> GateResult:
+    """``report gate RUN --history DIR`` of a ``--baseline-target`` run: its own pairs'
+    mean difference, the spread pooled with the history's paired runs (those without
+    twins are left out, counted)."""
+    paired = [d for d in bases if d.get("twins")]
+    result = gate_paired(run, cfg, paired)
+    result.baseline_name = f"{name}; {len(paired)} paired"
+    if len(paired) < len(bases):
+        result.differences.append(
+            _note(
+                "history_unpaired",
+                f"left out {len(bases) - len(paired)} history runs made without "
+                "--baseline-target --repeat (no pairs to pool the spread from)",
+            )
+        )
+    return result
+
+
+def gate_paired(run: Run, cfg: GateConfig, bases: Sequence[dict[str, Any]] = ()) -> GateResult:
+    """``report gate RUN`` of a ``--baseline-target`` run: the bootstrap over the pooled
+    phases, and with ``--repeat`` 2 or more (or earlier paired runs, ``bases``), the
+    paired run-level checks in its place (the pairs' differences carry the between-run
+    variance the pooled sampling misses)."""
+    result = evaluate_paired(run, cfg)
+    levels = paired_levels(run, cfg, bases)
+    if levels is None:
+        result.differences.append(between_note(1, 1))
+        return result
+    return _run_level_checks(result, run, levels, cfg)
+
+
+def _scenario_aside(c: Check) -> Check:
+    """A scenario's bootstrap check beside run-level ones: shown, not a verdict.  It pools
+    the repeats' requests and cannot see how one run strays from the next (one A/A job
+    of a real vLLM failed on one scenario's +29 % while its pairs spread 38 %)."""
+    if c.verdict not in (FAIL, INCONCLUSIVE, PASS):
+        return c
+    return Check(
+        c.name,
+        SKIPPED,
+        f"{c.reason} — set aside: a scenario's check pools the runs' requests and cannot "
+        "see the spread between runs; the mode is judged across runs above",
+        c.numbers,
+    )
+
+
+def _run_level_checks(
+    result: GateResult, run: Run, levels: Sequence[RunLevel], cfg: GateConfig
+) -> GateResult:
+    """The run-level checks in place of the bootstrap's whole-run checks they decide;
+    the bootstrap's others (per scenario, limits, completeness) stay."""
     if any(d.get("blocking") for d in result.differences):
         return result  # not comparable: that verdict stands
     replaced = {(lv.spec.metric.name, lv.mode) for lv in levels}
-    others = [  # what the run-level checks do not replace: scenarios, limits, completeness
-        c
+    others = [  # what the run-level checks do not decide: limits, completeness
+        _scenario_aside(c) if c.numbers.get("scope") not in (None, ALL) else c
         for c in result.checks
         if not (
             c.numbers.get("scope") == ALL

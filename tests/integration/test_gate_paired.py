@@ -48,9 +48,38 @@ def test_interleaved_targets_are_gated_against_each_other(tmp_path: Path) -> Non
     assert checks["itl p95 stream"]["verdict"] != "fail"
     if gate.returncode == 1:
         assert checks["ttft p95 stream"]["verdict"] == "fail"
+    # decided on the pairs of repeats (each stream-N against baseline-stream-N): the
+    # synthetic servers' exact +20 % in both pairs, their differences' spread carried
+    ttft = checks["ttft p95 stream"]
+    assert ttft["numbers"]["method"] == "paired", ttft
+    assert "2 pairs run in turn on the two targets" in ttft["reason"]
+    assert 15 < ttft["numbers"]["change_pct"] < 25, ttft["numbers"]
+    assert len(ttft["numbers"]["run_runs"]) == len(ttft["numbers"]["baseline_runs"]) == 2
     # both repeats of each side pooled; each repeat's value listed
     assert {s["target"] for s in doc["spread"]} == {"run", "baseline"}
     assert "(same run)" in gate.stdout
+
+    # its baseline is its own target's (the twins apart, each repeat's twin kept): what a
+    # history of paired runs pools the spread of the pairs' differences from
+    made = llmload("report", "baseline", str(out), "--out", str(tmp_path / "b.json"))
+    assert made.returncode == 0, made.stderr
+    base = json.loads((tmp_path / "b.json").read_text())
+    own = [r for r in records if not r["phase"].startswith("baseline-") and r["phase"] != "warmup"]
+    assert base["records"] == len(own)
+    assert [t["phase"] for t in base["twins"]] == ["stream-1", "stream-2"]
+    history = tmp_path / "history"
+    for label in ("main-1", "main-2"):
+        appended = llmload(
+            "report", "baseline", str(out), "--history", str(history), "--label", label
+        )
+        assert appended.returncode == 0, appended.stderr
+    gated = llmload("report", "gate", str(out), "--history", str(history), "--metric", "ttft")
+    assert gated.returncode in (1, 2), gated.stdout
+    doc = json.loads((out / "gate.json").read_text())
+    (ttft,) = [c for c in doc["checks"] if c["name"] == "ttft p95 stream"]
+    assert "the spread pooled with 2 earlier paired runs" in ttft["reason"], ttft["reason"]
+    assert ttft["numbers"]["df"] == 3  # a degree of freedom from each run's two pairs
+    assert "2 paired" in doc["baseline"]
 
 
 def test_repeats_with_workers_keep_every_record_and_their_spread(tmp_path: Path) -> None:
@@ -81,3 +110,22 @@ def test_repeats_with_workers_keep_every_record_and_their_spread(tmp_path: Path)
     assert gate.returncode == 0, gate.stdout[-2000:]
     doc = json.loads((out / "gate.json").read_text())
     assert {s["target"] for s in doc["spread"]} == {"run"}
+
+
+def test_ci_gate_paired_keeps_a_history_of_its_pairs(tmp_path: Path) -> None:
+    """``llmload ci-gate --paired --history DIR``: the pairs gated on their own while the
+    history is empty, then the run added to it with each repeat's twin — what the next
+    job pools its spread from (``report gate RUN --history DIR``, the test above)."""
+    out, history = tmp_path / "run", tmp_path / "pairs"
+    proc = llmload(
+        *("ci-gate", "--paired", "--repeat", "2", "--ttft-ms", "200", "--out", str(out)),
+        *("--history", str(history), "--metric", "ttft"),
+    )
+    assert proc.returncode in (0, 2), proc.stdout[-3000:] + proc.stderr[-2000:]
+    doc = json.loads((out / "gate.json").read_text())
+    (ttft,) = [c for c in doc["checks"] if c["name"] == "ttft p95 stream"]
+    assert ttft["numbers"]["method"] == "paired" and ttft["verdict"] != "fail", ttft
+    assert "2 pairs run in turn on the two targets" in ttft["reason"]
+    (entry,) = history.glob("*.json")
+    kept = json.loads(entry.read_text())
+    assert [t["phase"] for t in kept["twins"]] == ["stream-1", "stream-2"]

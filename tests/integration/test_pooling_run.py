@@ -47,10 +47,16 @@ def test_a_run_without_streams(server, protocol: str, batch: int, tmp_path: Path
     assert all(r["inputs"] == batch and r["ttft_s"] is None for r in recs)
     assert all(r["prompt_tokens"] >= batch for r in recs)
     slack = harness_slack(json.loads((out / "run.json").read_text()), "sync") + 0.005
+    over = []
     for r in recs:  # the server held it for its stated time, and the client saw no less
         stated = (BASE_MS + PREFILL_MS * r["prompt_tokens"]) / 1000
-        assert stated - 0.001 <= r["server_e2e_s"] - r["server_queue_s"] <= stated + slack
+        held = r["server_e2e_s"] - r["server_queue_s"]
+        assert held >= stated - 0.001
+        over.append(held - stated)
         assert r["e2e_s"] >= r["server_e2e_s"]
+    # a late wake-up of the server's own loop (a busy neighbour) makes one request run
+    # over; a wrong count of the tokens it holds for would move them all
+    assert sorted(over)[len(over) // 2] <= slack, over
     assert list(summary["phases"]) == ["sync"]  # no stream phase
     phase = summary["phases"]["sync"]
     pooled = phase["pooled"]

@@ -181,3 +181,83 @@ def test_the_figures_docs_quote_are_what_the_gate_says(spread: float, says: str)
     assert says in sees(level, 0.05)
     docs = (Path(__file__).resolve().parents[2] / "docs" / "reports.md").read_text()
     assert f"{says}" in " ".join(docs.split())
+
+
+def test_pairs_run_in_turn_cancel_the_drift_a_history_reads_as_spread() -> None:
+    from llmload.reports.gate.history import paired_level, sees
+
+    # the machine drifts ±25 % over the runs, and each pair's twins move together: the
+    # paired check sees a steady +20 % (fail) and a steady 0 % (pass); the same values
+    # read as unpaired runs spread too widely to tell either
+    rng = np.random.default_rng(11)
+    drift = np.exp(rng.normal(0, 0.25, 5))
+    jitter = np.exp(rng.normal(0, 0.01, 5))
+    base = list(80 * drift)
+    worse = paired_level(TTFT, "stream", base, list(96 * drift * jitter))
+    same = paired_level(TTFT, "stream", base, list(80 * drift * jitter))
+    assert worse is not None and same is not None and worse.paired and worse.df == 4
+    assert worse.p_value() < 0.01 and math.expm1(worse.worse) == pytest.approx(0.2, abs=0.03)
+    assert same.p_value() > 0.5 and same.spread < 0.03
+    loose = run_level(TTFT, "stream", base, list(96 * drift * jitter))
+    assert loose is not None and loose.p_value() > 0.05
+    # what it can see is said in pairs: a wide spread names the --repeat that would do
+    wide = paired_level(TTFT, "stream", [1.0, 1.0, 1.0], [1.0, 1.15, 0.87])
+    assert wide is not None
+    history, pairs = wide.runs_needed(0.05)
+    assert history is None and pairs is not None and pairs > 3
+    assert _paired_fail_rate(rng, wide.spread, pairs, 1.2) >= 0.93
+    assert f"{pairs} pairs (--repeat {pairs} with --baseline-target)" in sees(wide, 0.05)
+    assert wide.sample() == "3 pairs run in turn on the two targets"
+    # one pair, or pairs that do not match up, give no interval
+    assert paired_level(TTFT, "stream", [80.0], [81.0]) is None
+    assert paired_level(TTFT, "stream", [80.0, 81.0], [81.0]) is None
+
+
+def test_the_paired_check_keeps_its_false_alarms_at_the_allowance_edge() -> None:
+    from llmload.reports.gate.history import paired_level
+
+    rng = np.random.default_rng(13)
+    trials, sigma = 2000, 0.05
+    # a true +10 % (the allowance) fails about 5 % of the time, whatever the drift
+    edge = 0
+    for _ in range(trials):
+        drift = np.exp(rng.normal(0, 0.3, 3))
+        run = 1.1 * drift * np.exp(rng.normal(0, sigma, 3))
+        lv = paired_level(TTFT, "stream", list(drift), list(run))
+        assert lv is not None
+        edge += lv.p_value() <= 0.05
+    assert 0.03 < edge / trials < 0.07
+
+
+def _paired_fail_rate(rng: np.random.Generator, sigma: float, pairs: int, change: float) -> float:
+    from llmload.reports.gate.history import paired_level
+
+    trials, fails = 1000, 0
+    for _ in range(trials):
+        drift = np.exp(rng.normal(0, 0.2, pairs))
+        run = change * drift * np.exp(rng.normal(0, sigma, pairs))
+        lv = paired_level(TTFT, "stream", list(drift), list(run))
+        assert lv is not None
+        fails += lv.p_value() <= 0.05
+    return fails / trials
+
+
+def test_a_history_of_pairs_lends_its_spread_not_its_changes() -> None:
+    from llmload.reports.gate.history import paired_level
+
+    # earlier paired runs compared other builds (+65 %, −26 %): about their own means
+    # their pairs stray by ~2 %, and that, not their changes, is what is pooled
+    earlier = [[0.50, 0.52, 0.48], [-0.30, -0.31, -0.29], [0.1]]  # a one-pair run adds nothing
+    base = [100.0, 90.0, 110.0]
+    run = [118.0, 95.0, 124.0]  # its own three pairs stray more: +17 %, +5 %, +12 %
+    alone = paired_level(TTFT, "stream", base, run)
+    pooled = paired_level(TTFT, "stream", base, run, earlier)
+    assert alone is not None and pooled is not None
+    assert pooled.df == alone.df + 4 and pooled.earlier == 2
+    assert pooled.worse == pytest.approx(alone.worse)
+    assert pooled.spread < alone.spread and pooled.bounds(0.05)[0] > alone.bounds(0.05)[0]
+    assert "pooled with 2 earlier paired runs" in pooled.sample()
+    # one pair of its own is enough once a history lends the spread
+    single = paired_level(TTFT, "stream", [100.0], [130.0], earlier)
+    assert single is not None and single.df == 4 and single.p_value() < 0.01
+    assert paired_level(TTFT, "stream", [100.0], [130.0]) is None
