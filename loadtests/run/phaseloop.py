@@ -67,17 +67,22 @@ def plan_phases(opts: LoadOptions, timed: int | None = None, baseline: bool = Fa
     Every measured phase is at lap 0: each sends the same prompts (sync and stream,
     repeats, the baseline's twins compare like with like).
     Repeats are named ``stream-1``, ``stream-2``, ...  With a baseline target
-    (``baseline``) every phase is followed by its twin on that target
-    (``baseline-stream-1``): A/B/A/B, so the machine's drift touches both alike.
+    (``baseline``) every phase has a twin on that target (``baseline-stream-1``) right
+    beside it, so the machine's drift touches both alike; the twin goes second in odd
+    repeats and first in even ones (A/B, B/A, A/B: a crossover), so a drift that runs
+    one way through the run, or whatever going second does to a phase, does not lean
+    every pair the same way.
     """
     is_timed = timed is not None
     requests = opts.num_prompts if timed is None else min(timed, opts.num_prompts or timed)
     phases = []
 
-    def add(phase: Phase) -> None:
-        phases.append(phase)
-        if baseline:
-            phases.append(replace(phase, name=BASELINE_PREFIX + phase.name, target=BASELINE))
+    def add(phase: Phase, twin_first: bool = False) -> None:
+        if not baseline:
+            phases.append(phase)
+            return
+        twin = replace(phase, name=BASELINE_PREFIX + phase.name, target=BASELINE)
+        phases.extend((twin, phase) if twin_first else (phase, twin))
 
     if warmup_seconds(opts) > 0:
         warm = Phase(
@@ -92,7 +97,8 @@ def plan_phases(opts: LoadOptions, timed: int | None = None, baseline: bool = Fa
     for r in range(1, opts.repeat + 1):
         for m in opts.modes:
             name = m if opts.repeat == 1 else f"{m}-{r}"
-            add(Phase(name, m, opts.duration, requests=requests, timed=is_timed))  # type: ignore[arg-type]  # --modes values are checked against MODES, typed list[str]
+            phase = Phase(name, m, opts.duration, requests=requests, timed=is_timed)  # type: ignore[arg-type]  # --modes values are checked against MODES, typed list[str]
+            add(phase, twin_first=r % 2 == 0)
     return phases
 
 

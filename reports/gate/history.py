@@ -65,6 +65,7 @@ from llmload.reports.gate.result import (
     GateResult,
     between_note,
 )
+from llmload.reports.gate.sampling import sampling_error
 from llmload.reports.gate.sides import ALL, BaselineSide, RecordsSide, repeat_phases
 from llmload.reports.gate.verdict import (
     check_name,
@@ -83,6 +84,8 @@ DEFAULT_LAST = 10
 DETECT_POWER = 0.95
 #: the most runs a suggestion names; beyond it the spread itself must come down
 MOST_RUNS = 100
+#: how many times longer a suggestion may make each phase (paired runs)
+LONGER = (2, 3, 4, 6, 8, 10, 15, 20)
 
 
 # -- the history on disk -------------------------------------------------------------------
@@ -190,14 +193,25 @@ class RunLevel:
     paired: bool = False
     #: paired: how many earlier paired runs (a history) the spread was pooled with
     earlier: int = 0
+    #: paired: one standard deviation of a pair's difference from its phases' own
+    #: requests' sampling error alone (``reports.gate.sampling``); None: not told
+    sampling: float | None = None
 
     @property
     def is_share(self) -> bool:
         return self.spec.metric.kind == SHARE
 
     def allowed(self) -> float:
-        """The allowance on the check's scale."""
-        return self.spec.allowed if self.is_share else math.log1p(self.spec.allowed)
+        """The allowance on the check's scale (a drop of 10 %: −log 0.9, as the bootstrap
+        check's ratio limit of 0.9)."""
+        return self._scaled(self.spec.allowed)
+
+    def _scaled(self, allowed: float) -> float:
+        if self.is_share:
+            return allowed
+        if self.spec.metric.harm == "down":
+            return -math.log1p(-allowed) if allowed < 1 else math.inf
+        return math.log1p(allowed)
 
     def p_value(self) -> float:
         """P-value of "no worse than allowed"."""
@@ -217,7 +231,7 @@ class RunLevel:
     def twice(self) -> float:
         """Twice the allowance on the check's scale (+20 % for +10 % allowed): the change
         the gate must see, and where its "inconclusive" begins."""
-        return 2 * self.spec.allowed if self.is_share else math.log1p(2 * self.spec.allowed)
+        return self._scaled(2 * self.spec.allowed)
 
     def fails_from(self, level: float) -> float:
         """The smallest change this check fails (its bound then reaches the allowance): a
@@ -256,6 +270,29 @@ class RunLevel:
         df = known + pairs - 1
         return df >= 1 and _power(gap, s / math.sqrt(pairs), df, level) >= DETECT_POWER
 
+    def excess(self) -> float | None:
+        """Paired: the part of the pairs' spread beyond their requests' sampling error
+        (what longer phases would not shrink); None where the sampling error is not told."""
+        if self.sampling is None:
+            return None
+        return math.sqrt(max(0.0, self.spread**2 - self.sampling**2))
+
+    def longer_phases(self, level: float) -> int | None:
+        """Paired: how many times longer each phase must run (``--duration``), with these
+        pairs, to fail twice the allowance ``DETECT_POWER`` of the time — the sampling
+        part of the spread shrinking with the phases' requests, the excess not (1: they
+        already do); None where no length within ``LONGER`` would do, or the split is
+        not told."""
+        excess = self.excess()
+        if excess is None or self.sampling is None:
+            return None
+        gap, n = self.twice() - self.allowed(), len(self.run)
+        for k in (1, *LONGER):
+            se = math.sqrt((self.sampling**2 / k + excess**2) / n)
+            if _power(gap, se, self.df, level) >= DETECT_POWER:
+                return k
+        return None
+
     def sample(self) -> str:
         """What the interval stands on: ``5 baseline runs, 1 run(s)`` or ``3 pairs``."""
         if self.paired and self.earlier:
@@ -267,15 +304,25 @@ class RunLevel:
             return f"{len(self.run)} pairs run in turn on the two targets"
         return f"{len(self.base)} baseline runs, {len(self.run)} run(s)"
 
+    def spread_shown(self, x: float) -> str:
+        """A spread on the check's scale as people read it: ``12.3%`` or ``1.0 points``."""
+        return f"{x * 100:.1f} points" if self.is_share else f"{math.expm1(x) * 100:.1f}%"
+
     def spread_name(self) -> str:
         return "spread of the pairs' differences" if self.paired else "run-to-run spread"
+
+    def change(self, x: float) -> float:
+        """A value on the check's scale (how much worse) as the metric's own change: a
+        fraction (run / baseline − 1; a drop is negative), a share's in its units."""
+        if self.is_share:
+            return x
+        return math.expm1(-x if self.spec.metric.harm == "down" else x)
 
     def shown(self, x: float) -> str:
         """A change on the check's scale as people read it: +12.3% (a drop: −), +1.0 points."""
         if self.is_share:
             return f"{x * 100:+.1f} points"
-        pct = (math.exp(x) - 1) * 100
-        return f"{-pct if self.spec.metric.harm == 'down' else pct:+.1f}%"
+        return f"{self.change(x) * 100:+.1f}%"
 
 
 def _power(gap: float, se: float, df: int, level: float) -> float:
@@ -310,6 +357,7 @@ def paired_level(
     base: Sequence[float],
     run: Sequence[float],
     earlier: Sequence[Sequence[float]] = (),
+    sampling: Sequence[float] | None = None,
 ) -> RunLevel | None:
     """Repeats run in turn on two targets (``--baseline-target``): ``run[i]`` and
     ``base[i]`` ran one after the other, so the machine's drift, which moves both alike,
@@ -318,8 +366,11 @@ def paired_level(
     paired t interval.  ``earlier``: the pairs' differences of earlier paired runs (a
     history, ``pair_differences``), each taken about its own run's mean — what those
     builds changed drops out, how much one pair strays from the next stays — pooled with
-    this run's into the spread, their degrees of freedom added.  None without a degree
-    of freedom (one pair and no history) or without a value."""
+    this run's into the spread, their degrees of freedom added.  ``sampling``: each
+    pair's difference's variance from its phases' requests alone (``sampling_error`` of
+    both, squared and added), kept to tell the spread's parts apart; it does not enter
+    the interval.  None without a degree of freedom (one pair and no history) or
+    without a value."""
     if len(base) != len(run) or not run:
         return None
     d = differences(spec, base, run)
@@ -347,6 +398,35 @@ def paired_level(
         sd,
         paired=True,
         earlier=sum(len(e) > 1 for e in earlier),
+        sampling=math.sqrt(statistics.fmean(sampling)) if sampling else None,
+    )
+
+
+def paired_outlook(
+    spec: MetricSpec, mode: str, earlier: Sequence[Sequence[float]], pairs: int
+) -> RunLevel | None:
+    """What a new paired run of ``pairs`` pairs gated against a history of paired runs
+    (``earlier``: each one's pairs' differences) can see: the history's pooled spread
+    (each run about its own mean), the new run's pairs assumed to stray alike and to
+    add their degrees of freedom; no change.  None where the history has no degree of
+    freedom."""
+    runs = [np.asarray(e, float) for e in earlier if len(e) > 1]
+    df = sum(len(x) - 1 for x in runs)
+    if df < 1 or pairs < 1:
+        return None
+    sd = math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in runs) / df)
+    ones = [1.0] * pairs
+    return RunLevel(
+        spec,
+        mode,
+        ones,
+        ones,
+        0.0,
+        sd / math.sqrt(pairs),
+        df + pairs - 1,
+        sd,
+        paired=True,
+        earlier=len(runs),
     )
 
 
@@ -372,14 +452,10 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
         lo, hi = lv.bounds(level)
         name = check_name(lv.spec, lv.mode, ALL)
         conf = f"{cfg.confidence:.0%}"
-        spread = (
-            f"{lv.spread * 100:.1f} points"
-            if lv.is_share
-            else f"{(math.exp(lv.spread) - 1) * 100:.1f}%"
-        )
         what = (
             f"{name}: {lv.sample()}; change {lv.shown(lv.worse)} ({conf} bounds "
-            f"{lv.shown(lo)} … {lv.shown(hi)}; {lv.spread_name()} {spread}, {lv.df} degrees "
+            f"{lv.shown(lo)} … {lv.shown(hi)}; {lv.spread_name()} "
+            f"{lv.spread_shown(lv.spread)}, {lv.df} degrees "
             f"of freedom: {lv.width(level):.2f}× the width a known variance would give; "
             f"{sees(lv, level)})"
         )
@@ -393,15 +469,16 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
             "baseline_runs": lv.base,
             "run_runs": lv.run,
             "change_pct": _pct(lv, lv.worse),
-            "ci_low_pct": _pct(lv, lo),
-            "ci_high_pct": _pct(lv, hi),
-            "spread_pct": _pct(lv, lv.spread),
+            "ci_low_pct": min(_pct(lv, lo), _pct(lv, hi)),
+            "ci_high_pct": max(_pct(lv, lo), _pct(lv, hi)),
+            "spread_pct": _size(lv, lv.spread),
             "df": lv.df,
             "width_vs_known_variance": lv.width(level),
             "resolves_pct": _pct(lv, lv.fails_from(level)),
             "power_at_twice_allowed": lv.power(level),
             "history_runs_needed": needed[0],
             "run_repeats_needed": needed[1],
+            **_split(lv, level),
             "p_value": lv.p_value(),
             "p_holm": p_holm,
             "family": m,
@@ -414,7 +491,7 @@ def decide(levels: Sequence[RunLevel], cfg: GateConfig) -> list[Check]:
         allowed = f"allowed {lv.spec.allowed_text}"
         if p_holm <= alpha:
             out.append(Check(name, FAIL, f"{what}: worse beyond {allowed} across runs", nums))
-        elif hi > 2 * lv.allowed() and lo < 0:
+        elif hi > lv.twice() and lo < 0:
             out.append(
                 Check(
                     name,
@@ -453,8 +530,8 @@ def sees(lv: RunLevel, level: float) -> str:
     want = f"to fail {lv.shown(lv.twice())} {DETECT_POWER:.0%} of the time at this spread"
     if history is not None:
         return f"{text}; {want}: a history of {history} runs"
-    if repeats is not None and lv.paired:
-        return f"{text}; {want}: {repeats} pairs (--repeat {repeats} with --baseline-target)"
+    if lv.paired:
+        return f"{text}; {want}: {paired_ways(lv, level, repeats)}"
     if repeats is not None:
         return (
             f"{text}; {want}: no history alone; {repeats} runs of each build (--repeat "
@@ -466,8 +543,45 @@ def sees(lv: RunLevel, level: float) -> str:
     )
 
 
+def paired_ways(lv: RunLevel, level: float, pairs: int | None) -> str:
+    """What would let a paired check see twice its allowance: more pairs, or these pairs
+    with longer phases where their requests' sampling error is most of the spread."""
+    ways = [f"{pairs} pairs (--repeat {pairs} with --baseline-target)"] if pairs else []
+    if (longer := lv.longer_phases(level)) is not None:
+        ways.append(f"these {len(lv.run)} pairs with phases {longer}× as long (--duration)")
+    text = " or ".join(ways) or f"not within {MOST_RUNS} pairs"
+    excess = lv.excess()
+    if lv.sampling is None or excess is None:
+        return text
+    split = (
+        f"of a pair's difference, {lv.spread_shown(lv.sampling)} is its phases' requests' "
+        f"sampling error and {lv.spread_shown(excess)} strays beyond it between pairs"
+    )
+    if longer is None:
+        return f"{text} — {split}: longer phases alone would not do"
+    return f"{text} — {split}"
+
+
+def _split(lv: RunLevel, level: float) -> dict[str, Any]:
+    """A paired check's spread told apart, for gate.json (empty where it is not)."""
+    excess = lv.excess()
+    if lv.sampling is None or excess is None:
+        return {}
+    return {
+        "sampling_pct": _size(lv, lv.sampling),
+        "excess_pct": _size(lv, excess),
+        "longer_phases_needed": lv.longer_phases(level),
+    }
+
+
 def _pct(lv: RunLevel, x: float) -> float:
-    return x * 100 if lv.is_share else (math.exp(x) - 1) * 100
+    """A change on the check's scale as the metric's own, in % (a share: points)."""
+    return lv.change(x) * 100
+
+
+def _size(lv: RunLevel, x: float) -> float:
+    """A spread on the check's scale in % (a share: points)."""
+    return x * 100 if lv.is_share else math.expm1(x) * 100
 
 
 def baseline_runs(doc: dict[str, Any], mode: str) -> list[BaselineSide]:
@@ -650,14 +764,19 @@ def _paired_check(
     mode: str,
     phases: Sequence[str],
 ) -> RunLevel | None:
-    pairs = [
-        (b, r)
-        for p in phases
-        if (r := run_value(RecordsSide(run, [p]), spec, mode)) is not None
-        and (b := run_value(RecordsSide(run, [BASELINE_PREFIX + p]), spec, mode)) is not None
-    ]
+    pairs, errors = [], []
+    for p in phases:
+        own, twin = RecordsSide(run, [p]), RecordsSide(run, [BASELINE_PREFIX + p])
+        r, b = run_value(own, spec, mode), run_value(twin, spec, mode)
+        if r is None or b is None:
+            continue
+        pairs.append((b, r))
+        e_own, e_twin = sampling_error(own, spec, mode), sampling_error(twin, spec, mode)
+        if e_own is not None and e_twin is not None:
+            errors.append(e_own**2 + e_twin**2)
     earlier = [d for doc in bases if (d := pair_differences(doc, spec, mode))]
-    return paired_level(spec, mode, [b for b, _ in pairs], [r for _, r in pairs], earlier)
+    told = errors if len(errors) == len(pairs) else None
+    return paired_level(spec, mode, [b for b, _ in pairs], [r for _, r in pairs], earlier, told)
 
 
 def pair_differences(doc: dict[str, Any], spec: MetricSpec, mode: str) -> list[float]:

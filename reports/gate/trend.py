@@ -8,6 +8,12 @@ series' distribution shifted (E-Divisive means, ``reports.table.changepoints``) 
 with the run where the shift began.  Markdown (``history.md``, appended to
 ``$GITHUB_STEP_SUMMARY`` in a GitHub Actions step) and HTML with a chart per
 metric (``history.html``).
+
+A history of paired runs (``--baseline-target --repeat N``, appended with each
+repeat's twin) also shows each run's change against its baseline target — the mean
+of its pairs' differences, the machine's drift cancelled in each pair — in a column
+and a chart of its own, and what the next paired run gated against the history can
+see (``paired_outlook``: the pairs' spread pooled over the last runs).
 """
 
 from __future__ import annotations
@@ -21,7 +27,15 @@ from typing import Any
 
 from llmload.loadtests.measure.adapters.base import streams
 from llmload.reports.draw.charts import Axes, Band, Series, render
-from llmload.reports.gate.history import DEFAULT_LAST, read, run_level, run_value, sees
+from llmload.reports.gate.history import (
+    DEFAULT_LAST,
+    pair_differences,
+    paired_outlook,
+    read,
+    run_level,
+    run_value,
+    sees,
+)
 from llmload.reports.gate.metrics import SHARE, MetricSpec
 from llmload.reports.gate.result import GateConfig
 from llmload.reports.gate.sides import BaselineSide
@@ -94,6 +108,40 @@ def _what_it_sees(
     )
 
 
+def _paired_changes(docs: list[dict[str, Any]], spec: MetricSpec, mode: str) -> list[list[float]]:
+    """Each entry's pairs' differences (a ``--baseline-target --repeat`` run's: its target
+    against the baseline target, pair by pair); empty for the others."""
+    return [pair_differences(d, spec, mode) if d.get("twins") else [] for d in docs]
+
+
+def _paired_sees(diffs: list[list[float]], spec: MetricSpec, mode: str) -> str | None:
+    """What a gate of the next paired run, of as many pairs as the newest, against this
+    history's last ``DEFAULT_LAST`` paired runs can see (their pairs' spread pooled, each
+    run about its own mean: what the builds changed drops out); None without one."""
+    kept = [d for d in diffs if d][-DEFAULT_LAST:]
+    level = paired_outlook(spec, mode, kept, len(kept[-1])) if kept else None
+    if level is None:
+        return None
+    spread = level.spread_shown(level.spread)
+    return (
+        f"spread of the pairs' differences {spread} over the last {len(kept)} paired runs; "
+        f"a run of {len(kept[-1])} pairs gated against them {sees(level, 0.05)}"
+    )
+
+
+def _pct_change(diffs: list[float], spec: MetricSpec) -> float:
+    """A paired run's change, the mean of its pairs' differences: % (a share: points)."""
+    mean = statistics.fmean(diffs)
+    return mean * 100 if spec.metric.kind == SHARE else math.expm1(mean) * 100
+
+
+def _change(diffs: list[float], spec: MetricSpec) -> str:
+    if not diffs:
+        return "–"
+    x = _pct_change(diffs, spec)
+    return f"{x:+.2f} points" if spec.metric.kind == SHARE else f"{x:+.1f}%"
+
+
 def _fmt(v: float | None, spec: MetricSpec) -> str:
     if v is None:
         return "–"
@@ -127,6 +175,8 @@ def render_history(
         )
         md.append("")
     columns = {spec.name: _series(docs, spec, mode) for spec in specs}
+    pairs = {spec.name: _paired_changes(docs, spec, mode) for spec in specs}
+    paired = [s for s in specs if any(pairs[s.name])]
     shifts = {spec.name: _shifts(columns[spec.name], spec, seed) for spec in specs}
     for spec in specs:
         found = shifts[spec.name]
@@ -140,13 +190,17 @@ def render_history(
             )
         if (seen := _what_it_sees(columns[spec.name], found, spec, mode)) is not None:
             md.append(f"- **{spec.name}**: {seen}")
-    md += ["", "| # | run | created | " + " | ".join(s.name for s in specs) + " |"]
-    md.append("|---|---|---|" + "---|" * len(specs))
+        if (seen := _paired_sees(pairs[spec.name], spec, mode)) is not None:
+            md.append(f"- **{spec.name}**, pair by pair: {seen}")
+    heads = [s.name for s in specs] + [f"{s.name} vs baseline target" for s in paired]
+    md += ["", "| # | run | created | " + " | ".join(heads) + " |"]
+    md.append("|---|---|---|" + "---|" * len(heads))
     for i, doc in enumerate(docs):
         cells = []
         for spec in specs:
             mark = " ◀ shift" if any(c.index == i for c in shifts[spec.name]) else ""
             cells.append(_fmt(columns[spec.name][i], spec) + mark)
+        cells += [_change(pairs[spec.name][i], spec) for spec in paired]
         md.append(
             f"| {i + 1} | {names[i]} | {doc.get('created_at', '')} | " + " | ".join(cells) + " |"
         )
@@ -167,6 +221,18 @@ def render_history(
             f"history-{k}",
             [Series(spec.name, points, "line")],
             bands,
+            y_zero=False,
+        )
+        charts.append(render(ax))
+    for k, spec in enumerate(paired):
+        changes = [(i + 1.0, _pct_change(d, spec)) for i, d in enumerate(pairs[spec.name]) if d]
+        ax = Axes(
+            f"{spec.name} {mode} against the baseline target, pair by pair",
+            "run (oldest first)",
+            "points" if spec.metric.kind == SHARE else "%",
+            f"history-paired-{k}",
+            [Series("mean of the pairs' differences", changes, "line")],
+            [],
             y_zero=False,
         )
         charts.append(render(ax))

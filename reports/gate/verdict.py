@@ -419,7 +419,7 @@ def paired_sides(run: Run) -> tuple[RecordsSide, RecordsSide] | None:
 
 def evaluate_paired(run: Run, cfg: GateConfig) -> GateResult:
     """A run made with ``--baseline-target``: its target's phases against the baseline
-    target's, run in turn (A/B/A/B) in the same process on the same machine."""
+    target's, run in turn (A/B, B/A, …) in the same process on the same machine."""
     sides = paired_sides(run)
     if sides is None:
         raise ValueError(

@@ -1,10 +1,12 @@
-"""A/B/A/B in one run: ``llmload run --target B --baseline-target A --repeat 2`` against two
+"""A/B, B/A in one run: ``llmload run --target B --baseline-target A --repeat 2`` against two
 bundled synthetic servers, then ``llmload report gate RUN`` with no baseline file."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from llmload.ci import SERVER_ARGS, load_command
 from tests.fixtures.loadtests import llmload
@@ -30,8 +32,8 @@ def test_interleaved_targets_are_gated_against_each_other(tmp_path: Path) -> Non
         "baseline-warmup",
         "stream-1",
         "baseline-stream-1",
+        "baseline-stream-2",  # a crossover: the second pair runs the baseline first
         "stream-2",
-        "baseline-stream-2",
     ]
     assert meta["baseline_target"]["server"]["from"] == "/version"
     records = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
@@ -55,6 +57,8 @@ def test_interleaved_targets_are_gated_against_each_other(tmp_path: Path) -> Non
     assert "2 pairs run in turn on the two targets" in ttft["reason"]
     assert 15 < ttft["numbers"]["change_pct"] < 25, ttft["numbers"]
     assert len(ttft["numbers"]["run_runs"]) == len(ttft["numbers"]["baseline_runs"]) == 2
+    # the pairs' spread told apart: their phases' requests' sampling error, and the rest
+    assert ttft["numbers"]["sampling_pct"] >= 0 and ttft["numbers"]["excess_pct"] >= 0
     # both repeats of each side pooled; each repeat's value listed
     assert {s["target"] for s in doc["spread"]} == {"run", "baseline"}
     assert "(same run)" in gate.stdout
@@ -80,6 +84,22 @@ def test_interleaved_targets_are_gated_against_each_other(tmp_path: Path) -> Non
     assert "the spread pooled with 2 earlier paired runs" in ttft["reason"], ttft["reason"]
     assert ttft["numbers"]["df"] == 3  # a degree of freedom from each run's two pairs
     assert "2 paired" in doc["baseline"]
+    # `report history` of it: each run's change against its baseline target, pair by
+    # pair, beside the target's own values, and what the next paired run could see
+    drawn = llmload("report", "history", str(history))
+    assert drawn.returncode == 0, drawn.stdout + drawn.stderr
+    md = (history / "history.md").read_text()
+    assert "| ttft p95 vs baseline target |" in md, md
+    rows = [
+        line.split("|")
+        for line in md.splitlines()
+        if line.startswith("| 1 |") or line.startswith("| 2 |")
+    ]
+    changes = [float(r[-2].strip().rstrip("%")) for r in rows]  # the run, appended twice
+    assert changes == [pytest.approx(ttft["numbers"]["change_pct"], abs=0.5)] * 2, md
+    assert "**ttft p95**, pair by pair: spread of the pairs' differences" in md
+    assert "a run of 2 pairs gated against them fails from" in md
+    assert "against the baseline target, pair by pair" in (history / "history.html").read_text()
 
 
 def test_repeats_with_workers_keep_every_record_and_their_spread(tmp_path: Path) -> None:

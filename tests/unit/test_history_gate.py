@@ -261,3 +261,60 @@ def test_a_history_of_pairs_lends_its_spread_not_its_changes() -> None:
     single = paired_level(TTFT, "stream", [100.0], [130.0], earlier)
     assert single is not None and single.df == 4 and single.p_value() < 0.01
     assert paired_level(TTFT, "stream", [100.0], [130.0]) is None
+
+
+def test_a_quantiles_sampling_error_is_the_spread_of_its_samples() -> None:
+    from llmload.reports.gate.sampling import quantile_error
+
+    # 2,000 phases of 200 lognormal TTFTs: the p95's log spread from phase to phase is
+    # what one phase's order statistics say it is
+    rng = np.random.default_rng(17)
+    draws = np.exp(rng.normal(np.log(80.0), 0.6, (2000, 200)))
+    seen = float(np.std(np.log(np.percentile(draws, 95, axis=1))))
+    told = float(np.mean([quantile_error(d, 0.95) for d in draws[:200]]))
+    assert told == pytest.approx(seen, rel=0.15)
+    assert quantile_error(np.full(50, 80.0), 0.95) == 0.0  # no spread, no error
+
+
+def test_a_pairs_spread_is_told_apart_and_says_what_would_narrow_it() -> None:
+    from llmload.reports.gate.history import paired_level, sees
+
+    # five pairs whose differences spread ~8 %, all of it their requests' sampling
+    # error: longer phases would do, and the phases they name do, simulated
+    base, run = [100.0] * 5, [112.0, 98.0, 121.0, 105.0, 109.0]
+    sampled = paired_level(TTFT, "stream", base, run, sampling=[0.08**2] * 5)
+    assert sampled is not None and sampled.sampling == pytest.approx(0.08)
+    assert sampled.excess() == pytest.approx(0.0, abs=0.03)
+    longer = sampled.longer_phases(0.05)
+    assert longer is not None and longer > 1
+    said = sees(sampled, 0.05)
+    assert f"these 5 pairs with phases {longer}× as long (--duration)" in said, said
+    assert "sampling error" in said
+    rng = np.random.default_rng(19)
+    assert _paired_fail_rate(rng, 0.08 / math.sqrt(longer), 5, 1.2) >= 0.93
+    # three such pairs have 2 degrees of freedom: no length within reach would do
+    three = paired_level(TTFT, "stream", base[:3], run[:3], sampling=[0.08**2] * 3)
+    assert three is not None and three.longer_phases(0.05) is None
+    # the same spread with little of it sampling: only more pairs would do
+    strays = paired_level(TTFT, "stream", base, run, sampling=[0.01**2] * 5)
+    assert strays is not None and strays.longer_phases(0.05) is None
+    assert "longer phases alone would not do" in sees(strays, 0.05)
+    # without the phases' records (a history entry) the split is not told
+    bare = paired_level(TTFT, "stream", base, run)
+    assert bare is not None and bare.excess() is None and "sampling" not in sees(bare, 0.05)
+
+
+def test_a_drop_reads_as_the_bootstrap_check_reads_it() -> None:
+    from llmload.reports.gate.history import paired_level
+
+    # throughput 12.7 % lower in each pair: shown as −12.7 % (run / baseline − 1), its
+    # allowance the bootstrap check's ratio limit (0.9: −10 %, not 1 / 1.1)
+    (tput,) = parse_metrics("throughput", 95.0, 0.10)
+    lv = paired_level(tput, "stream", [1000.0, 980.0, 1010.0], [873.0, 855.6, 881.7])
+    assert lv is not None
+    assert lv.shown(lv.worse) == "-12.7%"
+    assert lv.change(lv.allowed()) == pytest.approx(-0.10)
+    assert lv.change(lv.twice()) == pytest.approx(-0.20)
+    assert lv.p_value() < 0.05  # three steady pairs, −12.7 % against −10 % allowed
+    edge = paired_level(tput, "stream", [1000.0, 980.0, 1010.0], [905.0, 882.0, 909.0])
+    assert edge is not None and edge.p_value() > 0.05  # −9.6 %, −10 %, −10 %: not beyond

@@ -31,10 +31,11 @@ def test_repeats_interleave_with_the_baseline_target() -> None:
         ("baseline-sync-1", "sync", "baseline", False),
         ("stream-1", "stream", "run", False),
         ("baseline-stream-1", "stream", "baseline", False),
-        ("sync-2", "sync", "run", False),
+        # the second repeat runs the baseline's twin first (a crossover: A/B, B/A)
         ("baseline-sync-2", "sync", "baseline", False),
-        ("stream-2", "stream", "run", False),
+        ("sync-2", "sync", "run", False),
         ("baseline-stream-2", "stream", "baseline", False),
+        ("stream-2", "stream", "run", False),
     ]
     one = build_options({}, {"target": "http://a"})
     assert [p.name for p in plan_phases(one.load)] == ["sync", "stream"]  # names as before
