@@ -235,10 +235,12 @@ def order_of(run: Run) -> str:
 
 def section(args: argparse.Namespace) -> str:
     """BENCHMARKS.md's section: ``gate-paired`` (``-vllm``), and the phases' shape where it
-    is not the default's (``-30sx6``), so each shape keeps its own."""
+    is not the default's (``-30sx6``, ``-pacing3s``), so each shape keeps its own."""
     name = "gate-paired-vllm" if args.vllm_python else "gate-paired"
     if (args.duration, args.repeat) != ("10s", 3):
         name += f"-{args.duration}x{args.repeat}"
+    if args.pacing != "1s":
+        name += f"-pacing{args.pacing}"
     return name
 
 
@@ -307,6 +309,8 @@ def render(
         for flag, value, default in (
             ("--pairs", str(args.pairs), "10" if args.vllm_python else "20"),
             ("--repeat", str(args.repeat), "3"),
+            ("--users", str(args.users), "20"),
+            ("--pacing", args.pacing, "1s"),
             ("--duration", args.duration, "10s"),
             ("--regressed", args.regressed, "--prefill-budget 256"),
         )

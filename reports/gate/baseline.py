@@ -35,7 +35,7 @@ from llmload.reports.capacity.curve import capacity_doc
 from llmload.reports.gate.bootstrap import design_effects
 from llmload.reports.gate.fingerprint import fingerprint
 from llmload.reports.gate.metrics import LATENCY_METRICS, RATE_METRICS
-from llmload.reports.gate.sides import ALL, RecordsSide, repeat_phases
+from llmload.reports.gate.sides import ALL, RecordsSide, paired_sides, repeat_phases
 from llmload.reports.server.versus import mode_means
 from llmload.reports.table.arraystats import percentile_sorted
 from llmload.reports.table.loader import Run
@@ -119,21 +119,13 @@ def _repeats(run: Run, prefix: str = "") -> list[dict[str, Any]]:
     return out
 
 
-def _own_phases(run: Run) -> list[str] | None:
-    """A ``--baseline-target`` run's phases on its own target (None: it has no twins)."""
-    names = run.measured.distinct("phase")
-    if not any(str(n).startswith(BASELINE_PREFIX) for n in names):
-        return None
-    return [str(n) for n in names if not str(n).startswith(BASELINE_PREFIX)]
-
-
 def make_baseline(run: Run) -> dict[str, Any]:
     """The baseline document for ``run`` (warm-up excluded).  A ``--baseline-target`` run's
     is its own target's (the twins' phases are not pooled in); with ``--repeat`` its
     ``twins`` are each repeat's twin on the baseline target, in the order of ``repeats``:
     the pairs a history of paired runs pools its spread from."""
-    own = _own_phases(run)
-    side = RecordsSide(run, own)
+    paired = paired_sides(run)
+    side = RecordsSide(run) if paired is None else paired[0]
     measured = side.records
     meta = redact_value(
         {
@@ -162,7 +154,7 @@ def make_baseline(run: Run) -> dict[str, Any]:
         "fingerprint": fingerprint(run.meta),
         **_groups(side),
         **({"repeats": reps} if (reps := _repeats(run)) else {}),
-        **({"twins": _repeats(run, BASELINE_PREFIX)} if own is not None and reps else {}),
+        **({"twins": _repeats(run, BASELINE_PREFIX)} if paired is not None and reps else {}),
         "goodput_slo": format_slo(side.slo),
         **({"capacity": cap} if (cap := capacity_doc(run)) is not None else {}),
         **({"server": server} if (server := mode_means(run)) else {}),

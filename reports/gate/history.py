@@ -66,13 +66,18 @@ from llmload.reports.gate.result import (
     between_note,
 )
 from llmload.reports.gate.sampling import sampling_error
-from llmload.reports.gate.sides import ALL, BaselineSide, RecordsSide, repeat_phases
+from llmload.reports.gate.sides import (
+    ALL,
+    BaselineSide,
+    RecordsSide,
+    paired_sides,
+    repeat_phases,
+)
 from llmload.reports.gate.verdict import (
     check_name,
     evaluate,
     evaluate_paired,
     gated_modes,
-    paired_sides,
 )
 from llmload.reports.table.loader import Run
 from llmload.reports.table.tdist import t_ppf, t_sf
@@ -667,11 +672,9 @@ def gate_history(
             f"({len(history.entries)} entries)",
         )
         return GateResult(cfg, [check], run.name, name, notes), history
-    if paired_sides(run) is not None:
+    if paired_sides(run) is not None:  # an interrupted run is named by gate_paired
         result = gate_paired_history(run, bases, cfg, name)
         result.differences[:0] = notes
-        if (stopped := interrupted(run)) is not None:
-            result.checks.insert(0, stopped)
         return result, history
     side = RecordsSide(run)
     modes = gated_modes(side, BaselineSide(bases[-1]), cfg)
@@ -828,6 +831,8 @@ def gate_paired(run: Run, cfg: GateConfig, bases: Sequence[dict[str, Any]] = ())
     levels = paired_levels(run, cfg, bases)
     if levels is None:
         result.differences.append(between_note(1, 1))
+        if (stopped := interrupted(run)) is not None:
+            result.checks.insert(0, stopped)
         return result
     return _run_level_checks(result, run, levels, cfg)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from llmload.loadtests.run.phases import BASELINE_PREFIX
 from llmload.loadtests.slo import parse_slo
 from llmload.reports.gate.bootstrap import Side
 from llmload.reports.gate.metrics import (
@@ -94,8 +95,18 @@ def repeat_phases(meta: dict[str, Any], mode: str) -> list[str]:
         for p in meta.get("phases") or []
         if p.get("mode") == mode
         and p.get("name") != "warmup"
-        and not str(p.get("name", "")).startswith("baseline-")
+        and not str(p.get("name", "")).startswith(BASELINE_PREFIX)
     ]
+
+
+def paired_sides(run: Run) -> tuple[RecordsSide, RecordsSide] | None:
+    """A ``--baseline-target`` run's two sides: its target's phases, the baseline target's
+    (None: the run has no baseline target's phases)."""
+    names = set(run.measured.distinct("phase"))
+    base = {n for n in names if n.startswith(BASELINE_PREFIX)}
+    if not base:
+        return None
+    return RecordsSide(run, names - base), RecordsSide(run, base)
 
 
 def _run_slo(meta: dict[str, Any]) -> str | None:

@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from llmload.loadtests.run.phases import BASELINE_PREFIX
 from llmload.reports.gate.bootstrap import (
     GROUPED_EFFECT,
     Comparison,
@@ -60,7 +59,7 @@ from llmload.reports.gate.result import (
     GateConfig,
     GateResult,
 )
-from llmload.reports.gate.sides import ALL, BaselineSide, RecordsSide
+from llmload.reports.gate.sides import ALL, BaselineSide, RecordsSide, paired_sides
 from llmload.reports.gate.spread import spread
 from llmload.reports.server.versus import gate_lines
 from llmload.reports.table.loader import Run
@@ -406,15 +405,6 @@ def evaluate(run: Run, baseline: dict[str, Any], cfg: GateConfig) -> GateResult:
     result = evaluate_sides(run, side, base, cfg, base.name, [d.to_dict() for d in diffs])
     result.server = gate_lines(run, baseline, gated_modes(side, base, cfg))
     return result
-
-
-def paired_sides(run: Run) -> tuple[RecordsSide, RecordsSide] | None:
-    """A ``--baseline-target`` run's two sides: its target's phases, the baseline target's."""
-    names = set(run.measured.distinct("phase"))
-    base = {n for n in names if n.startswith(BASELINE_PREFIX)}
-    if not base:
-        return None
-    return RecordsSide(run, names - base), RecordsSide(run, base)
 
 
 def evaluate_paired(run: Run, cfg: GateConfig) -> GateResult:

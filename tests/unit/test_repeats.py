@@ -55,7 +55,9 @@ def test_bad_repeat_settings_are_named(given: dict, says: str) -> None:
         build_options({}, {"target": "http://a", **given})
 
 
-def paired_run(path: Path, run_ttft: float = 240.0, base_ttft: float = 200.0) -> Path:
+def paired_run(
+    path: Path, run_ttft: float = 240.0, base_ttft: float = 200.0, status: str = "completed"
+) -> Path:
     """A/B/A/B: stream-1, baseline-stream-1, stream-2, baseline-stream-2 (150 requests each)."""
     recs = []
     for i, (name, ttft) in enumerate(
@@ -73,6 +75,7 @@ def paired_run(path: Path, run_ttft: float = 240.0, base_ttft: float = 200.0) ->
         meta={
             "baseline_target": {"target": "http://b", "model": "synthetic"},
             "config": {"repeat": 2},
+            "status": status,
         },
     )
 
@@ -123,3 +126,19 @@ def test_phases_of_one_mode_are_repeats_only_with_repeat(tmp_path: Path) -> None
     assert "repeats" not in build_run(path).extra
     run = load_run(path)
     assert evaluate(run, make_baseline(run), GateConfig(metric="ttft")).spread == []
+
+
+def test_an_interrupted_paired_run_is_named_once(tmp_path: Path) -> None:
+    """Gated on its own or against a history of pairs, an interrupted ``--baseline-target``
+    run's completeness check is inconclusive, said once."""
+    from llmload.reports.gate.history import append, gate_history, gate_paired
+
+    history = tmp_path / "pairs"
+    append(load_run(paired_run(tmp_path / "done", 200.0, 200.0)), history, label="main")
+    stopped = load_run(paired_run(tmp_path / "cut", status="interrupted"))
+    for result in (
+        gate_paired(stopped, GateConfig()),
+        gate_history(stopped, history, GateConfig())[0],
+    ):
+        said = [c for c in result.checks if c.name == "run complete"]
+        assert len(said) == 1 and said[0].verdict == "inconclusive", result.checks
