@@ -280,6 +280,17 @@ def render(
             f"{rms([x.sampling for x in told if x.sampling is not None]):.1%}"
         )
 
+    def shared() -> str:
+        """What it means where the pairs' spread is below their sampling error."""
+        told = [x for x in said["aa"] if x.sampling is not None]
+        if not told or rms([x.spread for x in told]) >= rms([x.sampling or 0 for x in told]):
+            return ""
+        return (
+            " Where the spread is smaller, the two phases of a pair did not draw "
+            "independently: both send the same users' prompt sequences (one seed), so "
+            "part of their draw is shared and cancels in the pair."
+        )
+
     def powers(get: Callable[[Said], float]) -> str:
         xs = [get(x) for x in said["ab"]]
         return f"{min(xs):.0%}–{max(xs):.0%}, median {statistics.median(xs):.0%}"
@@ -349,7 +360,7 @@ def render(
             f"statistics): A/A {split('aa')}; B over A {split('ab')}. Where the two match, "
             "the pairs differ by no more than which requests each phase drew, and longer "
             "phases narrow the gate as much as more pairs; where the spread is larger, "
-            "only more pairs do.",
+            "only more pairs do." + shared(),
             "",
             f"The history way: each job's own pairs, the spread pooled with the pairs of the "
             f"up to {DEFAULT_LAST} jobs before it (`report gate RUN --history DIR` of a "

@@ -13,7 +13,9 @@ A history of paired runs (``--baseline-target --repeat N``, appended with each
 repeat's twin) also shows each run's change against its baseline target — the mean
 of its pairs' differences, the machine's drift cancelled in each pair — in a column
 and a chart of its own, and what the next paired run gated against the history can
-see (``paired_outlook``: the pairs' spread pooled over the last runs).
+see (``paired_outlook``: the pairs' spread pooled over the last runs); change points
+are looked for in that column too, so a build that slowed against its twin is found
+even where the machine's drift hides it in the raw values.
 """
 
 from __future__ import annotations
@@ -129,6 +131,24 @@ def _paired_sees(diffs: list[list[float]], spec: MetricSpec, mode: str) -> str |
     )
 
 
+def _paired_shifts(diffs: list[list[float]], spec: MetricSpec, seed: int) -> list[ChangePoint]:
+    """Change points of the paired runs' changes (the mean of each run's pairs'
+    differences): a shift of the build against its baseline target, which a drift of the
+    machine that moves both targets alike does not make.  ``before``/``after`` as ratios
+    (a share: differences)."""
+    means = [statistics.fmean(d) if d else None for d in diffs]
+    if spec.metric.kind == SHARE:
+        return _shifts(means, spec, seed)
+    return _shifts([None if m is None else math.exp(m) for m in means], spec, seed)
+
+
+def _fmt_change(v: float, spec: MetricSpec) -> str:
+    """A ``_paired_shifts`` level as the paired column shows it."""
+    if spec.metric.kind == SHARE:
+        return f"{v * 100:+.2f} points"
+    return f"{(v - 1) * 100:+.1f}%"
+
+
 def _pct_change(diffs: list[float], spec: MetricSpec) -> float:
     """A paired run's change, the mean of its pairs' differences: % (a share: points)."""
     mean = statistics.fmean(diffs)
@@ -178,6 +198,7 @@ def render_history(
     pairs = {spec.name: _paired_changes(docs, spec, mode) for spec in specs}
     paired = [s for s in specs if any(pairs[s.name])]
     shifts = {spec.name: _shifts(columns[spec.name], spec, seed) for spec in specs}
+    paired_shifts = {spec.name: _paired_shifts(pairs[spec.name], spec, seed) for spec in paired}
     for spec in specs:
         found = shifts[spec.name]
         if not found:
@@ -190,6 +211,16 @@ def render_history(
             )
         if (seen := _what_it_sees(columns[spec.name], found, spec, mode)) is not None:
             md.append(f"- **{spec.name}**: {seen}")
+        if spec in paired:
+            runs = sum(1 for d in pairs[spec.name] if d)
+            if runs >= 6 and not paired_shifts[spec.name]:
+                md.append(f"- **{spec.name}** vs baseline target: no shift found")
+            for c in paired_shifts[spec.name]:
+                md.append(
+                    f"- **{spec.name}** vs baseline target: shifted at run {c.index + 1} "
+                    f"({names[c.index]}), {_fmt_change(c.before, spec)} → "
+                    f"{_fmt_change(c.after, spec)} (permutation p = {c.p_value:.3f})"
+                )
         if (seen := _paired_sees(pairs[spec.name], spec, mode)) is not None:
             md.append(f"- **{spec.name}**, pair by pair: {seen}")
     heads = [s.name for s in specs] + [f"{s.name} vs baseline target" for s in paired]
@@ -200,7 +231,11 @@ def render_history(
         for spec in specs:
             mark = " ◀ shift" if any(c.index == i for c in shifts[spec.name]) else ""
             cells.append(_fmt(columns[spec.name][i], spec) + mark)
-        cells += [_change(pairs[spec.name][i], spec) for spec in paired]
+        cells += [
+            _change(pairs[spec.name][i], spec)
+            + (" ◀ shift" if any(c.index == i for c in paired_shifts[spec.name]) else "")
+            for spec in paired
+        ]
         md.append(
             f"| {i + 1} | {names[i]} | {doc.get('created_at', '')} | " + " | ".join(cells) + " |"
         )
@@ -232,7 +267,10 @@ def render_history(
             "points" if spec.metric.kind == SHARE else "%",
             f"history-paired-{k}",
             [Series("mean of the pairs' differences", changes, "line")],
-            [],
+            [
+                Band(c.index + 0.5, len(docs) + 0.5, f"after the shift at run {c.index + 1}")
+                for c in paired_shifts[spec.name][:1]
+            ],
             y_zero=False,
         )
         charts.append(render(ax))

@@ -102,6 +102,42 @@ def test_interleaved_targets_are_gated_against_each_other(tmp_path: Path) -> Non
     assert "against the baseline target, pair by pair" in (history / "history.html").read_text()
 
 
+def test_report_history_finds_where_a_build_slowed_against_its_twin(tmp_path: Path) -> None:
+    """A history of paired runs whose target's own values hardly move (240 ms, the same
+    server) while its baseline target's do: four builds level with their twin, then
+    four 20 % slower than theirs.  `report history` marks the shift in the pairs' column,
+    at the run where it began, with its size."""
+    runs = {}
+    with (
+        start_server_process("--ttft-ms", "240", *SERVER_ARGS) as target,
+        start_server_process("--ttft-ms", "240", *SERVER_ARGS) as twin,
+        start_server_process("--ttft-ms", "200", *SERVER_ARGS) as faster,
+    ):
+        for name, base in (("level", twin), ("slower", faster)):
+            runs[name] = tmp_path / name
+            extra = ["--duration", "4s", "--warmup", "1s", "--repeat", "2"]
+            cmd = load_command(
+                runs[name], target.url, extra=[*extra, "--baseline-target", base.url]
+            )
+            proc = llmload(*cmd[cmd.index("run") :])
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    history = tmp_path / "history"
+    for i, name in enumerate(["level"] * 4 + ["slower"] * 4):
+        added = llmload(
+            "report", "baseline", str(runs[name]), "--history", str(history), "--label", f"b{i + 1}"
+        )
+        assert added.returncode == 0, added.stderr
+    drawn = llmload("report", "history", str(history), "--metric", "ttft")
+    assert drawn.returncode == 0, drawn.stdout + drawn.stderr
+    md = (history / "history.md").read_text()
+    assert "- **ttft p95** vs baseline target: shifted at run 5 (b5), " in md, md
+    rows = {x.split("|")[1].strip(): x.split("|") for x in md.splitlines() if x.startswith("| ")}
+    assert rows["5"][-2].strip().endswith("◀ shift") and "◀" not in rows["4"][-2], md
+    before, after = (float(rows[k][-2].split("%")[0]) for k in ("4", "5"))
+    assert abs(before) < 5 and 15 < after < 25, md
+    assert "after the shift at run 5" in (history / "history.html").read_text()
+
+
 def test_repeats_with_workers_keep_every_record_and_their_spread(tmp_path: Path) -> None:
     """``--repeat 2 --workers 2``: each repeat is run by both workers, nothing is lost, and the
     summary and the gate read the repeats as one (``--baseline-target`` is one process only)."""

@@ -51,13 +51,17 @@ def test_run_through_a_path_prefix_measures_the_real_ttft(
         "llmserve_requests_total", endpoint="/v1/chat/completions", stream="false", status="ok"
     )
     assert total == len(records) > 10
-    for r in records:
-        if r["mode"] != "stream":
-            continue
+    streams = [r for r in records if r["mode"] == "stream"]
+    for r in streams:
         # the first token left the server after ~TTFT_MS and reached the client through nginx
         # within a few ms (generous bound: a busy machine), never before it left
         server_ttft, ttft = r["server_ttft_s"], r["ttft_s"]
         assert server_ttft is not None and ttft is not None, r
         assert TTFT_MS / 1000 <= server_ttft < TTFT_MS / 1000 + 0.2, r
         assert server_ttft <= ttft < server_ttft + 0.1, r
-        assert ttft < r["e2e_s"] - 0.5 * (TOKENS - 1) * ITL_MS / 1000, r
+        assert ttft < r["e2e_s"], r
+    # unbuffered: the tokens after the first arrived spread over their ITLs, not in one
+    # piece at the end.  The median over the stream: a busy moment can bunch one
+    # request's tokens in the client's socket; a buffering proxy bunches every one.
+    spans = sorted(r["e2e_s"] - r["ttft_s"] for r in streams)
+    assert spans[len(spans) // 2] > 0.5 * (TOKENS - 1) * ITL_MS / 1000, spans
