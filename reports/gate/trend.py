@@ -41,7 +41,10 @@ from llmload.reports.gate.history import (
 from llmload.reports.gate.metrics import SHARE, MetricSpec
 from llmload.reports.gate.result import GateConfig
 from llmload.reports.gate.sides import BaselineSide
-from llmload.reports.table.changepoints import ChangePoint, change_points
+from llmload.reports.table.changepoints import MIN_SIZE, ChangePoint, change_points
+
+#: the fewest runs a shift is looked for in: ``MIN_SIZE`` either side of it
+SHIFT_RUNS = 2 * MIN_SIZE
 
 
 def _axis_name(doc: dict[str, Any], i: int) -> str:
@@ -61,7 +64,7 @@ def _shifts(values: list[float | None], spec: MetricSpec, seed: int) -> list[Cha
         for i, v in enumerate(values)
         if v is not None and (v > 0 or spec.metric.kind == SHARE)
     ]
-    if len(kept) < 6:
+    if len(kept) < SHIFT_RUNS:
         return []
     scale = [v if spec.metric.kind == SHARE else math.log(v) for _, v in kept]
     found = change_points(scale, seed=seed)
@@ -202,7 +205,11 @@ def render_history(
     for spec in specs:
         found = shifts[spec.name]
         if not found:
-            words = "no shift found" if len(docs) >= 6 else "too few runs to look for a shift (6)"
+            words = (
+                "no shift found"
+                if len(docs) >= SHIFT_RUNS
+                else f"too few runs to look for a shift ({SHIFT_RUNS})"
+            )
             md.append(f"- **{spec.name}**: {words}")
         for c in found:
             md.append(
@@ -213,7 +220,7 @@ def render_history(
             md.append(f"- **{spec.name}**: {seen}")
         if spec in paired:
             runs = sum(1 for d in pairs[spec.name] if d)
-            if runs >= 6 and not paired_shifts[spec.name]:
+            if runs >= SHIFT_RUNS and not paired_shifts[spec.name]:
                 md.append(f"- **{spec.name}** vs baseline target: no shift found")
             for c in paired_shifts[spec.name]:
                 md.append(
